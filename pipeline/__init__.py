@@ -1,0 +1,1 @@
+"""The voice-pipeline latency lab: orchestration, tracing, replay, analysis and reports."""

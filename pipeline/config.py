@@ -1,0 +1,214 @@
+"""Frozen, validated run settings from TOML and command-line overrides; ``config_id`` (M11).
+
+``config_id`` hashes every setting that can change a latency (stage choices and
+their parameters, LLM mode and limits, pacing, clock, time limit, condition and
+the question set). Settings that cannot (output folder, run id, rounds) stay out,
+so two runs that differ only in those compare as the same configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONDITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9'_-]{0,31}$")
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or out of range; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    first_ms: float = 0.0
+    per_item_ms: float = 0.0
+    jitter_ms: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class VadConfig:
+    impl: str = "energy"
+    threshold_dbfs: float = -45.0
+    silence_ms: int = 600
+    min_speech_ms: int = 120
+
+
+@dataclass(frozen=True, slots=True)
+class AsrConfig:
+    impl: str = "scripted"
+    latency: Latency = Latency(first_ms=300, jitter_ms=40, seed=1)
+
+
+@dataclass(frozen=True, slots=True)
+class LlmConfig:
+    impl: str = "scripted"
+    mode: str = "single"
+    model: str = "scripted"
+    max_tokens: int = 128
+    max_calls: int = 12
+    tools: bool = True
+    latency: Latency = Latency(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)
+    tool_latency: Latency = Latency(first_ms=40, seed=4)
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceConfig:
+    first_cut_at_comma: bool = True
+    min_first_chars: int = 4
+    max_chars: int = 80
+
+
+@dataclass(frozen=True, slots=True)
+class TtsConfig:
+    impl: str = "stub"
+    first_frame: Latency = Latency(first_ms=180, jitter_ms=30, seed=3)
+    real_time_factor: float = 0.15
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    condition: str = "B"
+    rounds: int = 2
+    pacing: str = "realtime"  # "realtime" or "fast"
+    clock: str = "real"  # "real" or "virtual" (scripted stages only)
+    turn_timeout_s: float = 60.0
+    limit: int = 0  # 0 = every question
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    sentences: SentenceConfig = field(default_factory=SentenceConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def config_id(self, questions_digest: str) -> str:
+        """A stable 12-hex-digit hash of everything that can change a latency."""
+        identity = dataclasses.asdict(self)
+        for key in ("rounds", "limit"):
+            identity["run"].pop(key)
+        identity["questions"] = questions_digest
+        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_CHOICES = {
+    ("run", "pacing"): ("realtime", "fast"),
+    ("run", "clock"): ("real", "virtual"),
+    ("vad", "impl"): ("energy",),
+    ("asr", "impl"): ("scripted",),
+    ("llm", "impl"): ("scripted",),
+    ("llm", "mode"): ("single", "per-sentence"),
+    ("tts", "impl"): ("stub",),
+}
+
+
+def validate(cfg: Config) -> None:
+    for (section, key), allowed in _CHOICES.items():
+        value = getattr(getattr(cfg, section), key)
+        if value not in allowed:
+            raise ConfigError(f"[{section}] {key} = {value!r}: choose one of {', '.join(allowed)}")
+    if not CONDITION_RE.match(cfg.run.condition):
+        raise ConfigError(f"[run] condition = {cfg.run.condition!r}: use letters, digits, ' _ - (e.g. A, B, B')")
+    positive = {
+        "[run] rounds": cfg.run.rounds,
+        "[run] turn_timeout_s": cfg.run.turn_timeout_s,
+        "[vad] silence_ms": cfg.vad.silence_ms,
+        "[vad] min_speech_ms": cfg.vad.min_speech_ms,
+        "[llm] max_tokens": cfg.llm.max_tokens,
+        "[llm] max_calls": cfg.llm.max_calls,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{name} = {value}: must be positive")
+    if cfg.run.limit < 0:
+        raise ConfigError(f"[run] limit = {cfg.run.limit}: must be 0 (all) or positive")
+    if cfg.sentences.max_chars < 8:
+        raise ConfigError(f"[sentences] max_chars = {cfg.sentences.max_chars}: must be at least 8")
+    if cfg.tts.real_time_factor < 0:
+        raise ConfigError(f"[tts] real_time_factor = {cfg.tts.real_time_factor}: must be >= 0")
+    for name, lat in (
+        ("asr.latency", cfg.asr.latency),
+        ("llm.latency", cfg.llm.latency),
+        ("llm.tool_latency", cfg.llm.tool_latency),
+        ("tts.first_frame", cfg.tts.first_frame),
+    ):
+        if min(lat.first_ms, lat.per_item_ms, lat.jitter_ms) < 0:
+            raise ConfigError(f"[{name}] latencies must be >= 0")
+    if cfg.run.clock == "virtual" and cfg.run.pacing != "realtime":
+        raise ConfigError("[run] clock = 'virtual' simulates real time: use pacing = 'realtime'")
+
+
+def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"[{where}] must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"[{where}] unknown setting(s): {', '.join(unknown)}; known: {', '.join(fields)}")
+    kwargs: dict[str, Any] = {}
+    defaults = cls()
+    for name, value in data.items():
+        current = getattr(defaults, name)
+        if dataclasses.is_dataclass(current):
+            kwargs[name] = _build(type(current), value, f"{where}.{name}")
+        else:
+            kwargs[name] = _coerce(value, current, f"{where}] {name}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"[{where} = {value!r}: expected true or false")
+        return value
+    if isinstance(default, int) and not isinstance(value, bool) and isinstance(value, int):
+        return value
+    if isinstance(default, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(default, str) and isinstance(value, str):
+        return value
+    raise ConfigError(f"[{where} = {value!r}: expected {type(default).__name__}")
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    unknown = sorted(set(data) - set(sections))
+    if unknown:
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)}; known: {', '.join(sections)}")
+    defaults = Config()
+    kwargs = {name: _build(type(getattr(defaults, name)), value, name) for name, value in data.items()}
+    return Config(**kwargs)
+
+
+def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Settings from a TOML file (or the defaults), then command-line overrides on top."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    for section, values in (overrides or {}).items():
+        data.setdefault(section, {}).update(values)
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None

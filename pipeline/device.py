@@ -1,0 +1,104 @@
+"""The device side of a turn: it streams captured audio up and plays what comes down.
+
+The link between device and server is an interface so that a real xiaozhi
+transport (WebSocket, MQTT + UDP) can replace the in-process one without the
+pipeline changing. Pacing uses the event loop's time, which is virtual under the
+virtual clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from pipeline.events import AudioFrame, AudioOut, Event, StageInfo, TurnEnd
+
+_END = object()
+
+
+class Link(Protocol):
+    """A bidirectional transport between one device and the server, for one turn."""
+
+    async def send_up(self, frame: AudioFrame) -> None: ...
+
+    async def close_up(self) -> None: ...
+
+    def uplink(self) -> AsyncIterator[Event]: ...
+
+    async def send_down(self, event: Event) -> None: ...
+
+    def downlink(self) -> AsyncIterator[Event]: ...
+
+
+class InProcessLink:
+    """Two queues: no network, no serialisation; the baseline transport."""
+
+    def __init__(self) -> None:
+        self._up: asyncio.Queue[object] = asyncio.Queue()
+        self._down: asyncio.Queue[object] = asyncio.Queue()
+
+    async def send_up(self, frame: AudioFrame) -> None:
+        self._up.put_nowait(frame)
+
+    async def close_up(self) -> None:
+        close(self._up)
+
+    async def send_down(self, event: Event) -> None:
+        self._down.put_nowait(event)
+
+    def uplink(self) -> AsyncIterator[Event]:
+        return drain(self._up)
+
+    def downlink(self) -> AsyncIterator[Event]:
+        return _until_turn_end(drain(self._down))
+
+
+async def drain(queue: asyncio.Queue[object]) -> AsyncIterator[Event]:
+    """Iterate a queue until its end marker."""
+    while True:
+        item = await queue.get()
+        if item is _END:
+            return
+        yield item  # type: ignore[misc]
+
+
+def close(queue: asyncio.Queue[object]) -> None:
+    queue.put_nowait(_END)
+
+
+async def _until_turn_end(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async for event in events:
+        if isinstance(event, TurnEnd):
+            return
+        yield event
+
+
+async def stream_audio(frames: Sequence[AudioFrame], link: Link, realtime: bool) -> None:
+    """Send frames as a microphone would: each one once its 60 ms have been captured."""
+    loop = asyncio.get_running_loop()
+    due = loop.time()
+    for frame in frames:
+        if realtime:
+            due += frame.duration_ms / 1000
+            await asyncio.sleep(max(0.0, due - loop.time()))
+        await link.send_up(frame)
+    await link.close_up()
+
+
+class Player:
+    """Plays downlink audio at real-time speed; yields each frame once it has been played."""
+
+    def __init__(self) -> None:
+        self.info = StageInfo(role="player", impl="realtime")
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        loop = asyncio.get_running_loop()
+        busy_until = loop.time()
+        async for event in events:
+            if not isinstance(event, AudioOut):
+                continue
+            # A frame starts when it arrives or when the previous one finishes, whichever is later.
+            busy_until = max(busy_until, loop.time()) + event.duration_ms / 1000
+            await asyncio.sleep(max(0.0, busy_until - loop.time()))
+            yield event

@@ -1,0 +1,120 @@
+"""``python -m pipeline.replay DIR``: replay recorded questions through the voice pipeline.
+
+Reads DIR's manifest and audio, runs rounds of turns (the first a warm-up),
+writes ``<out>/traces/<run_id>.jsonl`` and appends rows to ``<out>/bench.csv``,
+and ends with a summary table. Only this module reads the command line and the
+environment (OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME for export over the wire).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.bench_csv import BenchCsv, BenchCsvError
+from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
+from pipeline.config import Config, ConfigError, load_config
+from pipeline.fixtures import FixtureError, load_questions
+from pipeline.session import Run, run_session
+from pipeline.summary import summary_table
+from pipeline.tracing import OtlpSettings, Tracing
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipeline.replay", description=__doc__.splitlines()[0])
+    p.add_argument("fixtures", type=Path, help="folder with manifest.csv and WAV files")
+    p.add_argument("--config", type=Path, help="TOML settings file (defaults otherwise)")
+    p.add_argument("--condition", help="condition label, e.g. A, B or B'")
+    p.add_argument("--rounds", type=int, help="rounds over the question set (the first is a warm-up)")
+    p.add_argument("--limit", type=int, help="use only the first N questions (0 = all)")
+    p.add_argument("--mode", choices=("single", "per-sentence"), help="LLM call mode")
+    p.add_argument("--fast", action="store_true", help="send audio as fast as possible instead of in real time")
+    p.add_argument("--clock", choices=("real", "virtual"), help="virtual: simulate time (scripted stages only)")
+    p.add_argument("--timeout", type=float, help="turn time limit in seconds")
+    p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
+    p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
+    p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
+    return p.parse_args(argv)
+
+
+def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    run: dict[str, Any] = {}
+    for name, key in (("condition", "condition"), ("rounds", "rounds"), ("limit", "limit"), ("clock", "clock"), ("timeout", "turn_timeout_s")):
+        if getattr(args, name) is not None:
+            run[key] = getattr(args, name)
+    if args.fast:
+        run["pacing"] = "fast"
+    out: dict[str, dict[str, Any]] = {"run": run}
+    if args.mode:
+        out["llm"] = {"mode": args.mode}
+    return out
+
+
+def otlp_from_env(env: Mapping[str, str]) -> OtlpSettings | None:
+    """OTLP settings from the standard OTEL_* variables, or None when none is set."""
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not traces and not base:
+        return None
+    if traces:
+        endpoint = traces
+    elif protocol == "grpc":
+        endpoint = base or ""
+    else:
+        endpoint = (base or "").rstrip("/") + "/v1/traces"
+    timeout = float(env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")) / 1000
+    return OtlpSettings(endpoint=endpoint, protocol=protocol, timeout_s=min(timeout, 10.0))
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def make_clock(cfg: Config) -> Clock:
+    return VirtualClock() if cfg.run.clock == "virtual" else RealClock()
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    args = parse_args(argv)
+    env = os.environ if env is None else env
+    say = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        cfg = load_config(args.config, overrides(args))
+        questions = load_questions(args.fixtures)
+        otlp = otlp_from_env(env)
+        bench = BenchCsv(args.out / "bench.csv")
+    except (ConfigError, FixtureError, BenchCsvError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for warning in questions.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    run_id = args.run_id or new_run_id()
+    clock = make_clock(cfg)
+    run = Run(run_id=run_id, config=cfg, config_id=cfg.config_id(questions.digest()), questions=questions, clock=clock)
+    trace_path = args.out / "traces" / f"{run_id}.jsonl"
+    tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "voice-latency-lab"), otlp)
+    say(
+        f"run {run_id}: condition {cfg.run.condition}, config {run.config_id}, {len(run.selected())} question(s) x "
+        f"{cfg.run.rounds} round(s), LLM mode {cfg.llm.mode}, pacing {cfg.run.pacing}, clock {clock.kind}"
+    )
+    try:
+        rows = run_on_clock(run_session(run, tracing, bench, say), clock)
+    finally:
+        tracing.shutdown()
+    print(summary_table(rows))
+    print(f"traces: {trace_path}")
+    print(f"rows:   {bench.path}")
+    if tracing.otlp is not None:
+        print(f"otlp:   {tracing.otlp.sent} span(s) sent to {tracing.otlp_endpoint}, {tracing.otlp.failed} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""A run: rounds x questions, in the same order every round, first round marked warm-up.
+
+Each finished turn becomes spans, the spans one trace line, the line one
+bench.csv row (computed from the trace line itself), all written before the
+next turn starts, so a run killed mid-way keeps every finished turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipeline import spans as names
+from pipeline.analysis import Row, rows_from_spans
+from pipeline.bench_csv import BenchCsv
+from pipeline.clock import Clock
+from pipeline.config import Config
+from pipeline.fixtures import BadAudio, LoadedAudio, Question, QuestionSet, load_audio
+from pipeline.stage_factory import build_stages
+from pipeline.thermal import read_temp_c
+from pipeline.timeline import TurnTimeline
+from pipeline.traces_io import spans_from_traces_data
+from pipeline.tracing import Attributes, Tracing
+from pipeline.turn import run_turn
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    run_id: str
+    config: Config
+    config_id: str
+    questions: QuestionSet
+    clock: Clock
+
+    def selected(self) -> tuple[Question, ...]:
+        limit = self.config.run.limit
+        return self.questions.questions[:limit] if limit else self.questions.questions
+
+
+def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> Attributes:
+    attrs: Attributes = {
+        names.SCHEMA: names.SCHEMA_VERSION,
+        names.RUN_ID: run.run_id,
+        names.CONDITION: run.config.run.condition,
+        names.CONFIG_ID: run.config_id,
+        names.CLOCK: run.clock.kind,
+        names.QUESTION_ID: question.id,
+        names.ROUND: round_no,
+        names.WARMUP: round_no == 1,
+        names.LANGUAGE: question.language,
+        names.CATEGORY: question.category,
+        names.REFERENCE_TEXT: question.text,
+        names.NOTE: note,
+    }
+    temp = read_temp_c() if run.clock.kind == "real" else None
+    if temp is not None:
+        attrs[names.TEMP_C] = temp
+    return attrs
+
+
+def _load_all(questions: tuple[Question, ...]) -> dict[str, LoadedAudio | BadAudio]:
+    loaded: dict[str, LoadedAudio | BadAudio] = {}
+    for q in questions:
+        try:
+            loaded[q.id] = load_audio(q.audio)
+        except BadAudio as exc:
+            loaded[q.id] = exc
+    return loaded
+
+
+async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Progress) -> list[Row]:
+    cfg = run.config
+    questions = run.selected()
+    audio = _load_all(questions)
+    for q in questions:
+        if isinstance(audio[q.id], BadAudio):
+            progress(f"bad audio: {audio[q.id]}")
+    tracing.start_session(
+        {
+            names.SCHEMA: names.SCHEMA_VERSION,
+            names.RUN_ID: run.run_id,
+            names.CONDITION: cfg.run.condition,
+            names.CONFIG_ID: run.config_id,
+            names.CLOCK: run.clock.kind,
+        },
+        run.clock.now_ns(),
+    )
+    rows: list[Row] = []
+    total = cfg.run.rounds * len(questions)
+    try:
+        for round_no in range(1, cfg.run.rounds + 1):
+            for index, q in enumerate(questions):
+                clip = audio[q.id]
+                if isinstance(clip, BadAudio):
+                    timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
+                    note = str(clip)
+                else:
+                    stages = build_stages(cfg, q, salt=round_no * 1000 + index)
+                    timeline = await run_turn(
+                        clip.frames,
+                        stages,
+                        run.clock,
+                        realtime=cfg.run.pacing == "realtime",
+                        timeout_s=cfg.run.turn_timeout_s,
+                    )
+                    note = clip.note
+                line = tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note))
+                turn_rows = rows_from_spans(spans_from_traces_data(line))
+                bench.append(turn_rows)
+                rows.extend(turn_rows)
+                progress(_progress_line(len(rows), total, turn_rows))
+    finally:
+        tracing.end_session(run.clock.now_ns())
+    return rows
+
+
+def _failed_timeline(clock: Clock, error_type: str, message: str) -> TurnTimeline:
+    now = clock.now_ns()
+    return TurnTimeline(start_ns=now, end_ns=now, error_type=error_type, error_message=message)
+
+
+def _progress_line(done: int, total: int, rows: list[Row]) -> str:
+    parts = []
+    for row in rows:
+        tag = " (warm-up)" if row["warmup"] else ""
+        if row["ok"]:
+            parts.append(
+                f"round {row['round']}{tag} {row['question_id']}: ok, whole turn {row['whole_turn_ms']} ms, "
+                f"first audio {row['first_audio_ms']} ms, {row['llm_calls']} LLM call(s), {row['sentences']} sentence(s)"
+            )
+        else:
+            parts.append(f"round {row['round']}{tag} {row['question_id']}: FAILED ({row['error']})")
+    return f"[{done}/{total}] " + "; ".join(parts)

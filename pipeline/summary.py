@@ -1,0 +1,37 @@
+"""The end-of-run summary table: median, P90, min, max and success rate per run (M6-M8)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.analysis import Row
+from pipeline.stats import HEADLINE_METRICS, group_rows, success_rate, summarize
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def summary_table(rows: Sequence[Row]) -> str:
+    lines = []
+    for (run_id, condition, config_id), group in group_rows(rows).items():
+        ok, measured = success_rate(group)
+        warmups = sum(1 for r in group if r.get("warmup"))
+        rate = f"{100 * ok / measured:.0f}%" if measured else "-"
+        lines.append(
+            f"run {run_id}  condition {condition}  config {config_id}: "
+            f"success {ok}/{measured} ({rate}); {warmups} warm-up turn(s) excluded from the statistics"
+        )
+        scripted = sorted({str(r.get("scripted")) for r in group if r.get("scripted")})
+        if scripted:
+            lines.append(f"  scripted stages (simulated latencies, not measurements of models): {', '.join(scripted)}")
+        lines.append(f"  {'metric':<32}{'median':>10}{'P90':>10}{'min':>10}{'max':>10}{'n':>8}")
+        for metric in HEADLINE_METRICS:
+            s = summarize(group, metric)
+            n = f"{s.n}/{s.turns}" + ("*" if s.partial else "")
+            lines.append(
+                f"  {metric:<32}{_fmt(s.median):>10}{_fmt(s.p90):>10}{_fmt(s.minimum):>10}{_fmt(s.maximum):>10}{n:>8}"
+            )
+        if any(summarize(group, m).partial for m in HEADLINE_METRICS):
+            lines.append("  * computed over fewer than all measured turns (failed turns have no latency)")
+    return "\n".join(lines)

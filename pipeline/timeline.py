@@ -1,0 +1,101 @@
+"""What the timing wrapper saw during one turn: stamped facts, before they become spans.
+
+All times are epoch nanoseconds from the injected clock; ``None`` means the
+moment never came (a failed or timed-out turn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.events import StageInfo
+
+
+@dataclass(slots=True)
+class VadTiming:
+    first_frame_ns: int | None = None
+    speech_start_ns: int | None = None
+    speech_start_offset_ms: int | None = None
+    speech_end_offset_ms: int | None = None
+    user_speech_end_ns: int | None = None  # when the audio where speech ended reached the server
+    end_ns: int | None = None  # when the VAD declared the end-point
+
+
+@dataclass(slots=True)
+class AsrTiming:
+    start_ns: int | None = None
+    end_ns: int | None = None
+    text: str = ""
+    language: str = ""
+
+
+@dataclass(slots=True)
+class CallTiming:
+    index: int
+    purpose: str
+    model: str
+    max_tokens: int
+    start_ns: int
+    server_address: str = ""
+    input_tokens: int = 0
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    output_tokens: int = 0
+    finish_reason: str = ""
+    tool_name: str = ""
+    server_timings: tuple[tuple[str, float], ...] = ()
+    token_ns: list[int] = field(default_factory=list)  # stamp of every delta, by position
+
+
+@dataclass(slots=True)
+class ToolTiming:
+    name: str
+    start_ns: int
+    end_ns: int | None = None
+
+
+@dataclass(slots=True)
+class SentenceTiming:
+    index: int
+    text: str
+    call_index: int
+    ref_ns: int  # the moment this sentence could start arriving
+    first_token_ns: int
+    complete_ns: int
+
+
+@dataclass(slots=True)
+class TtsTiming:
+    sentence_index: int
+    start_ns: int
+    first_frame_ns: int | None = None
+    end_ns: int | None = None
+    audio_ms: int = 0
+
+
+@dataclass(slots=True)
+class PlaybackTiming:
+    first_start_ns: int | None = None
+    last_end_ns: int | None = None
+    audio_ms: int = 0
+    sentence_start_ns: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TurnTimeline:
+    start_ns: int
+    stages: dict[str, StageInfo] = field(default_factory=dict)
+    vad: VadTiming = field(default_factory=VadTiming)
+    asr: AsrTiming = field(default_factory=AsrTiming)
+    calls: list[CallTiming] = field(default_factory=list)
+    tools: list[ToolTiming] = field(default_factory=list)
+    sentences: list[SentenceTiming] = field(default_factory=list)
+    tts: list[TtsTiming] = field(default_factory=list)
+    playback: PlaybackTiming = field(default_factory=PlaybackTiming)
+    end_ns: int | None = None
+    error_type: str = ""
+    error_message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error_type

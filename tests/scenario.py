@@ -1,0 +1,64 @@
+"""Scripted turns for tests: synthetic audio and scripted stages with exact latencies."""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+from pipeline.clock import VirtualClock, run_on_clock
+from pipeline.events import FRAME_SAMPLES, AudioFrame
+from pipeline.timeline import TurnTimeline
+from pipeline.turn import ServerStages, run_turn
+from stages.asr_scripted import ScriptedAsr
+from stages.latency import LatencyProfile
+from stages.llm import LlmSettings, LlmStage, Mode
+from stages.llm_scripted import ScriptedBackend, ScriptedReply, ScriptedTools
+from stages.sentences import SentenceSplitter, SplitRules
+from stages.tts_stub import StubTts
+from stages.vad_energy import EnergyVad
+from pipeline.stage_factory import DEVICE_TOOLS
+
+SILENCE = bytes(FRAME_SAMPLES * 2)
+TONE = array("h", (int(8000 * math.sin(2 * math.pi * 300 * n / 16000)) for n in range(FRAME_SAMPLES))).tobytes()
+
+
+def utterance(lead_frames: int = 10, speech_frames: int = 20, tail_frames: int = 20) -> list[AudioFrame]:
+    """Silence, a tone standing in for speech, silence: 60 ms frames."""
+    kinds = [SILENCE] * lead_frames + [TONE] * speech_frames + [SILENCE] * tail_frames
+    return [AudioFrame(seq=i, pcm=pcm) for i, pcm in enumerate(kinds)]
+
+
+def stages(
+    reply: ScriptedReply,
+    mode: Mode = "single",
+    asr_ms: float = 300,
+    ttft_ms: float = 200,
+    per_token_ms: float = 50,
+    tts_first_ms: float = 100,
+    rtf: float = 0.5,
+    tools: bool = False,
+    silence_ms: int = 600,
+    rules: SplitRules = SplitRules(first_cut_at_comma=False),
+) -> ServerStages:
+    return ServerStages(
+        vad=EnergyVad(silence_ms=silence_ms),
+        asr=ScriptedAsr("question", "en", LatencyProfile(asr_ms)),
+        llm=LlmStage(
+            ScriptedBackend(reply, LatencyProfile(ttft_ms, per_token_ms)),
+            LlmSettings(mode=mode),
+            tools=DEVICE_TOOLS if tools else (),
+            executor=ScriptedTools(LatencyProfile(40)) if tools else None,
+        ),
+        sentences=SentenceSplitter(rules),
+        tts=StubTts(LatencyProfile(tts_first_ms), rtf),
+    )
+
+
+def run_virtual(server: ServerStages, frames: list[AudioFrame] | None = None, timeout_s: float = 60) -> TurnTimeline:
+    clock = VirtualClock()
+    return run_on_clock(run_turn(frames or utterance(), server, clock, timeout_s=timeout_s), clock)
+
+
+def ms(tl: TurnTimeline, t: int | None) -> float | None:
+    """A timeline moment in ms since the turn started."""
+    return None if t is None else (t - tl.start_ns) / 1e6

@@ -1,0 +1,65 @@
+import asyncio
+import time
+
+import pytest
+
+from pipeline.clock import VIRTUAL_EPOCH_NS, RealClock, VirtualClock, run_on_clock
+
+
+def test_virtual_time_moves_only_by_timers_and_is_exact() -> None:
+    clock = VirtualClock()
+
+    async def main() -> list[int]:
+        t0 = clock.now_ns()
+
+        async def after(delay: float) -> int:
+            await asyncio.sleep(delay)
+            return clock.now_ns() - t0
+
+        marks = await asyncio.gather(after(0.06), after(0.3), after(1.234567))
+        for _ in range(100):
+            await asyncio.sleep(0.06)
+        marks.append(clock.now_ns() - t0)
+        return marks
+
+    started = time.perf_counter()
+    assert run_on_clock(main(), clock) == [60_000_000, 300_000_000, 1_234_567_000, 7_234_567_000]
+    assert time.perf_counter() - started < 2  # seven virtual seconds, no real waiting
+
+
+def test_virtual_timeouts_fire_at_their_virtual_deadline() -> None:
+    clock = VirtualClock()
+
+    async def main() -> int:
+        t0 = clock.now_ns()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await asyncio.sleep(10)
+        return clock.now_ns() - t0
+
+    assert run_on_clock(main(), clock) == 500_000_000
+
+
+def test_virtual_clock_starts_at_a_fixed_epoch() -> None:
+    clock = VirtualClock()
+
+    async def main() -> int:
+        return clock.now_ns()
+
+    assert run_on_clock(main(), clock) == VIRTUAL_EPOCH_NS
+
+
+def test_virtual_clock_refuses_a_real_loop() -> None:
+    async def main() -> int:
+        return VirtualClock().now_ns()
+
+    with pytest.raises(RuntimeError, match="VirtualEventLoop"):
+        asyncio.run(main())
+
+
+def test_real_clock_is_epoch_time_and_monotonic() -> None:
+    clock = RealClock()
+    a = clock.now_ns()
+    b = clock.now_ns()
+    assert b >= a
+    assert abs(a - time.time_ns()) < 1_000_000_000
