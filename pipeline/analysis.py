@@ -60,6 +60,10 @@ def _int(value: AttrValue, default: int = 0) -> int:
     return int(value) if isinstance(value, (int, float, bool)) else default
 
 
+def _temp(value: AttrValue) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _str(value: AttrValue) -> str:
     return "" if value is None else str(value)
 
@@ -90,7 +94,9 @@ def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[Tur
     for t in turns.values():
         version = t.turn.attributes.get(names.SCHEMA)
         if version != names.SCHEMA_VERSION:
-            problems.add(f"turn span {t.turn.span_id}: trace schema version {version!r} is not {names.SCHEMA_VERSION!r}; skipped")
+            problems.add(
+                f"turn span {t.turn.span_id}: trace schema version {version!r} is not {names.SCHEMA_VERSION!r}; skipped"
+            )
             continue
         t.children.sort(key=lambda s: s.start_ns)
         out.append(t)
@@ -123,7 +129,7 @@ def turn_row(t: TurnSpans) -> Row:
         "tokens": sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
         "ok": int(ok),
         "error": "" if ok else _str(a.get(names.ERROR_TYPE)) or "unknown",
-        "temp_c": a.get(names.TEMP_C) if isinstance(a.get(names.TEMP_C), float) else None,
+        "temp_c": _temp(a.get(names.TEMP_C)),
         "note": _str(a.get(names.NOTE)),
         "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok else None,
         "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
@@ -147,4 +153,3 @@ def turn_row(t: TurnSpans) -> Row:
 
 def rows_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[Row]:
     return [turn_row(t) for t in group_turns(spans, problems or ReadProblems())]
-

@@ -60,8 +60,10 @@ def read_bench_csv(path: Path) -> list[Row]:
 
 
 NUMERIC = frozenset(
-    c for c in COLUMNS if (c.endswith("_ms") and c != "llm_first_token_ms_per_call") or c in (
-        "round", "warmup", "tokens", "ok", "temp_c", "llm_calls", "sentences", "turn_start_ns")
+    c
+    for c in COLUMNS
+    if (c.endswith("_ms") and c != "llm_first_token_ms_per_call")
+    or c in ("round", "warmup", "tokens", "ok", "temp_c", "llm_calls", "sentences", "turn_start_ns")
 )
 
 

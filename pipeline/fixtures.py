@@ -152,14 +152,19 @@ def load_audio(path: Path) -> LoadedAudio:
         mono = _resample(mono, rate, SAMPLE_RATE)
         notes.append(f"resampled {rate} Hz -> {SAMPLE_RATE} Hz")
     pcm = (np.clip(mono, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-    return LoadedAudio(frames=frames_from_pcm(pcm), duration_ms=len(pcm) * 1000 // (2 * SAMPLE_RATE), note="; ".join(notes))
+    return LoadedAudio(
+        frames=frames_from_pcm(pcm), duration_ms=len(pcm) * 1000 // (2 * SAMPLE_RATE), note="; ".join(notes)
+    )
 
 
 def frames_from_pcm(pcm: bytes) -> tuple[AudioFrame, ...]:
     """Split PCM into 60 ms frames, zero-padding the last one."""
     if len(pcm) % FRAME_BYTES:
         pcm = pcm + bytes(FRAME_BYTES - len(pcm) % FRAME_BYTES)
-    return tuple(AudioFrame(seq=i, pcm=pcm[o : o + FRAME_BYTES], duration_ms=FRAME_MS) for i, o in enumerate(range(0, len(pcm), FRAME_BYTES)))
+    return tuple(
+        AudioFrame(seq=i, pcm=pcm[o : o + FRAME_BYTES], duration_ms=FRAME_MS)
+        for i, o in enumerate(range(0, len(pcm), FRAME_BYTES))
+    )
 
 
 def _to_float(raw: bytes, width: int) -> np.ndarray:
@@ -178,4 +183,5 @@ def _to_float(raw: bytes, width: int) -> np.ndarray:
 def _resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
     """Linear-interpolation resampling: enough for a VAD and a test signal, noted on the row."""
     n = max(1, round(len(x) * dst / src))
-    return np.interp(np.arange(n) * (src / dst), np.arange(len(x)), x)
+    resampled: np.ndarray = np.interp(np.arange(n) * (src / dst), np.arange(len(x)), x)
+    return resampled

@@ -20,14 +20,14 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
 def _hex_ids(obj: dict[str, Any]) -> None:
     for key in _ID_KEYS:
-        if key in obj and obj[key]:
+        if obj.get(key):
             obj[key] = base64.b64decode(obj[key]).hex()
 
 
 def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """Encode spans as one OTLP JSON ``TracesData`` object."""
     request = encode_spans(spans)
-    data = MessageToDict(request, use_integers_for_enums=True)
+    data: dict[str, Any] = MessageToDict(request, use_integers_for_enums=True)
     for resource_spans in data.get("resourceSpans", []):
         for scope_spans in resource_spans.get("scopeSpans", []):
             for span in scope_spans.get("spans", []):

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from pipeline.clock import Clock
 from pipeline.events import (
+    FRAME_MS,
     AudioFrame,
     AudioOut,
     CallEnd,
@@ -26,7 +27,6 @@ from pipeline.events import (
     ToolCall,
     ToolResult,
     Transcript,
-    FRAME_MS,
 )
 from pipeline.timeline import CallTiming, SentenceTiming, ToolTiming, TtsTiming, TurnTimeline
 

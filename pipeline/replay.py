@@ -45,7 +45,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     run: dict[str, Any] = {}
-    for name, key in (("condition", "condition"), ("rounds", "rounds"), ("limit", "limit"), ("clock", "clock"), ("timeout", "turn_timeout_s")):
+    for name, key in (
+        ("condition", "condition"),
+        ("rounds", "rounds"),
+        ("limit", "limit"),
+        ("clock", "clock"),
+        ("timeout", "turn_timeout_s"),
+    ):
         if getattr(args, name) is not None:
             run[key] = getattr(args, name)
     if args.fast:
@@ -58,11 +64,15 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def otlp_from_env(env: Mapping[str, str]) -> OtlpSettings | None:
     """OTLP settings from the standard OTEL_* variables, or None when none is set."""
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    )
     traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if not traces and not base:
         return None
+    if protocol not in ("http/protobuf", "grpc"):
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: this tool exports http/protobuf or grpc")
     if traces:
         endpoint = traces
     elif protocol == "grpc":
@@ -81,10 +91,18 @@ def make_clock(cfg: Config) -> Clock:
     return VirtualClock() if cfg.run.clock == "virtual" else RealClock()
 
 
+def _quiet(_message: str) -> None:
+    pass
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = parse_args(argv)
     env = os.environ if env is None else env
-    say = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = _quiet if args.quiet else _to_stderr
     try:
         cfg = load_config(args.config, overrides(args))
         questions = load_questions(args.fixtures)

@@ -128,7 +128,8 @@ def _progress_line(done: int, total: int, rows: list[Row]) -> str:
         if row["ok"]:
             parts.append(
                 f"round {row['round']}{tag} {row['question_id']}: ok, whole turn {row['whole_turn_ms']} ms, "
-                f"first audio {row['first_audio_ms']} ms, {row['llm_calls']} LLM call(s), {row['sentences']} sentence(s)"
+                f"first audio {row['first_audio_ms']} ms, {row['llm_calls']} LLM call(s), "
+                f"{row['sentences']} sentence(s)"
             )
         else:
             parts.append(f"round {row['round']}{tag} {row['question_id']}: FAILED ({row['error']})")

@@ -155,9 +155,7 @@ class Tracing:
         self._provider.shutdown()
 
 
-def build_turn_spans(
-    tracer: trace.Tracer, parent: Context | None, tl: TurnTimeline, attributes: Attributes
-) -> None:
+def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimeline, attributes: Attributes) -> None:
     """Create the turn span and one child per stage activity, with the recorder's times."""
     end = tl.end_ns if tl.end_ns is not None else tl.start_ns
     attrs: Attributes = dict(attributes)
@@ -246,7 +244,11 @@ def build_turn_spans(
         span.add_event(names.EV_FIRST_TOKEN, timestamp=sentence.first_token_ns)
     for tts in tl.tts:
         span = child(
-            names.TTS, tts.start_ns, tts.end_ns, "tts", {names.SENTENCE_INDEX: tts.sentence_index, names.AUDIO_MS: tts.audio_ms}
+            names.TTS,
+            tts.start_ns,
+            tts.end_ns,
+            "tts",
+            {names.SENTENCE_INDEX: tts.sentence_index, names.AUDIO_MS: tts.audio_ms},
         )
         if tts.first_frame_ns is not None:
             span.add_event(names.EV_FIRST_FRAME, timestamp=tts.first_frame_ns)

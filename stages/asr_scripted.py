@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncio
+from collections.abc import AsyncIterator
 
 from pipeline.events import Event, SpeechEnd, StageInfo, Transcript
 from stages.latency import LatencyProfile

@@ -186,7 +186,8 @@ class LlmStage:
             if tool is not None and self.executor is not None:
                 result = await self.executor.execute(tool.name, tool.arguments)
                 yield ToolResult(name=tool.name, result=result)
-                messages = messages + (
+                messages = (
+                    *messages,
                     Message("assistant", "", tool_name=tool.name, tool_arguments=tool.arguments),
                     Message("tool", result, tool_name=tool.name),
                 )

@@ -50,9 +50,11 @@ class ScriptedBackend:
             yield ToolCallChunk(self.reply.tool_name, self.reply.tool_arguments)
             yield Done("tool_calls", output_tokens=1, input_tokens=input_tokens)
             return
-        remaining = self.reply.text[len(request.assistant_prefix):] if self.reply.text.startswith(
-            request.assistant_prefix
-        ) else self.reply.text
+        remaining = (
+            self.reply.text[len(request.assistant_prefix) :]
+            if self.reply.text.startswith(request.assistant_prefix)
+            else self.reply.text
+        )
         if request.stop_at_sentence:
             cut = find_cut(remaining, SplitRules(first_cut_at_comma=False, max_chars=10_000), first=False, final=True)
             piece = remaining[:cut] if cut is not None else remaining
@@ -65,7 +67,7 @@ class ScriptedBackend:
         for token in tokens:
             await asyncio.sleep(next(delays))
             yield Delta(token)
-        complete = finish == "stop" and not remaining[len(piece):].strip()
+        complete = finish == "stop" and not remaining[len(piece) :].strip()
         yield Done(finish, output_tokens=len(tokens), input_tokens=input_tokens, answer_complete=complete)
 
 

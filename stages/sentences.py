@@ -49,12 +49,19 @@ def find_cut(text: str, rules: SplitRules, first: bool, final: bool) -> int | No
                     return _after_closers(text, _after_run(text, i, ch))
             elif final:
                 return i + 1
-        if first and rules.first_cut_at_comma and ch in COMMAS and len(text[:i].strip()) >= rules.min_first_chars:
-            if ch != "," or (i + 1 < len(text) and text[i + 1].isspace()):
-                return i + 1
+        if first and _early_comma(text, i, rules):
+            return i + 1
         if i >= rules.max_chars:
             return _soft_cut(text, rules.max_chars)
     return None
+
+
+def _early_comma(text: str, i: int, rules: SplitRules) -> bool:
+    """A comma that may end the first sentence: late enough, and an ASCII one followed by a space."""
+    ch = text[i]
+    if not rules.first_cut_at_comma or ch not in COMMAS or len(text[:i].strip()) < rules.min_first_chars:
+        return False
+    return ch != "," or (i + 1 < len(text) and text[i + 1].isspace())
 
 
 def _after_run(text: str, i: int, ch: str) -> int:

@@ -40,7 +40,7 @@ _TONE = _tone_frame()
 
 class StubTts:
     def __init__(self, first_frame: LatencyProfile, real_time_factor: float = 0.1) -> None:
-        if not 0 <= real_time_factor:
+        if not real_time_factor >= 0:
             raise ValueError(f"real_time_factor must be >= 0, got {real_time_factor}")
         self.first_frame = first_frame
         self.real_time_factor = real_time_factor

@@ -51,7 +51,7 @@ class EnergyVad:
             voiced = frame_dbfs(event.pcm) > self.threshold_dbfs
             frame_end = offset + event.duration_ms
             if not in_speech:
-                pending = (pending + [event])[-(self.min_speech_ms // event.duration_ms + 1):]
+                pending = [*pending, event][-(self.min_speech_ms // event.duration_ms + 1) :]
                 voiced_run = voiced_run + event.duration_ms if voiced else 0
                 if voiced_run >= self.min_speech_ms:
                     in_speech = True

@@ -7,6 +7,7 @@ from array import array
 
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import FRAME_SAMPLES, AudioFrame
+from pipeline.stage_factory import DEVICE_TOOLS
 from pipeline.timeline import TurnTimeline
 from pipeline.turn import ServerStages, run_turn
 from stages.asr_scripted import ScriptedAsr
@@ -16,8 +17,8 @@ from stages.llm_scripted import ScriptedBackend, ScriptedReply, ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
 from stages.tts_stub import StubTts
 from stages.vad_energy import EnergyVad
-from pipeline.stage_factory import DEVICE_TOOLS
 
+NO_COMMA = SplitRules(first_cut_at_comma=False)
 SILENCE = bytes(FRAME_SAMPLES * 2)
 TONE = array("h", (int(8000 * math.sin(2 * math.pi * 300 * n / 16000)) for n in range(FRAME_SAMPLES))).tobytes()
 
@@ -38,7 +39,7 @@ def stages(
     rtf: float = 0.5,
     tools: bool = False,
     silence_ms: int = 600,
-    rules: SplitRules = SplitRules(first_cut_at_comma=False),
+    rules: SplitRules = NO_COMMA,
 ) -> ServerStages:
     return ServerStages(
         vad=EnergyVad(silence_ms=silence_ms),

@@ -16,7 +16,7 @@ def test_virtual_time_moves_only_by_timers_and_is_exact() -> None:
             await asyncio.sleep(delay)
             return clock.now_ns() - t0
 
-        marks = await asyncio.gather(after(0.06), after(0.3), after(1.234567))
+        marks = list(await asyncio.gather(after(0.06), after(0.3), after(1.234567)))
         for _ in range(100):
             await asyncio.sleep(0.06)
         marks.append(clock.now_ns() - t0)

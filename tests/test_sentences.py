@@ -59,7 +59,10 @@ def test_over_long_sentences_are_cut_at_a_space_or_at_the_limit() -> None:
     out = split(words, rules)
     assert [s.text for s in out] == ["one two three four", "five six seven eight"]
     assert all(len(s.text) <= 20 for s in out)
-    assert [s.text for s in split(["一二三四五六七八九十" * 3], rules)] == ["一二三四五六七八九十一二三四五六七八九十", "一二三四五六七八九十"]
+    assert [s.text for s in split(["一二三四五六七八九十" * 3], rules)] == [
+        "一二三四五六七八九十一二三四五六七八九十",
+        "一二三四五六七八九十",
+    ]
 
 
 def test_find_cut_waits_for_more_text_before_an_ascii_full_stop() -> None:

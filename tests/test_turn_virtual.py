@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from pipeline.events import Event, StageInfo
+from pipeline.events import Event, StageInfo, Transcript
 from stages.llm_scripted import ScriptedReply
 from tests.scenario import ms, run_virtual, stages, utterance
 
@@ -124,7 +124,7 @@ class Exploding:
         async for _ in events:
             await asyncio.sleep(0.1)
             raise ConnectionResetError("peer went away")
-        yield  # pragma: no cover
+        yield Transcript("never", "en")  # pragma: no cover
 
 
 def test_a_failing_stage_fails_its_turn_with_the_error_class() -> None:

@@ -1,0 +1,181 @@
+"""The replay command end to end on the virtual clock, and its handling of bad input."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.analysis import COLUMNS
+from pipeline.bench_csv import read_bench_csv
+from pipeline.replay import main
+from tests.fixture_files import make_fixtures, write_manifest, write_wav
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args, env={})
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_virtual_run_writes_traces_rows_and_an_exact_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixtures = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3"])
+    config = tmp_path / "exact.toml"
+    config.write_text(
+        "[asr.latency]\nfirst_ms = 300\njitter_ms = 0\n"
+        "[llm.latency]\nfirst_ms = 200\nper_item_ms = 50\njitter_ms = 0\n"
+        "[tts.first_frame]\nfirst_ms = 100\njitter_ms = 0\n"
+        "[tts]\nreal_time_factor = 0.5\n"
+    )
+    code, out, err = run(
+        [
+            str(fixtures),
+            "--config",
+            str(config),
+            "--clock",
+            "virtual",
+            "--rounds",
+            "3",
+            "--out",
+            str(tmp_path / "o"),
+            "--run-id",
+            "r1",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    rows = read_bench_csv(tmp_path / "o" / "bench.csv")
+    assert [(r["question_id"], r["round"], r["warmup"], r["ok"]) for r in rows] == [
+        (q, rnd, int(rnd == 1), 1) for rnd in (1, 2, 3) for q in ("q1", "q2", "q3")
+    ]
+    assert {r["vad_endpoint_ms"] for r in rows} == {600.0}
+    assert {r["first_token_ms"] for r in rows} == {200.0}
+    assert {r["asr_ms"] for r in rows} == {300.0}
+    assert {r["scripted"] for r in rows} == {"asr,llm,tts"}
+    assert "[9/9] round 3 q3: ok" in err
+    assert "success 6/6 (100%); 3 warm-up turn(s) excluded from the statistics" in out
+    assert "  first_token_ms                       200.0     200.0     200.0     200.0     6/6" in out
+    assert "  vad_endpoint_ms                      600.0     600.0     600.0     600.0     6/6" in out
+    assert f"traces: {tmp_path / 'o' / 'traces' / 'r1.jsonl'}" in out
+
+
+def test_the_same_settings_give_the_same_config_id_and_rows_append(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixtures = make_fixtures(tmp_path / "fx", ["q1"])
+    common = [str(fixtures), "--clock", "virtual", "--rounds", "1", "--out", str(tmp_path / "o")]
+    assert run([*common, "--run-id", "a"], capsys)[0] == 0
+    assert run([*common, "--run-id", "b", "--rounds", "2"], capsys)[0] == 0
+    assert run([*common, "--run-id", "c", "--mode", "per-sentence"], capsys)[0] == 0
+    rows = read_bench_csv(tmp_path / "o" / "bench.csv")
+    ids = {str(r["run_id"]): str(r["config_id"]) for r in rows}
+    assert ids["a"] == ids["b"] != ids["c"]
+
+
+def test_missing_folder_and_empty_folder_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run([str(tmp_path / "nope")], capsys)
+    assert (code, err.strip()) == (2, f"error: {tmp_path / 'nope'}: folder not found")
+    (tmp_path / "empty").mkdir()
+    write_manifest(tmp_path / "empty", [("q1", "en", "x", "hi")])
+    code, _, err = run([str(tmp_path / "empty")], capsys)
+    assert (code, err.strip()) == (2, f"error: {tmp_path / 'empty'}: no audio files (*.wav)")
+    (tmp_path / "nomanifest").mkdir()
+    write_wav(tmp_path / "nomanifest" / "a.wav")
+    code, _, err = run([str(tmp_path / "nomanifest")], capsys)
+    assert code == 2 and "manifest.csv: no question manifest" in err
+
+
+def test_bad_files_become_bad_audio_rows_and_the_other_turns_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fx = make_fixtures(tmp_path / "fx", ["good", "corrupt", "missing"])
+    (fx / "missing.wav").unlink()
+    (fx / "corrupt.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
+    write_wav(fx / "stray.wav")
+    write_wav(fx / "stereo44.wav", rate=44100, channels=2)
+    with (fx / "manifest.csv").open("a", encoding="utf-8") as fh:
+        fh.write("stereo44,en,knowledge,Stereo?\n")
+    code, out, err = run([str(fx), "--clock", "virtual", "--rounds", "2", "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, err
+    assert f"warning: {fx / 'stray.wav'}: audio file has no manifest entry; not run" in err
+    assert "question 'missing' has no audio file missing.wav; recorded as bad_audio" in err
+    assert f"bad audio: {fx / 'corrupt.wav'}: unreadable WAV" in err
+    rows = read_bench_csv(tmp_path / "o" / "bench.csv")
+    outcome = {(r["question_id"], r["round"]): (r["ok"], r["error"]) for r in rows}
+    assert outcome == {
+        (q, rnd): ((1, "") if q in ("good", "stereo44") else (0, "bad_audio"))
+        for q in ("good", "corrupt", "missing", "stereo44")
+        for rnd in (1, 2)
+    }
+    notes = {str(r["question_id"]): str(r["note"]) for r in rows}
+    assert notes["stereo44"] == "2 channels mixed to mono; resampled 44100 Hz -> 16000 Hz"
+    assert notes["missing"] == f"{fx / 'missing.wav'}: audio file not found"
+    assert "success 2/4 (50%)" in out
+    assert "computed over fewer than all measured turns" in out
+
+
+def test_bad_config_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fx = make_fixtures(tmp_path / "fx", ["q1"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[llm]\nmode = 'sometimes'\n")
+    code, _, err = run([str(fx), "--config", str(bad), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "[llm] mode = 'sometimes': choose one of single, per-sentence" in err
+    assert not (tmp_path / "o" / "traces").exists()
+
+
+def test_a_turn_over_the_time_limit_is_a_timeout_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fx = make_fixtures(tmp_path / "fx", ["q1"])
+    code, out, _ = run(
+        [str(fx), "--clock", "virtual", "--rounds", "2", "--timeout", "2.5", "--out", str(tmp_path)], capsys
+    )
+    assert code == 0
+    rows = read_bench_csv(tmp_path / "bench.csv")
+    assert [(r["ok"], r["error"]) for r in rows] == [(0, "timeout"), (0, "timeout")]
+    assert "success 0/1 (0%)" in out
+
+
+def test_a_run_killed_mid_way_keeps_every_finished_turn(tmp_path: Path) -> None:
+    fx = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3", "q4"])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.replay",
+            str(fx),
+            "--fast",
+            "--rounds",
+            "3",
+            "--out",
+            str(tmp_path / "o"),
+            "--run-id",
+            "k",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": ""},
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("[2/12]"):
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    with (tmp_path / "o" / "bench.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert tuple(rows[0]) == COLUMNS
+    assert 2 <= len(rows) - 1 < 12
+    trace_lines = (tmp_path / "o" / "traces" / "k.jsonl").read_text().splitlines()
+    assert len(trace_lines) == len(rows) - 1  # one line per finished turn, no session line

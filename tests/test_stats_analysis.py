@@ -1,0 +1,50 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import spans as names
+from pipeline.analysis import rows_from_spans
+from pipeline.stats import percentile, success_rate, summarize
+from pipeline.traces_io import ReadProblems, read_trace_file
+from pipeline.tracing import Tracing
+from stages.llm_scripted import ScriptedReply
+from tests.scenario import run_virtual, stages
+
+
+def test_percentile_interpolates_linearly() -> None:
+    values = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert percentile(values, 0.5) == 3.0
+    assert percentile(values, 0.9) == pytest.approx(7.6, abs=1e-12)
+    assert percentile([5.0], 0.9) == 5.0
+
+
+def test_summary_excludes_warmup_and_failed_turns_and_says_so() -> None:
+    rows = [
+        {"warmup": 1, "ok": 1, "m": 1000.0},
+        {"warmup": 0, "ok": 1, "m": 10.0},
+        {"warmup": 0, "ok": 1, "m": 20.0},
+        {"warmup": 0, "ok": 0, "m": None},
+    ]
+    s = summarize(rows, "m")  # type: ignore[arg-type]
+    assert (s.n, s.turns, s.median, s.minimum, s.maximum, s.partial) == (2, 3, 15.0, 10.0, 20.0, True)
+    assert success_rate(rows) == (2, 3)  # type: ignore[arg-type]
+
+
+def test_truncated_lines_and_foreign_schemas_are_reported_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    tracing = Tracing(path, "test")
+    tl = run_virtual(stages(ScriptedReply("Hi.")))
+    tracing.emit_turn(tl, {names.SCHEMA: names.SCHEMA_VERSION, names.QUESTION_ID: "good"})
+    tracing.emit_turn(tl, {names.SCHEMA: "0", names.QUESTION_ID: "old"})
+    tracing.shutdown()
+    lines = path.read_text().splitlines()
+    path.write_text(
+        lines[0] + "\n" + lines[1] + "\n" + lines[0][: len(lines[0]) // 2] + "\n" + json.dumps({"x": 1}) + "\n"
+    )
+    problems = ReadProblems()
+    rows = rows_from_spans(read_trace_file(path, problems), problems)
+    assert [r["question_id"] for r in rows] == ["good"]
+    assert len(problems.messages) == 2
+    assert problems.messages[0].startswith(f"{path}:3: unreadable trace line")
+    assert "trace schema version '0' is not '1'; skipped" in problems.messages[1]
