@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pipeline import spans as names
 from pipeline.analysis import rows_from_spans
 from pipeline.traces_io import ReadProblems, read_trace_file, spans_from_traces_data
@@ -115,3 +117,18 @@ def test_trace_lines_are_conformant_otlp_json(tmp_path: Path) -> None:
     assert call_attrs["gen_ai.usage.output_tokens"] == {"intValue": "2"}
     assert call_attrs["gen_ai.response.finish_reasons"] == {"arrayValue": {"values": [{"stringValue": "stop"}]}}
     assert [e["name"] for e in by_name["llm.call"]["events"]] == ["first_token"]
+
+
+def test_analyze_command_recomputes_the_same_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.analyze import main as analyze
+    from pipeline.bench_csv import read_bench_csv
+    from pipeline.replay import main as replay
+    from tests.fixture_files import make_fixtures
+
+    fx = make_fixtures(tmp_path / "fx", ["a", "b"])
+    assert (
+        replay([str(fx), "--clock", "virtual", "--out", str(tmp_path / "o"), "--run-id", "r", "--quiet"], env={}) == 0
+    )
+    assert analyze([str(tmp_path / "o" / "traces"), "--csv", str(tmp_path / "again.csv")]) == 0
+    assert read_bench_csv(tmp_path / "again.csv") == read_bench_csv(tmp_path / "o" / "bench.csv")
+    assert "4 turn(s) from 1 file(s)" in capsys.readouterr().out

@@ -1,0 +1,51 @@
+"""``python -m pipeline.analyze PATH``: recompute bench rows and the summary from trace files alone.
+
+PATH is a trace file or a folder of them (``*.jsonl``, OTLP JSON lines). Unreadable
+lines are listed, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.analysis import rows_from_spans
+from pipeline.bench_csv import BenchCsv, BenchCsvError
+from pipeline.summary import summary_table
+from pipeline.traces_io import ReadProblems, SpanRecord, read_trace_file, trace_files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipeline.analyze", description=__doc__.splitlines()[0])
+    p.add_argument("path", type=Path, help="trace file or folder of trace files")
+    p.add_argument("--csv", type=Path, help="append the rows to this bench.csv")
+    args = p.parse_args(argv)
+    if not args.path.exists():
+        print(f"error: {args.path}: not found", file=sys.stderr)
+        return 2
+    files = trace_files(args.path)
+    if not files:
+        print(f"error: {args.path}: no trace files (*.jsonl)", file=sys.stderr)
+        return 2
+    problems = ReadProblems()
+    spans: list[SpanRecord] = []
+    for path in files:
+        spans.extend(read_trace_file(path, problems))
+    rows = rows_from_spans(spans, problems)
+    for message in problems.messages:
+        print(f"warning: {message}", file=sys.stderr)
+    if args.csv:
+        try:
+            BenchCsv(args.csv).append(rows)
+        except BenchCsvError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    print(summary_table(rows) if rows else "no turns found")
+    print(f"{len(rows)} turn(s) from {len(files)} file(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""Benchmark of the core: tracing overhead per turn and timing accuracy, in one run.
+
+1. Tracing overhead: the same scripted turns on the real clock, run without tracing
+   and with it (spans built, OTLP JSON line written, row computed from the line);
+   the ratio of wall time per turn, and the tracing work as a share of turn time.
+   Also on the virtual clock, where only CPU work counts, as a worst case.
+2. Timing accuracy: scripted stages with known latencies (no jitter) on the real
+   clock; each stage time measured from the traces against its configured value:
+   median and P99 absolute error.
+
+Goals (issue 2): overhead under 2 % of turn time, median error under 1 ms.
+Run: ``python scripts/bench_core.py [--turns N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline import spans as names
+from pipeline.analysis import Row, rows_from_spans
+from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
+from pipeline.events import SAMPLE_RATE, AudioFrame
+from pipeline.fixtures import frames_from_pcm
+from pipeline.stats import percentile
+from pipeline.traces_io import spans_from_traces_data
+from pipeline.tracing import Tracing
+from pipeline.turn import ServerStages, run_turn
+from stages.asr_scripted import ScriptedAsr
+from stages.latency import LatencyProfile
+from stages.llm import LlmSettings, LlmStage
+from stages.llm_scripted import ScriptedBackend, ScriptedReply
+from stages.sentences import SentenceSplitter
+from stages.tts_stub import StubTts
+from stages.vad_energy import EnergyVad
+
+SILENCE_MS, ASR_MS, TTFT_MS, PER_TOKEN_MS, TTS_FIRST_MS = 300, 100, 120, 20, 50
+EXPECTED = {
+    "vad_endpoint_ms": SILENCE_MS,
+    "asr_ms": ASR_MS,
+    "first_token_ms": TTFT_MS,
+    "tts_first_frame_ms": TTS_FIRST_MS,
+}
+
+
+def clip() -> tuple[AudioFrame, ...]:
+    t = np.arange(int(SAMPLE_RATE * 1.5)) / SAMPLE_RATE
+    voiced = (t >= 0.3) & (t < 0.9)
+    pcm = (np.where(voiced, 0.25 * np.sin(2 * np.pi * 300 * t), 0.0) * 32767).astype("<i2").tobytes()
+    return frames_from_pcm(pcm)
+
+
+def server() -> ServerStages:
+    reply = ScriptedReply("Yes. It is done.")
+    return ServerStages(
+        vad=EnergyVad(silence_ms=SILENCE_MS),
+        asr=ScriptedAsr("do it", "en", LatencyProfile(ASR_MS)),
+        llm=LlmStage(ScriptedBackend(reply, LatencyProfile(TTFT_MS, PER_TOKEN_MS)), LlmSettings()),
+        sentences=SentenceSplitter(),
+        tts=StubTts(LatencyProfile(TTS_FIRST_MS), real_time_factor=0.2),
+    )
+
+
+async def session(clock: Clock, turns: int, tracing: Tracing | None) -> tuple[list[float], list[float], list[Row]]:
+    """Per-turn wall seconds, per-turn tracing seconds, and the rows read back from the traces."""
+    frames = clip()
+    walls, tracing_s, rows = [], [], []
+    for i in range(turns):
+        start = time.perf_counter()
+        tl = await run_turn(frames, server(), clock)
+        if tracing is not None:
+            t0 = time.perf_counter()
+            attrs = {names.SCHEMA: names.SCHEMA_VERSION, names.QUESTION_ID: f"q{i}", names.ROUND: 1}
+            line = tracing.emit_turn(tl, attrs)  # type: ignore[arg-type]
+            rows.extend(rows_from_spans(spans_from_traces_data(line)))
+            tracing_s.append(time.perf_counter() - t0)
+        walls.append(time.perf_counter() - start)
+        await asyncio.sleep(0)
+    return walls, tracing_s, rows
+
+
+def run(clock_kind: str, turns: int, traced: bool) -> tuple[list[float], list[float], list[Row]]:
+    clock: Clock = VirtualClock() if clock_kind == "virtual" else RealClock()
+    with tempfile.TemporaryDirectory() as tmp:
+        tracing = Tracing(Path(tmp) / "bench.jsonl", "bench") if traced else None
+        try:
+            return run_on_clock(session(clock, turns, tracing), clock)
+        finally:
+            if tracing is not None:
+                tracing.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=12, help="real-clock turns per variant")
+    args = parser.parse_args()
+
+    print(f"tracing overhead per turn ({args.turns} real-clock turns per variant, scripted stages)")
+    plain, _, _ = run("real", args.turns, traced=False)
+    traced, trace_work, rows = run("real", args.turns, traced=True)
+    ratio = statistics.median(traced) / statistics.median(plain)
+    share = statistics.median(trace_work) / statistics.median(plain)
+    print(f"  median turn wall time  without tracing {1000 * statistics.median(plain):9.2f} ms")
+    print(f"  median turn wall time  with tracing    {1000 * statistics.median(traced):9.2f} ms")
+    print(f"  ratio with/without                     {ratio:9.4f}x  (goal: < 1.02)")
+    print(f"  tracing work per turn (median)         {1000 * statistics.median(trace_work):9.3f} ms")
+    print(f"  tracing work / turn time               {100 * share:9.3f} %  (goal: < 2 %)")
+    vplain, _, _ = run("virtual", 200, traced=False)
+    vtraced, _, _ = run("virtual", 200, traced=True)
+    vratio = statistics.median(vtraced) / statistics.median(vplain)
+    print("  virtual clock, CPU work only (200 turns per variant):")
+    print(
+        f"    median CPU-bound turn without {1000 * statistics.median(vplain):.3f} ms, "
+        f"with {1000 * statistics.median(vtraced):.3f} ms, ratio {vratio:.3f}x"
+    )
+
+    print(f"\ntiming accuracy (stage times from the traces vs scripted latencies, {len(rows)} turns)")
+    errors_all: list[float] = []
+    for metric, expected in EXPECTED.items():
+        errors = sorted(abs(float(r[metric]) - expected) for r in rows if isinstance(r[metric], (int, float)))  # type: ignore[arg-type]
+        errors_all += errors
+        print(
+            f"  {metric:<20} configured {expected:6.1f} ms   median |error| {percentile(errors, 0.5):7.3f} ms"
+            f"   P99 |error| {percentile(errors, 0.99):7.3f} ms"
+        )
+    errors_all.sort()
+    print(
+        f"  all stages           median |error| {percentile(errors_all, 0.5):.3f} ms (goal: < 1 ms), "
+        f"P99 {percentile(errors_all, 0.99):.3f} ms"
+    )
+    print(f"  failed turns: {sum(1 for r in rows if not r['ok'])}")
+
+
+if __name__ == "__main__":
+    main()
