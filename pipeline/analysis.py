@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pipeline import spans as names
+from pipeline.textmetrics import error_rate, keyword_score
 from pipeline.traces_io import AttrValue, ReadProblems, SpanRecord
 
 # Columns of bench.csv: the M10 set first, then the per-stage times.
@@ -39,6 +40,14 @@ COLUMNS = (
     "sentence_first_token_median_ms",
     "sentence_first_token_max_ms",
     "tts_first_frame_ms",
+    "llm_generation_ms",
+    "server_queue_ms",
+    "server_prompt_ms",
+    "server_generation_ms",
+    "llm_model",
+    "asr_error_rate",
+    "asr_error_metric",
+    "answer_quality",
     "language",
     "category",
     "scripted",
@@ -142,12 +151,52 @@ def turn_row(t: TurnSpans) -> Row:
         "sentence_first_token_median_ms": round(statistics.median(sentence_ft), 3) if sentence_ft else None,
         "sentence_first_token_max_ms": max(sentence_ft) if sentence_ft else None,
         "tts_first_frame_ms": _ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
+        **_llm_segments(calls),
+        **_quality(t, a),
         "language": _str(a.get(names.LANGUAGE)),
         "category": _str(a.get(names.CATEGORY)),
         "scripted": _str(a.get(names.SCRIPTED)),
         "clock": _str(a.get(names.CLOCK)),
         "trace_id": t.turn.trace_id,
         "turn_start_ns": t.turn.start_ns,
+    }
+
+
+def _server_sum(calls: list[SpanRecord], key: str) -> float | None:
+    values = [c.attributes.get(key) for c in calls]
+    found = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return round(sum(found), 3) if found else None
+
+
+def _llm_segments(calls: list[SpanRecord]) -> Row:
+    """Client-side generation time, and the server's own breakdown where it reported one (M2)."""
+    generation = [_ms(c.event_ns(names.EV_FIRST_TOKEN), c.end_ns) for c in calls]
+    known = [g for g in generation if g is not None]
+    return {
+        "llm_generation_ms": round(sum(known), 3) if known else None,
+        "server_queue_ms": _server_sum(calls, names.SERVER_QUEUE_MS),
+        "server_prompt_ms": _server_sum(calls, names.SERVER_PROMPT_MS),
+        "server_generation_ms": _server_sum(calls, names.SERVER_PREDICTED_MS),
+        "llm_model": _str(calls[0].attributes.get(names.GEN_AI_MODEL)) if calls else "",
+    }
+
+
+def _quality(t: TurnSpans, a: dict[str, AttrValue]) -> Row:
+    """ASR error rate against the reference text, and expected keywords in the answer (M18)."""
+    asr = t.first(names.ASR)
+    scored = None
+    if asr is not None and asr.status_code != 2:
+        scored = error_rate(
+            _str(a.get(names.REFERENCE_TEXT)), _str(asr.attributes.get(names.TRANSCRIPT)), _str(a.get(names.LANGUAGE))
+        )
+    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    answer = " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
+    tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.named(names.LLM_CALL))
+    quality = keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
+    return {
+        "asr_error_rate": round(scored[0], 4) if scored else None,
+        "asr_error_metric": scored[1] if scored else "",
+        "answer_quality": round(quality, 4) if quality is not None and t.first(names.PLAYBACK) else None,
     }
 
 

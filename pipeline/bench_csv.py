@@ -63,7 +63,19 @@ NUMERIC = frozenset(
     c
     for c in COLUMNS
     if (c.endswith("_ms") and c != "llm_first_token_ms_per_call")
-    or c in ("round", "warmup", "tokens", "ok", "temp_c", "llm_calls", "sentences", "turn_start_ns")
+    or c
+    in (
+        "round",
+        "warmup",
+        "tokens",
+        "ok",
+        "temp_c",
+        "llm_calls",
+        "sentences",
+        "turn_start_ns",
+        "asr_error_rate",
+        "answer_quality",
+    )
 )
 
 

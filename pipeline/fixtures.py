@@ -2,8 +2,9 @@
 
 ``manifest.csv`` columns: ``id, language, category, text`` (required) and
 ``audio`` (default ``<id>.wav``), ``answer``, ``tool``, ``tool_arguments``
-(used by the scripted LLM). Audio is WAV; other sample rates and stereo are
-converted to 16 kHz mono, and the conversion is noted on the turn's row.
+(used by the scripted LLM) and ``keywords`` (what a good answer contains).
+Audio is WAV; other sample rates and stereo are converted to 16 kHz mono, and
+the conversion is noted on the turn's row.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pipeline.events import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, AudioFrame
 
 MANIFEST = "manifest.csv"
 REQUIRED = ("id", "language", "category", "text")
-OPTIONAL = ("audio", "answer", "tool", "tool_arguments")
+OPTIONAL = ("audio", "answer", "tool", "tool_arguments", "keywords")
 
 
 class FixtureError(ValueError):
@@ -41,6 +42,7 @@ class Question:
     answer: str = ""
     tool: str = ""
     tool_arguments: str = "{}"
+    keywords: str = ""  # expected in a good answer: ";"-separated groups of "|"-separated alternatives
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ def _read_manifest(manifest: Path, folder: Path) -> list[Question]:
                 answer=(row.get("answer") or "").strip(),
                 tool=(row.get("tool") or "").strip(),
                 tool_arguments=(row.get("tool_arguments") or "").strip() or "{}",
+                keywords=(row.get("keywords") or "").strip(),
             )
         )
     if not questions:

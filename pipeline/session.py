@@ -7,6 +7,7 @@ next turn starts, so a run killed mid-way keeps every finished turn.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,10 @@ class Run:
     questions: QuestionSet
     clock: Clock
 
+    @property
+    def config_json(self) -> str:
+        return json.dumps(self.config.as_dict(), sort_keys=True, separators=(",", ":"))
+
     def selected(self) -> tuple[Question, ...]:
         limit = self.config.run.limit
         return self.questions.questions[:limit] if limit else self.questions.questions
@@ -52,6 +57,8 @@ def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> 
         names.LANGUAGE: question.language,
         names.CATEGORY: question.category,
         names.REFERENCE_TEXT: question.text,
+        names.EXPECTED_KEYWORDS: question.keywords,
+        names.CONFIG_JSON: run.config_json,
         names.NOTE: note,
     }
     temp = read_temp_c() if run.clock.kind == "real" else None
@@ -84,6 +91,7 @@ async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Pro
             names.CONDITION: cfg.run.condition,
             names.CONFIG_ID: run.config_id,
             names.CLOCK: run.clock.kind,
+            names.CONFIG_JSON: run.config_json,
         },
         run.clock.now_ns(),
     )

@@ -43,6 +43,8 @@ ERROR_MESSAGE = "lab.error_message"
 NOTE = "lab.note"
 TEMP_C = "lab.temp_c"
 REFERENCE_TEXT = "lab.reference_text"
+EXPECTED_KEYWORDS = "lab.expected_keywords"  # ";"-separated groups of "|"-separated alternatives
+CONFIG_JSON = "lab.config_json"  # every setting of the run, so a report can say what differs
 SCRIPTED = "lab.scripted_stages"
 IMPL_PREFIX = "lab.impl."  # + role: "lab.impl.llm" = "scripted"
 
@@ -58,6 +60,11 @@ SENTENCE_CALL = "lab.sentence.call_index"
 CALL_INDEX = "lab.llm.call_index"
 CALL_PURPOSE = "lab.llm.purpose"
 SERVER_TIMING_PREFIX = "lab.llm.server."  # + timing name, e.g. prompt_ms
+# server-side timings an LLM server may report (llama.cpp `timings`, our emulated cloud)
+SERVER_QUEUE_MS = SERVER_TIMING_PREFIX + "queue_ms"
+SERVER_PROMPT_MS = SERVER_TIMING_PREFIX + "prompt_ms"  # first-token inference (prompt processing)
+SERVER_PREDICTED_MS = SERVER_TIMING_PREFIX + "predicted_ms"  # generation
+SERVER_CACHE_N = SERVER_TIMING_PREFIX + "cache_n"
 TOOL_NAME = "gen_ai.tool.name"
 AUDIO_MS = "lab.audio_ms"
 

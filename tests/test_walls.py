@@ -39,9 +39,9 @@ def test_stages_never_read_the_clock_or_reach_orchestration(path: Path) -> None:
     assert "loop.time" not in source and "perf_counter" not in source and "monotonic" not in source
 
 
-@pytest.mark.parametrize("name", ["analysis", "stats", "traces_io", "bench_csv", "summary"])
+@pytest.mark.parametrize("name", ["analysis", "stats", "traces_io", "bench_csv", "summary", "textmetrics"])
 def test_analysis_reaches_only_trace_names_and_its_own_modules(name: str) -> None:
-    allowed = {"pipeline.spans", "pipeline.traces_io", "pipeline.analysis", "pipeline.stats"}
+    allowed = {"pipeline.spans", "pipeline.traces_io", "pipeline.analysis", "pipeline.stats", "pipeline.textmetrics"}
     assert ours(imports(ROOT / "pipeline" / f"{name}.py")) <= allowed
 
 

@@ -1,0 +1,26 @@
+import pytest
+
+from pipeline.textmetrics import edit_distance, error_rate, keyword_score
+
+
+def test_edit_distance() -> None:
+    assert edit_distance(list("kitten"), list("sitting")) == 3
+    assert edit_distance([], ["a"]) == 1
+
+
+def test_chinese_is_scored_by_characters_without_punctuation() -> None:
+    assert error_rate("打开客厅的灯。", "打开客厅灯", "zh") == (pytest.approx(1 / 6), "cer")
+
+
+def test_english_is_scored_by_words_case_and_punctuation_free() -> None:
+    assert error_rate("Turn on the kitchen light.", "turn on the kitchen lights", "en") == (0.2, "wer")
+
+
+def test_no_reference_no_score() -> None:
+    assert error_rate("", "anything", "en") is None
+
+
+def test_keyword_groups() -> None:
+    assert keyword_score("The kitchen light is on.", "light|灯;on|开") == 1.0
+    assert keyword_score("好的，灯关了。", "light|灯;on|开") == 0.5
+    assert keyword_score("whatever", "") is None
