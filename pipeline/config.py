@@ -34,27 +34,37 @@ class Latency:
 
 @dataclass(frozen=True, slots=True)
 class VadConfig:
-    impl: str = "energy"
-    threshold_dbfs: float = -45.0
+    impl: str = "silero"  # or "energy"
+    model: str = "silero-vad"  # registry name or path (silero)
+    threshold: float = 0.5  # speech probability (silero)
+    threshold_dbfs: float = -45.0  # level (energy)
     silence_ms: int = 600
     min_speech_ms: int = 120
 
 
 @dataclass(frozen=True, slots=True)
 class AsrConfig:
-    impl: str = "scripted"
-    latency: Latency = Latency(first_ms=300, jitter_ms=40, seed=1)
+    impl: str = "whisper"  # or "oracle": the reference text after a scripted latency
+    model: str = "whisper-base"  # registry name or a CTranslate2 Whisper folder
+    beam_size: int = 1
+    threads: int = 2
+    latency: Latency = Latency(first_ms=300, jitter_ms=40, seed=1)  # oracle only
 
 
 @dataclass(frozen=True, slots=True)
 class LlmConfig:
-    impl: str = "scripted"
+    impl: str = "llama"  # or "scripted"
     mode: str = "single"
-    model: str = "scripted"
-    max_tokens: int = 128
+    model: str = "qwen2.5-0.5b"  # registry name or a GGUF path
+    max_tokens: int = 96
     max_calls: int = 12
     tools: bool = True
-    latency: Latency = Latency(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)
+    n_ctx: int = 2048
+    threads: int = 2
+    temperature: float = 0.0
+    seed: int = 1234
+    history_rounds: int = 0  # earlier turns kept as context (METHOD M18); 0 = every question fresh (M5)
+    latency: Latency = Latency(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)  # scripted only
     tool_latency: Latency = Latency(first_ms=40, seed=4)
 
 
@@ -67,9 +77,11 @@ class SentenceConfig:
 
 @dataclass(frozen=True, slots=True)
 class TtsConfig:
-    impl: str = "stub"
-    first_frame: Latency = Latency(first_ms=180, jitter_ms=30, seed=3)
-    real_time_factor: float = 0.15
+    impl: str = "espeak"  # or "piper" (English only) or "stub"
+    voice: str = "piper-joe"  # piper: registry name or voice folder
+    words_per_minute: int = 160  # espeak
+    first_frame: Latency = Latency(first_ms=180, jitter_ms=30, seed=3)  # stub only
+    real_time_factor: float = 0.15  # stub only
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +106,17 @@ class Config:
     def __post_init__(self) -> None:
         validate(self)
 
-    def config_id(self, questions_digest: str) -> str:
-        """A stable 12-hex-digit hash of everything that can change a latency."""
+    def config_id(self, questions_digest: str, models: dict[str, str] | None = None) -> str:
+        """A stable 12-hex-digit hash of everything that can change a latency.
+
+        ``models`` identifies the model files actually loaded (name, quantisation, size),
+        so a different file under the same path changes the id too.
+        """
         identity = dataclasses.asdict(self)
         for key in ("rounds", "limit"):
             identity["run"].pop(key)
         identity["questions"] = questions_digest
+        identity["models"] = models or {}
         canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -110,12 +127,15 @@ class Config:
 _CHOICES = {
     ("run", "pacing"): ("realtime", "fast"),
     ("run", "clock"): ("real", "virtual"),
-    ("vad", "impl"): ("energy",),
-    ("asr", "impl"): ("scripted",),
-    ("llm", "impl"): ("scripted",),
+    ("vad", "impl"): ("silero", "energy"),
+    ("asr", "impl"): ("whisper", "oracle"),
+    ("llm", "impl"): ("llama", "scripted"),
     ("llm", "mode"): ("single", "per-sentence"),
-    ("tts", "impl"): ("stub",),
+    ("tts", "impl"): ("espeak", "piper", "stub"),
 }
+
+
+SIMULATED = {"asr": "oracle", "llm": "scripted", "tts": "stub"}
 
 
 def validate(cfg: Config) -> None:
@@ -132,10 +152,19 @@ def validate(cfg: Config) -> None:
         "[vad] min_speech_ms": cfg.vad.min_speech_ms,
         "[llm] max_tokens": cfg.llm.max_tokens,
         "[llm] max_calls": cfg.llm.max_calls,
+        "[llm] n_ctx": cfg.llm.n_ctx,
+        "[llm] threads": cfg.llm.threads,
+        "[asr] beam_size": cfg.asr.beam_size,
+        "[asr] threads": cfg.asr.threads,
+        "[tts] words_per_minute": cfg.tts.words_per_minute,
     }
     for name, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{name} = {value}: must be positive")
+    if cfg.llm.history_rounds < 0:
+        raise ConfigError(f"[llm] history_rounds = {cfg.llm.history_rounds}: must be >= 0")
+    if not 0 < cfg.vad.threshold < 1:
+        raise ConfigError(f"[vad] threshold = {cfg.vad.threshold}: a speech probability between 0 and 1")
     if cfg.run.limit < 0:
         raise ConfigError(f"[run] limit = {cfg.run.limit}: must be 0 (all) or positive")
     if cfg.sentences.max_chars < 8:
@@ -152,6 +181,9 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"[{name}] latencies must be >= 0")
     if cfg.run.clock == "virtual" and cfg.run.pacing != "realtime":
         raise ConfigError("[run] clock = 'virtual' simulates real time: use pacing = 'realtime'")
+    real = [f"[{s}] impl = {getattr(cfg, s).impl!r}" for s, fake in SIMULATED.items() if getattr(cfg, s).impl != fake]
+    if cfg.run.clock == "virtual" and real:
+        raise ConfigError(f"[run] clock = 'virtual' needs simulated stages; real ones set: {', '.join(real)}")
 
 
 def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
@@ -196,19 +228,27 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     return Config(**kwargs)
 
 
-def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
-    """Settings from a TOML file (or the defaults), then command-line overrides on top."""
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_config(paths: Path | list[Path] | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Settings from TOML files (later ones override earlier ones), then command-line overrides."""
+    files = [paths] if isinstance(paths, Path) else list(paths or [])
     data: dict[str, Any] = {}
-    if path is not None:
+    for path in files:
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = _merge(data, tomllib.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    for section, values in (overrides or {}).items():
-        data.setdefault(section, {}).update(values)
+    data = _merge(data, overrides or {})
     try:
         return config_from_dict(data)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
+        names = ", ".join(str(p) for p in files)
+        raise ConfigError(f"{names}: {exc}" if files else str(exc)) from None

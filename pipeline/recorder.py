@@ -41,7 +41,6 @@ class TurnRecorder:
         self.timeline = TurnTimeline(start_ns=clock.now_ns())
         self._frame_arrival_ns: dict[int, int] = {}
         self._inputs: dict[str, Handler] = {
-            "vad": self._vad_in,
             "asr": self._asr_in,
             "tts": self._tts_in,
             "player": self._player_in,
@@ -57,6 +56,10 @@ class TurnRecorder:
 
     def now_ns(self) -> int:
         return self._clock.now_ns()
+
+    def receive(self, uplink: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """Stamp each uplink frame as it reaches the server, before any stage is free to take it."""
+        return self._tap(self._uplink_in, uplink)
 
     def wrap(self, role: str, stage: Stage, source: AsyncIterator[Event]) -> AsyncIterator[Event]:
         """Run ``stage`` on ``source``, stamping what goes in and what comes out."""
@@ -85,7 +88,7 @@ class TurnRecorder:
 
     # --- inputs: the moment a stage takes an item -------------------------------
 
-    def _vad_in(self, event: Event, t: int) -> None:
+    def _uplink_in(self, event: Event, t: int) -> None:
         if isinstance(event, AudioFrame):
             if self.timeline.vad.first_frame_ns is None:
                 self.timeline.vad.first_frame_ns = t

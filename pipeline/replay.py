@@ -21,7 +21,9 @@ from pipeline.bench_csv import BenchCsv, BenchCsvError
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.config import Config, ConfigError, load_config
 from pipeline.fixtures import FixtureError, load_questions
+from pipeline.models import ModelError
 from pipeline.session import Run, run_session
+from pipeline.stage_factory import SetupError, check_languages, load_engines
 from pipeline.summary import summary_table
 from pipeline.tracing import OtlpSettings, Tracing
 
@@ -29,7 +31,9 @@ from pipeline.tracing import OtlpSettings, Tracing
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pipeline.replay", description=__doc__.splitlines()[0])
     p.add_argument("fixtures", type=Path, help="folder with manifest.csv and WAV files")
-    p.add_argument("--config", type=Path, help="TOML settings file (defaults otherwise)")
+    p.add_argument(
+        "--config", type=Path, action="append", help="TOML settings (repeatable: later files override earlier ones)"
+    )
     p.add_argument("--condition", help="condition label, e.g. A, B or B'")
     p.add_argument("--rounds", type=int, help="rounds over the question set (the first is a warm-up)")
     p.add_argument("--limit", type=int, help="use only the first N questions (0 = all)")
@@ -40,6 +44,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
     p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
+    p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
     return p.parse_args(argv)
 
 
@@ -87,6 +92,22 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
+def model_cache(args: argparse.Namespace, env: Mapping[str, str]) -> Path:
+    if args.model_cache:
+        return Path(args.model_cache)
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "voice-latency-lab" / "models"
+
+
+def quiet_native_telemetry(env: Mapping[str, str]) -> None:
+    """onnxruntime looks up telemetry hosts ~9 s after import unless told not to (STACK.md).
+
+    A voice pipeline that claims to run offline must not phone home, so telemetry is
+    off unless the user explicitly set the variable (ORT_DISABLE_TELEMETRY=0 turns it on).
+    """
+    os.environ["ORT_DISABLE_TELEMETRY"] = env.get("ORT_DISABLE_TELEMETRY", "1")
+
+
 def make_clock(cfg: Config) -> Clock:
     return VirtualClock() if cfg.run.clock == "virtual" else RealClock()
 
@@ -107,15 +128,19 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         cfg = load_config(args.config, overrides(args))
         questions = load_questions(args.fixtures)
         otlp = otlp_from_env(env)
+        check_languages(cfg, questions.questions[: cfg.run.limit or None])
+        quiet_native_telemetry(env)
+        engines = load_engines(cfg, model_cache(args, env))
         bench = BenchCsv(args.out / "bench.csv")
-    except (ConfigError, FixtureError, BenchCsvError, ValueError) as exc:
+    except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for warning in questions.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     run_id = args.run_id or new_run_id()
     clock = make_clock(cfg)
-    run = Run(run_id=run_id, config=cfg, config_id=cfg.config_id(questions.digest()), questions=questions, clock=clock)
+    config_id = cfg.config_id(questions.digest(), engines.identity)
+    run = Run(run_id=run_id, config=cfg, config_id=config_id, questions=questions, clock=clock, engines=engines)
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "voice-latency-lab"), otlp)
     say(

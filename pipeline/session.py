@@ -17,12 +17,13 @@ from pipeline.bench_csv import BenchCsv
 from pipeline.clock import Clock
 from pipeline.config import Config
 from pipeline.fixtures import BadAudio, LoadedAudio, Question, QuestionSet, load_audio
-from pipeline.stage_factory import build_stages
+from pipeline.stage_factory import Engines, build_stages
 from pipeline.thermal import read_temp_c
 from pipeline.timeline import TurnTimeline
 from pipeline.traces_io import spans_from_traces_data
 from pipeline.tracing import Attributes, Tracing
 from pipeline.turn import run_turn
+from stages.llm import Message
 
 Progress = Callable[[str], None]
 
@@ -34,6 +35,7 @@ class Run:
     config_id: str
     questions: QuestionSet
     clock: Clock
+    engines: Engines
 
     @property
     def config_json(self) -> str:
@@ -96,6 +98,7 @@ async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Pro
         run.clock.now_ns(),
     )
     rows: list[Row] = []
+    history: list[Message] = []
     total = cfg.run.rounds * len(questions)
     try:
         for round_no in range(1, cfg.run.rounds + 1):
@@ -105,7 +108,8 @@ async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Pro
                     timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
                     note = str(clip)
                 else:
-                    stages = build_stages(cfg, q, salt=round_no * 1000 + index)
+                    context = tuple(history[-2 * cfg.llm.history_rounds :]) if cfg.llm.history_rounds else ()
+                    stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
                     timeline = await run_turn(
                         clip.frames,
                         stages,
@@ -114,6 +118,8 @@ async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Pro
                         timeout_s=cfg.run.turn_timeout_s,
                     )
                     note = clip.note
+                    if timeline.ok:
+                        history += _exchange(timeline)
                 line = tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note))
                 turn_rows = rows_from_spans(spans_from_traces_data(line))
                 bench.append(turn_rows)
@@ -122,6 +128,12 @@ async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Pro
     finally:
         tracing.end_session(run.clock.now_ns())
     return rows
+
+
+def _exchange(timeline: TurnTimeline) -> list[Message]:
+    """The turn as conversation history: what was heard and what was said."""
+    answer = " ".join(s.text for s in timeline.sentences)
+    return [Message("user", timeline.asr.text), Message("assistant", answer)]
 
 
 def _failed_timeline(clock: Clock, error_type: str, message: str) -> TurnTimeline:

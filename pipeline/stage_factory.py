@@ -1,24 +1,40 @@
-"""Builds the stages of one turn from the configuration and the question being asked."""
+"""Loads the models a configuration names (once per run) and builds each turn's stages.
+
+Everything that can fail on bad input (a missing or corrupt model, a base model
+instead of a chat model, a language a stage cannot handle) fails here, before
+the first turn, with a message naming the file or the questions.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pipeline.config import Config, Latency
+from pipeline.events import Stage
 from pipeline.fixtures import Question
+from pipeline.models import REGISTRY, resolve
 from pipeline.turn import ServerStages
-from stages.asr_scripted import ScriptedAsr
+from stages.asr_oracle import OracleAsr
+from stages.asr_whisper import WHISPER_LANGUAGES, WhisperAsr, WhisperEngine
 from stages.latency import LatencyProfile
-from stages.llm import LlmSettings, LlmStage, ToolSpec
+from stages.llm import ChatBackend, LlmSettings, LlmStage, Message, ToolSpec
+from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings
 from stages.llm_scripted import ScriptedBackend, ScriptedReply, ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
+from stages.tts_espeak import VOICES as ESPEAK_LANGUAGES
+from stages.tts_espeak import EspeakTts
+from stages.tts_piper import PIPER_LANGUAGES, PiperEngine, PiperTts
 from stages.tts_stub import StubTts
-from stages.vad_energy import EnergyVad
+from stages.vad import EnergyClassifier, FrameClassifier, FrameVad
+from stages.vad_silero import SileroClassifier, SileroModel
 
 DEVICE_TOOLS = (
     ToolSpec(
         name="set_light",
-        description="Turn a light on or off, or set its brightness.",
+        description="Turn a light on or off.",
         parameters_json='{"type":"object","properties":{"room":{"type":"string"},"on":{"type":"boolean"}}}',
     ),
     ToolSpec(
@@ -27,6 +43,73 @@ DEVICE_TOOLS = (
         parameters_json='{"type":"object","properties":{"level":{"type":"integer"}}}',
     ),
 )
+
+SYSTEM_PROMPTS = {
+    "zh": "你是一个语音助手。请用一到两句简短的中文口语回答，不要使用列表、表情或Markdown。",
+    "en": "You are a voice assistant. Answer in one or two short spoken English sentences. No lists, no markdown.",
+}
+
+
+class SetupError(ValueError):
+    """The configuration cannot run on these questions; nothing has started."""
+
+
+@dataclass
+class Engines:
+    """Models loaded once per run, shared by every turn."""
+
+    silero: SileroModel | None = None
+    whisper: WhisperEngine | None = None
+    llama: LlamaEngine | None = None
+    piper: PiperEngine | None = None
+    identity: dict[str, str] = field(default_factory=dict)
+
+
+def _identity(name: str, path: Path) -> str:
+    """A model's identity for config_id: its registry name, or its file name and size."""
+    if name in REGISTRY:
+        return f"{name}@{REGISTRY[name].sha256[:12]}"
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    return f"{path.name}:{size}"
+
+
+def load_engines(cfg: Config, cache: Path) -> Engines:
+    engines = Engines()
+    if cfg.vad.impl == "silero":
+        path = resolve(cfg.vad.model, cache)
+        engines.silero = SileroModel(path)
+        engines.identity["vad"] = _identity(cfg.vad.model, path)
+    if cfg.asr.impl == "whisper":
+        path = resolve(cfg.asr.model, cache)
+        engines.whisper = WhisperEngine(path, threads=cfg.asr.threads, beam_size=cfg.asr.beam_size)
+        engines.identity["asr"] = _identity(cfg.asr.model, path)
+    if cfg.llm.impl == "llama":
+        path = resolve(cfg.llm.model, cache)
+        settings = LlamaSettings(cfg.llm.n_ctx, cfg.llm.threads, cfg.llm.seed, cfg.llm.temperature)
+        engines.llama = LlamaEngine(path, settings)
+        engines.identity["llm"] = f"{_identity(cfg.llm.model, path)} {engines.llama.info.quantisation}"
+    if cfg.tts.impl == "piper":
+        path = resolve(cfg.tts.voice, cache)
+        engines.piper = PiperEngine(path)
+        engines.identity["tts"] = _identity(cfg.tts.voice, path)
+    return engines
+
+
+def check_languages(cfg: Config, questions: Sequence[Question]) -> None:
+    """Refuse, before the run, questions in a language a configured stage cannot handle."""
+    limits = {
+        "[asr] impl = 'whisper'": WHISPER_LANGUAGES if cfg.asr.impl == "whisper" else None,
+        "[tts] impl = 'espeak'": tuple(ESPEAK_LANGUAGES) if cfg.tts.impl == "espeak" else None,
+        "[tts] impl = 'piper'": PIPER_LANGUAGES if cfg.tts.impl == "piper" else None,
+        "[llm] impl = 'llama'": tuple(SYSTEM_PROMPTS) if cfg.llm.impl == "llama" else None,
+    }
+    for stage, allowed in limits.items():
+        if allowed is None:
+            continue
+        bad = [q for q in questions if q.language not in allowed]
+        if bad:
+            ids = ", ".join(f"{q.id} ({q.language})" for q in bad[:8])
+            raise SetupError(f"{stage} supports {', '.join(allowed)}; unsupported language in: {ids}")
 
 
 def profile(lat: Latency, salt: int = 0) -> LatencyProfile:
@@ -45,15 +128,57 @@ def default_answer(question: Question) -> str:
     return f"Sure, you asked: {question.text} Here is a short answer. I hope that helps!"
 
 
-def build_stages(cfg: Config, question: Question, salt: int) -> ServerStages:
-    llm_settings = LlmSettings(mode=cfg.llm.mode, max_tokens=cfg.llm.max_tokens, max_calls=cfg.llm.max_calls)  # type: ignore[arg-type]
-    backend = ScriptedBackend(scripted_reply(question), profile(cfg.llm.latency, salt), model=cfg.llm.model, salt=salt)
+def _classifier(cfg: Config, engines: Engines) -> FrameClassifier:
+    if cfg.vad.impl == "silero":
+        assert engines.silero is not None
+        return SileroClassifier(engines.silero)
+    return EnergyClassifier(cfg.vad.threshold_dbfs)
+
+
+def _asr(cfg: Config, engines: Engines, question: Question, salt: int) -> Stage:
+    if cfg.asr.impl == "whisper":
+        assert engines.whisper is not None
+        return WhisperAsr(engines.whisper, question.language)
+    return OracleAsr(question.text, question.language, profile(cfg.asr.latency, salt))
+
+
+def _llm(cfg: Config, engines: Engines, question: Question, salt: int, history: tuple[Message, ...]) -> Stage:
+    backend: ChatBackend
+    if cfg.llm.impl == "llama":
+        assert engines.llama is not None
+        backend = LlamaBackend(engines.llama, cfg.llm.model)
+    else:
+        backend = ScriptedBackend(
+            scripted_reply(question), profile(cfg.llm.latency, salt), model=cfg.llm.model, salt=salt
+        )
+    settings = LlmSettings(
+        mode=cfg.llm.mode,  # type: ignore[arg-type]
+        max_tokens=cfg.llm.max_tokens,
+        max_calls=cfg.llm.max_calls,
+        system_prompt=SYSTEM_PROMPTS.get(question.language[:2], SYSTEM_PROMPTS["en"]),
+    )
     tools = DEVICE_TOOLS if cfg.llm.tools else ()
     executor = ScriptedTools(profile(cfg.llm.tool_latency, salt)) if tools else None
+    scripted = cfg.llm.impl == "scripted"
+    return LlmStage(backend, settings, tools, executor, impl=cfg.llm.impl, scripted=scripted, history=history)
+
+
+def _tts(cfg: Config, engines: Engines, salt: int) -> Stage:
+    if cfg.tts.impl == "espeak":
+        return EspeakTts(cfg.tts.words_per_minute)
+    if cfg.tts.impl == "piper":
+        assert engines.piper is not None
+        return PiperTts(engines.piper)
+    return StubTts(profile(cfg.tts.first_frame, salt), cfg.tts.real_time_factor)
+
+
+def build_stages(
+    cfg: Config, engines: Engines, question: Question, salt: int, history: tuple[Message, ...] = ()
+) -> ServerStages:
     return ServerStages(
-        vad=EnergyVad(cfg.vad.threshold_dbfs, cfg.vad.silence_ms, cfg.vad.min_speech_ms),
-        asr=ScriptedAsr(question.text, question.language, profile(cfg.asr.latency, salt)),
-        llm=LlmStage(backend, llm_settings, tools=tools, executor=executor),
+        vad=FrameVad(_classifier(cfg, engines), cfg.vad.silence_ms, cfg.vad.min_speech_ms, cfg.vad.threshold),
+        asr=_asr(cfg, engines, question, salt),
+        llm=_llm(cfg, engines, question, salt, history),
         sentences=SentenceSplitter(SplitRules(**dataclasses.asdict(cfg.sentences))),
-        tts=StubTts(profile(cfg.tts.first_frame, salt), cfg.tts.real_time_factor),
+        tts=_tts(cfg, engines, salt),
     )

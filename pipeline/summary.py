@@ -18,6 +18,12 @@ def summary_table(rows: Sequence[Row]) -> str:
         ok, measured = success_rate(group)
         warmups = sum(1 for r in group if r.get("warmup"))
         rate = f"{100 * ok / measured:.0f}%" if measured else "-"
+        if not measured:
+            lines.append(
+                f"run {run_id}  condition {condition}  config {config_id}: "
+                f"no measured turns: all {warmups} were warm-up (use --rounds 2 or more)"
+            )
+            continue
         lines.append(
             f"run {run_id}  condition {condition}  config {config_id}: "
             f"success {ok}/{measured} ({rate}); {warmups} warm-up turn(s) excluded from the statistics"

@@ -42,8 +42,9 @@ async def _pump(source: AsyncIterator[Event], queue: asyncio.Queue[object]) -> N
 
 async def serve_turn(stages: ServerStages, recorder: TurnRecorder, link: Link) -> None:
     """The server side: chain the stages, each in its own task, and send the audio down."""
-    source: AsyncIterator[Event] = link.uplink()
-    pumps = []
+    received: asyncio.Queue[object] = asyncio.Queue()
+    pumps = [asyncio.create_task(_pump(recorder.receive(link.uplink()), received))]
+    source: AsyncIterator[Event] = drain(received)
     for role in SERVER_ROLES:
         queue: asyncio.Queue[object] = asyncio.Queue()
         pumps.append(asyncio.create_task(_pump(recorder.wrap(role, getattr(stages, role), source), queue)))

@@ -35,13 +35,13 @@ from pipeline.stats import percentile
 from pipeline.traces_io import spans_from_traces_data
 from pipeline.tracing import Tracing
 from pipeline.turn import ServerStages, run_turn
-from stages.asr_scripted import ScriptedAsr
+from stages.asr_oracle import OracleAsr
 from stages.latency import LatencyProfile
 from stages.llm import LlmSettings, LlmStage
 from stages.llm_scripted import ScriptedBackend, ScriptedReply
 from stages.sentences import SentenceSplitter
 from stages.tts_stub import StubTts
-from stages.vad_energy import EnergyVad
+from stages.vad import EnergyClassifier, FrameVad
 
 SILENCE_MS, ASR_MS, TTFT_MS, PER_TOKEN_MS, TTS_FIRST_MS = 300, 100, 120, 20, 50
 EXPECTED = {
@@ -62,8 +62,8 @@ def clip() -> tuple[AudioFrame, ...]:
 def server() -> ServerStages:
     reply = ScriptedReply("Yes. It is done.")
     return ServerStages(
-        vad=EnergyVad(silence_ms=SILENCE_MS),
-        asr=ScriptedAsr("do it", "en", LatencyProfile(ASR_MS)),
+        vad=FrameVad(EnergyClassifier(), silence_ms=SILENCE_MS),
+        asr=OracleAsr("do it", "en", LatencyProfile(ASR_MS)),
         llm=LlmStage(ScriptedBackend(reply, LatencyProfile(TTFT_MS, PER_TOKEN_MS)), LlmSettings()),
         sentences=SentenceSplitter(),
         tts=StubTts(LatencyProfile(TTS_FIRST_MS), real_time_factor=0.2),

@@ -1,10 +1,12 @@
 """Regenerates audio_fixtures/: spoken questions made with offline TTS, plus edge cases.
 
 Chinese is spoken by espeak-ng's ``cmn-latn-pinyin`` voice from the pinyin given
-here (Debian's ``-v cmn`` reads pinyin with English rules); English by espeak-ng
-``en-us``. Each clip is 16 kHz mono 16-bit WAV with silence before and after.
-Add a question by adding a line to QUESTIONS and running
-``python scripts/make_fixtures.py``.
+here (Debian's ``-v cmn`` reads pinyin with English rules); English by piper's
+packaged ``en_US-joe-medium`` voice. Each clip is 16 kHz mono 16-bit WAV with
+silence before and after. ``audio_fixtures/edge/`` holds silence only, noise
+only, two utterances in one file and one utterance over 10 s.
+Add a question by adding a line to QUESTIONS (and its KEYWORDS) and running
+``python scripts/make_fixtures.py`` (needs espeak-ng and the piper voice package).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.fixtures import load_audio  # noqa: E402
+from pipeline.models import resolve  # noqa: E402
 
 OUT = ROOT / "audio_fixtures"
 RATE = 16000
@@ -213,16 +216,69 @@ TOOL_ARGUMENTS = {
     "en02": '{"level": 30}',
 }
 
-VOICES = {"zh": "cmn-latn-pinyin", "en": "en-us"}
+# what a good answer contains: ";"-separated groups of "|"-separated alternatives (tool names count)
+KEYWORDS = {
+    "zh01": "set_light|灯",
+    "zh02": "set_volume|音量",
+    "zh03": "点|时间|几点",
+    "zh04": "雨|天气",
+    "zh05": "公里|千米|万",
+    "zh06": "100|一百",
+    "zh07": "太阳|反射",
+    "zh08": "竹",
+    "zh09": "笑|哈",
+    "zh10": "助手|小智|名字",
+    "zh11": "休息|累",
+    "zh12": "365|三百六十五",
+    "zh13": "中国",
+    "zh14": "星期|今天",
+    "zh15": "set_light|灯",
+    "en01": "set_light|light",
+    "en02": "set_volume|volume",
+    "en03": "time|o'clock|pm|am",
+    "en04": "rain|weather|forecast",
+    "en05": "8,8|8.8|eight thousand|meters|feet",
+    "en06": "scatter|rayleigh|light",
+    "en07": "eight|8",
+    "en08": "paris",
+    "en09": "joke|why|because",
+    "en10": "assistant|name",
+    "en11": "rest|sleep|sorry",
+    "en12": "seven|7",
+    "en13": "honey",
+    "en14": "today|day",
+    "en15": "shakespeare",
+}
+
+SPEED_WPM = 150
 
 
-def synthesize(text: str, voice: str) -> np.ndarray:
+def espeak(text: str, voice: str = "cmn-latn-pinyin") -> np.ndarray:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "say.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(path), text], check=True)
-        clip = load_audio(path)  # converts espeak's 22.05 kHz to 16 kHz mono
-    pcm = b"".join(f.pcm for f in clip.frames)
-    return np.frombuffer(pcm, dtype="<i2")
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(SPEED_WPM), "-w", str(path), text], check=True)
+        return samples_of(path)
+
+
+def piper(text: str) -> np.ndarray:
+    from piper import PiperVoice
+
+    voice_dir = resolve("piper-joe", Path(tempfile.gettempdir()) / "voice-latency-lab-fixtures")
+    voice = PiperVoice.load(next(voice_dir.glob("*.onnx")))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "say.wav"
+        with wave.open(str(path), "wb") as wav:
+            voice.synthesize_wav(text, wav)
+        return samples_of(path)
+
+
+def samples_of(path: Path) -> np.ndarray:
+    clip = load_audio(path)  # converts the engine's 22.05 kHz to 16 kHz mono
+    return np.frombuffer(b"".join(f.pcm for f in clip.frames), dtype="<i2")
+
+
+def synthesize(language: str, text: str, spoken: str) -> np.ndarray:
+    return espeak(spoken or text) if language == "zh" else piper(text)
 
 
 def silence(seconds: float) -> np.ndarray:
@@ -250,12 +306,40 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     with (OUT / "manifest.csv").open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["id", "language", "category", "text", "audio", "answer", "tool", "tool_arguments"])
+        writer.writerow(["id", "language", "category", "text", "audio", "answer", "tool", "tool_arguments", "keywords"])
         for qid, lang, category, text, spoken, answer, tool in interleaved(QUESTIONS):
-            speech = synthesize(spoken or text, VOICES[lang])
+            speech = synthesize(lang, text, spoken)
             write_wav(OUT / f"{qid}.wav", np.concatenate([silence(LEAD_S), speech, silence(TAIL_S)]))
-            writer.writerow([qid, lang, category, text, f"{qid}.wav", answer, tool, TOOL_ARGUMENTS.get(qid, "{}")])
+            args = TOOL_ARGUMENTS.get(qid, "{}")
+            writer.writerow([qid, lang, category, text, f"{qid}.wav", answer, tool, args, KEYWORDS[qid]])
     print(f"wrote {len(QUESTIONS)} questions to {OUT}")
+    make_edge_cases(OUT / "edge")
+
+
+LONG_TEXT = (
+    "I would like to plan a small garden on my balcony this spring. It gets sun in the morning and shade "
+    "after lunch, and I have room for about six pots. Which vegetables and herbs would grow well there?"
+)
+
+
+def make_edge_cases(folder: Path) -> None:
+    """Inputs a pipeline must survive: expected outcomes are in the manifest's ``expect`` column."""
+    folder.mkdir(exist_ok=True)
+    rng = np.random.default_rng(7)
+    first, second = piper("Turn on the light."), piper("What time is it?")
+    cases = [
+        ("silence", "no speech at all", "no_speech", silence(3.0)),
+        ("noise", "steady noise, no speech", "no_speech", (rng.normal(0, 0.02, RATE * 3) * 32767).astype("<i2")),
+        ("two_utterances", "Turn on the light.", "ok", np.concatenate([first, silence(1.5), second])),
+        ("long", LONG_TEXT, "ok", piper(LONG_TEXT)),
+    ]
+    with (folder / "manifest.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "language", "category", "text", "audio", "expect"])
+        for qid, text, expect, speech in cases:
+            write_wav(folder / f"{qid}.wav", np.concatenate([silence(LEAD_S), speech, silence(TAIL_S)]))
+            writer.writerow([qid, "en", "edge", text, f"{qid}.wav", expect])
+    print(f"wrote {len(cases)} edge cases to {folder}")
 
 
 if __name__ == "__main__":

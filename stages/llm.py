@@ -116,6 +116,7 @@ class LlmStage:
         executor: ToolExecutor | None = None,
         impl: str = "scripted",
         scripted: bool = True,
+        history: tuple[Message, ...] = (),
     ) -> None:
         if tools and executor is None:
             raise ValueError("tools were offered without a tool executor")
@@ -123,6 +124,7 @@ class LlmStage:
         self.settings = settings
         self.tools = tools
         self.executor = executor
+        self.history = history
         self.info = StageInfo(
             role="llm",
             impl=impl,
@@ -140,6 +142,7 @@ class LlmStage:
     async def _answer(self, text: str) -> AsyncIterator[Event]:
         messages: tuple[Message, ...] = (
             Message("system", self.settings.system_prompt),
+            *self.history,
             Message("user", text),
         )
         answer = ""

@@ -10,13 +10,13 @@ from pipeline.events import FRAME_SAMPLES, AudioFrame
 from pipeline.stage_factory import DEVICE_TOOLS
 from pipeline.timeline import TurnTimeline
 from pipeline.turn import ServerStages, run_turn
-from stages.asr_scripted import ScriptedAsr
+from stages.asr_oracle import OracleAsr
 from stages.latency import LatencyProfile
 from stages.llm import LlmSettings, LlmStage, Mode
 from stages.llm_scripted import ScriptedBackend, ScriptedReply, ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
 from stages.tts_stub import StubTts
-from stages.vad_energy import EnergyVad
+from stages.vad import EnergyClassifier, FrameVad
 
 NO_COMMA = SplitRules(first_cut_at_comma=False)
 SILENCE = bytes(FRAME_SAMPLES * 2)
@@ -42,8 +42,8 @@ def stages(
     rules: SplitRules = NO_COMMA,
 ) -> ServerStages:
     return ServerStages(
-        vad=EnergyVad(silence_ms=silence_ms),
-        asr=ScriptedAsr("question", "en", LatencyProfile(asr_ms)),
+        vad=FrameVad(EnergyClassifier(), silence_ms=silence_ms),
+        asr=OracleAsr("question", "en", LatencyProfile(asr_ms)),
         llm=LlmStage(
             ScriptedBackend(reply, LatencyProfile(ttft_ms, per_token_ms)),
             LlmSettings(mode=mode),

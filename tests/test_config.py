@@ -39,6 +39,14 @@ def test_toml_and_overrides(tmp_path: Path) -> None:
     assert cfg.llm.latency.per_item_ms == 0.0  # a table given replaces the default profile as a whole
 
 
+def test_later_files_override_earlier_ones(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text("[llm]\nmax_tokens = 64\nmode = 'per-sentence'\n")
+    b.write_text("[llm]\nmax_tokens = 32\n")
+    cfg = load_config([a, b])
+    assert (cfg.llm.max_tokens, cfg.llm.mode) == (32, "per-sentence")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -14,7 +14,21 @@ from pipeline.tracing import OtlpSettings
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver, Received
 
 FIXTURES = Path(__file__).resolve().parent.parent / "audio_fixtures"
-ARGS = [str(FIXTURES), "--clock", "virtual", "--rounds", "1", "--limit", "2", "--quiet", "--run-id", "wire"]
+SIM = str(FIXTURES.parent / "configs" / "simulator.toml")
+ARGS = [
+    str(FIXTURES),
+    "--config",
+    SIM,
+    "--clock",
+    "virtual",
+    "--rounds",
+    "1",
+    "--limit",
+    "2",
+    "--quiet",
+    "--run-id",
+    "wire",
+]
 
 
 def _check_against_file(received: Received, out: Path) -> None:

@@ -17,6 +17,7 @@ from pipeline.replay import main
 from tests.fixture_files import make_fixtures, write_manifest, write_wav
 
 ROOT = Path(__file__).resolve().parent.parent
+SIM = ["--config", str(ROOT / "configs" / "simulator.toml")]
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -39,6 +40,7 @@ def test_virtual_run_writes_traces_rows_and_an_exact_summary(
     code, out, err = run(
         [
             str(fixtures),
+            *SIM,
             "--config",
             str(config),
             "--clock",
@@ -72,7 +74,7 @@ def test_the_same_settings_give_the_same_config_id_and_rows_append(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fixtures = make_fixtures(tmp_path / "fx", ["q1"])
-    common = [str(fixtures), "--clock", "virtual", "--rounds", "1", "--out", str(tmp_path / "o")]
+    common = [str(fixtures), *SIM, "--clock", "virtual", "--rounds", "1", "--out", str(tmp_path / "o")]
     assert run([*common, "--run-id", "a"], capsys)[0] == 0
     assert run([*common, "--run-id", "b", "--rounds", "2"], capsys)[0] == 0
     assert run([*common, "--run-id", "c", "--mode", "per-sentence"], capsys)[0] == 0
@@ -104,7 +106,7 @@ def test_bad_files_become_bad_audio_rows_and_the_other_turns_run(
     write_wav(fx / "stereo44.wav", rate=44100, channels=2)
     with (fx / "manifest.csv").open("a", encoding="utf-8") as fh:
         fh.write("stereo44,en,knowledge,Stereo?\n")
-    code, out, err = run([str(fx), "--clock", "virtual", "--rounds", "2", "--out", str(tmp_path / "o")], capsys)
+    code, out, err = run([str(fx), *SIM, "--clock", "virtual", "--rounds", "2", "--out", str(tmp_path / "o")], capsys)
     assert code == 0, err
     assert f"warning: {fx / 'stray.wav'}: audio file has no manifest entry; not run" in err
     assert "question 'missing' has no audio file missing.wav; recorded as bad_audio" in err
@@ -127,7 +129,7 @@ def test_bad_config_is_refused_before_anything_runs(tmp_path: Path, capsys: pyte
     fx = make_fixtures(tmp_path / "fx", ["q1"])
     bad = tmp_path / "bad.toml"
     bad.write_text("[llm]\nmode = 'sometimes'\n")
-    code, _, err = run([str(fx), "--config", str(bad), "--out", str(tmp_path / "o")], capsys)
+    code, _, err = run([str(fx), *SIM, "--config", str(bad), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "[llm] mode = 'sometimes': choose one of single, per-sentence" in err
     assert not (tmp_path / "o" / "traces").exists()
 
@@ -135,7 +137,7 @@ def test_bad_config_is_refused_before_anything_runs(tmp_path: Path, capsys: pyte
 def test_a_turn_over_the_time_limit_is_a_timeout_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fx = make_fixtures(tmp_path / "fx", ["q1"])
     code, out, _ = run(
-        [str(fx), "--clock", "virtual", "--rounds", "2", "--timeout", "2.5", "--out", str(tmp_path)], capsys
+        [str(fx), *SIM, "--clock", "virtual", "--rounds", "2", "--timeout", "2.5", "--out", str(tmp_path)], capsys
     )
     assert code == 0
     rows = read_bench_csv(tmp_path / "bench.csv")
@@ -151,6 +153,7 @@ def test_a_run_killed_mid_way_keeps_every_finished_turn(tmp_path: Path) -> None:
             "-m",
             "pipeline.replay",
             str(fx),
+            *SIM,
             "--fast",
             "--rounds",
             "3",

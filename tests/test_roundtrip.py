@@ -127,7 +127,22 @@ def test_analyze_command_recomputes_the_same_rows(tmp_path: Path, capsys: pytest
 
     fx = make_fixtures(tmp_path / "fx", ["a", "b"])
     assert (
-        replay([str(fx), "--clock", "virtual", "--out", str(tmp_path / "o"), "--run-id", "r", "--quiet"], env={}) == 0
+        replay(
+            [
+                str(fx),
+                "--config",
+                "configs/simulator.toml",
+                "--clock",
+                "virtual",
+                "--out",
+                str(tmp_path / "o"),
+                "--run-id",
+                "r",
+                "--quiet",
+            ],
+            env={},
+        )
+        == 0
     )
     assert analyze([str(tmp_path / "o" / "traces"), "--csv", str(tmp_path / "again.csv")]) == 0
     assert read_bench_csv(tmp_path / "again.csv") == read_bench_csv(tmp_path / "o" / "bench.csv")

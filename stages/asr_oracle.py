@@ -1,4 +1,8 @@
-"""A scripted ASR: after the end-point, it waits a scripted latency and emits a given text."""
+"""The oracle ASR: after the end-point, it waits a scripted latency and emits the reference text.
+
+Its times are simulated (rows say so in ``scripted``; reports label them estimated),
+and its error rate is zero by construction.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from pipeline.events import Event, SpeechEnd, StageInfo, Transcript
 from stages.latency import LatencyProfile
 
 
-class ScriptedAsr:
+class OracleAsr:
     def __init__(self, text: str, language: str, latency: LatencyProfile, salt: int = 0) -> None:
         self.text = text
         self.language = language
         self.latency = latency
         self.salt = salt
-        self.info = StageInfo(role="asr", impl="scripted", scripted=True)
+        self.info = StageInfo(role="asr", impl="oracle", scripted=True)
 
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         async for event in events:

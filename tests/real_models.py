@@ -1,0 +1,42 @@
+"""Shared, once-per-session loading of the real packaged models for tests.
+
+A missing model package fails these tests with the registry's message (what to
+install); it is never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+from pipeline.models import resolve
+from stages.asr_whisper import WhisperEngine
+from stages.llm_llama import LlamaEngine, LlamaSettings
+from stages.tts_piper import PiperEngine
+from stages.vad_silero import SileroModel
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "audio_fixtures"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab" / "models"
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
+
+@cache
+def silero() -> SileroModel:
+    return SileroModel(resolve("silero-vad", CACHE))
+
+
+@cache
+def whisper() -> WhisperEngine:
+    return WhisperEngine(resolve("whisper-base", CACHE), threads=2)
+
+
+@cache
+def llama(name: str = "qwen2.5-0.5b") -> LlamaEngine:
+    return LlamaEngine(resolve(name, CACHE), LlamaSettings(n_ctx=2048, threads=2))
+
+
+@cache
+def piper() -> PiperEngine:
+    return PiperEngine(resolve("piper-joe", CACHE))

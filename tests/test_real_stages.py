@@ -1,0 +1,173 @@
+"""Each real stage on the real packaged models and the real fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from pipeline.events import (
+    AudioOut,
+    CallEnd,
+    CallStart,
+    Event,
+    Sentence,
+    SpeechEnd,
+    SpeechStart,
+    TokenDelta,
+    ToolCall,
+    Transcript,
+)
+from pipeline.fixtures import load_audio
+from pipeline.stage_factory import DEVICE_TOOLS, SYSTEM_PROMPTS
+from pipeline.textmetrics import error_rate
+from stages.asr_whisper import WhisperAsr
+from stages.latency import LatencyProfile
+from stages.llm import LlmSettings, LlmStage
+from stages.llm_llama import LlamaBackend
+from stages.llm_scripted import ScriptedTools
+from stages.tts_espeak import EspeakTts
+from stages.tts_piper import PiperTts
+from stages.vad import EnergyClassifier, FrameVad
+from stages.vad_silero import SileroClassifier
+from tests import real_models as models
+
+
+def run_stage(stage: object, events: Sequence[Event]) -> list[Event]:
+    async def source() -> AsyncIterator[Event]:
+        for e in events:
+            yield e
+
+    async def collect() -> list[Event]:
+        return [e async for e in stage.run(source())]  # type: ignore[attr-defined]
+
+    return asyncio.run(collect())
+
+
+def frames(name: str) -> list[Event]:
+    return list(load_audio(models.FIXTURES / name).frames)
+
+
+def boundaries(vad: FrameVad, name: str) -> list[Event]:
+    return [e for e in run_stage(vad, frames(name)) if isinstance(e, (SpeechStart, SpeechEnd))]
+
+
+def test_silero_finds_the_question_inside_its_silence() -> None:
+    # fixtures have 0.5 s of silence before the speech and 1.2 s after it
+    start, end = boundaries(FrameVad(SileroClassifier(models.silero())), "en01.wav")
+    duration = load_audio(models.FIXTURES / "en01.wav").duration_ms
+    assert isinstance(start, SpeechStart) and isinstance(end, SpeechEnd)
+    assert 400 <= start.offset_ms <= 800
+    assert duration - 1400 <= end.offset_ms <= duration - 1000
+
+
+def test_silero_ignores_silence_and_noise_where_an_energy_vad_does_not() -> None:
+    silero = FrameVad(SileroClassifier(models.silero()))
+    assert boundaries(silero, "edge/silence.wav") == []
+    assert boundaries(silero, "edge/noise.wav") == []
+    assert boundaries(FrameVad(EnergyClassifier(-45)), "edge/noise.wav") != []  # why silero is the default
+
+
+def test_silero_ends_the_turn_after_the_first_of_two_utterances() -> None:
+    _start, end = boundaries(FrameVad(SileroClassifier(models.silero())), "edge/two_utterances.wav")
+    assert isinstance(end, SpeechEnd) and end.offset_ms < 2600  # the second question starts after 1.5 s of pause
+
+
+@pytest.mark.parametrize("qid", ["en01", "en02", "en04", "en08", "en12"])
+def test_whisper_recognises_the_english_fixtures(qid: str) -> None:
+    texts = {
+        "en01": "Turn on the kitchen light.",
+        "en02": "Set the volume to thirty.",
+        "en04": "Will it rain tomorrow?",
+        "en08": "What is the capital of France?",
+        "en12": "How many days are in a week?",
+    }
+    events = [*frames(f"{qid}.wav"), SpeechEnd(offset_ms=0)]
+    [transcript] = run_stage(WhisperAsr(models.whisper(), "en"), events)
+    assert isinstance(transcript, Transcript)
+    scored = error_rate(texts[qid], transcript.text, "en")
+    assert scored is not None and scored[0] <= 0.25, transcript.text  # at most one word in four wrong
+
+
+def test_whisper_transcribes_chinese_and_the_error_rate_is_measured() -> None:
+    [transcript] = run_stage(WhisperAsr(models.whisper(), "zh"), [*frames("zh04.wav"), SpeechEnd(offset_ms=0)])
+    assert isinstance(transcript, Transcript) and transcript.language == "zh"
+    scored = error_rate("明天会下雨吗？", transcript.text, "zh")
+    assert scored is not None and scored[1] == "cer"
+
+
+def test_whisper_refuses_an_unsupported_language() -> None:
+    with pytest.raises(ValueError, match="supports zh, en, not 'fr'"):
+        WhisperAsr(models.whisper(), "fr")
+
+
+def answer(
+    engine_name: str, question: str, language: str = "en", mode: str = "single", tools: bool = False
+) -> list[Event]:
+    stage = LlmStage(
+        LlamaBackend(models.llama(engine_name), engine_name),
+        LlmSettings(mode=mode, max_tokens=64, system_prompt=SYSTEM_PROMPTS[language]),  # type: ignore[arg-type]
+        tools=DEVICE_TOOLS if tools else (),
+        executor=ScriptedTools(LatencyProfile()) if tools else None,
+        impl="llama",
+        scripted=False,
+    )
+    return run_stage(stage, [Transcript(question, language)])
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TokenDelta))
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "qwen2.5-1.5b"])
+def test_local_llm_answers_a_knowledge_question(name: str) -> None:
+    events = answer(name, "What is the capital of France?")
+    assert "paris" in text_of(events).lower()
+    [end] = [e for e in events if isinstance(e, CallEnd)]
+    assert end.output_tokens > 0 and dict(end.server_timings)["prompt_ms"] > 0
+
+
+def test_the_small_model_loads_and_speaks() -> None:
+    assert text_of(answer("smollm2-135m", "Say hello.")).strip()
+
+
+def test_local_llm_answers_in_chinese() -> None:
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in text_of(answer("qwen2.5-0.5b", "北京是哪个国家的首都？", "zh")))
+
+
+def test_local_llm_calls_a_device_tool_then_answers() -> None:
+    events = answer("qwen2.5-0.5b", "Turn on the kitchen light.", tools=True)
+    [tool] = [e for e in events if isinstance(e, ToolCall)]
+    assert tool.name == "set_light"
+    assert len([e for e in events if isinstance(e, CallStart)]) == 2
+
+
+def test_per_sentence_mode_stops_each_call_at_a_sentence_end() -> None:
+    events = answer("qwen2.5-0.5b", "Tell me two facts about the moon, in two sentences.", mode="per-sentence")
+    calls = [e for e in events if isinstance(e, CallStart)]
+    assert len(calls) >= 2
+    per_call: dict[int, str] = {}
+    for e in events:
+        if isinstance(e, TokenDelta):
+            per_call[e.call_index] = per_call.get(e.call_index, "") + e.text
+    for index in list(per_call)[:-1]:
+        assert per_call[index].rstrip()[-1] in ".!?;。！？；", per_call[index]
+
+
+def test_espeak_speaks_chinese_and_english_in_real_frames() -> None:
+    out = run_stage(
+        EspeakTts(), [Sentence(0, "你好，今天天气很好。", 0, 0), Sentence(1, "Hello there, how are you?", 0, 0)]
+    )
+    audio = [e for e in out if isinstance(e, AudioOut)]
+    per_sentence = {i: sum(e.duration_ms for e in audio if e.sentence_index == i) for i in (0, 1)}
+    assert per_sentence[0] >= 1000 and per_sentence[1] >= 1000
+    assert all(len(e.pcm) == 1920 for e in audio)
+    assert any(any(e.pcm) for e in audio)  # not silence
+
+
+def test_piper_speaks_english_and_refuses_chinese() -> None:
+    out = run_stage(PiperTts(models.piper()), [Sentence(0, "The kitchen light is on.", 0, 0)])
+    assert sum(e.duration_ms for e in out if isinstance(e, AudioOut)) >= 800
+    with pytest.raises(ValueError, match="cannot speak Chinese"):
+        run_stage(PiperTts(models.piper()), [Sentence(0, "你好。", 0, 0)])
