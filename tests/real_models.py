@@ -14,6 +14,7 @@ from pipeline.models import resolve
 from stages.asr_whisper import WhisperEngine
 from stages.llm_llama import LlamaEngine, LlamaSettings
 from stages.tts_piper import PiperEngine
+from stages.vad_fsmn import FsmnVadModel
 from stages.vad_silero import SileroModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +26,11 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 @cache
 def silero() -> SileroModel:
     return SileroModel(resolve("silero-vad", CACHE))
+
+
+@cache
+def fsmn() -> FsmnVadModel:
+    return FsmnVadModel(resolve("fsmn-vad", CACHE), silence_ms=600)
 
 
 @cache

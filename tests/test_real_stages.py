@@ -22,6 +22,8 @@ from pipeline.events import (
 from pipeline.fixtures import load_audio
 from pipeline.stage_factory import DEVICE_TOOLS, SYSTEM_PROMPTS
 from pipeline.textmetrics import error_rate
+from pipeline.models import resolve
+from stages.asr_funasr import FunAsrEngine
 from stages.asr_whisper import WhisperAsr
 from stages.latency import LatencyProfile
 from stages.llm import LlmSettings, LlmStage
@@ -30,6 +32,7 @@ from stages.llm_scripted import ScriptedTools
 from stages.tts_espeak import EspeakTts
 from stages.tts_piper import PiperTts
 from stages.vad import EnergyClassifier, FrameVad
+from stages.vad_fsmn import FsmnVad
 from stages.vad_silero import SileroClassifier
 from tests import real_models as models
 
@@ -49,7 +52,7 @@ def frames(name: str) -> list[Event]:
     return list(load_audio(models.FIXTURES / name).frames)
 
 
-def boundaries(vad: FrameVad, name: str) -> list[Event]:
+def boundaries(vad: FrameVad | FsmnVad, name: str) -> list[Event]:
     return [e for e in run_stage(vad, frames(name)) if isinstance(e, (SpeechStart, SpeechEnd))]
 
 
@@ -171,3 +174,19 @@ def test_piper_speaks_english_and_refuses_chinese() -> None:
     assert sum(e.duration_ms for e in out if isinstance(e, AudioOut)) >= 800
     with pytest.raises(ValueError, match="cannot speak Chinese"):
         run_stage(PiperTts(models.piper()), [Sentence(0, "你好。", 0, 0)])
+
+
+def test_fsmn_vad_end_points_the_question() -> None:
+    vad = FsmnVad(models.fsmn())
+    start, end = boundaries(vad, "en01.wav")
+    duration = load_audio(models.FIXTURES / "en01.wav").duration_ms
+    assert isinstance(start, SpeechStart) and isinstance(end, SpeechEnd)
+    assert start.offset_ms <= 800 and duration - 1600 <= end.offset_ms <= duration - 1000
+    assert boundaries(vad, "edge/silence.wav") == []
+
+
+def test_funasr_asr_loads_through_automodel_and_refuses_a_vad_folder() -> None:
+    with pytest.raises(ValueError, match="a FsmnVADStreaming model, not a FunASR speech recognition model"):
+        FunAsrEngine(resolve("fsmn-vad", models.CACHE))
+    with pytest.raises(ValueError, match="not a FunASR model folder"):
+        FunAsrEngine(models.FIXTURES)

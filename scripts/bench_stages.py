@@ -1,0 +1,213 @@
+"""Benchmark of the real stages, side by side in one run.
+
+1. Local LLM: the pipeline's LLM stage (LlmStage + LlamaBackend, timed by the
+   pipeline's own recorder) against direct llama-cpp-python streaming on the same
+   rendered prompts, same loaded model, prefix cache cleared before each call.
+   First-token ratio (goal <= 1.03) and tokens/s ratio (goal >= 0.97).
+2. ASR real-time factor (Whisper decode time / audio duration) on the fixtures.
+3. VAD cost per 60 ms frame (Silero).
+4. End of speech -> first audio, against the sum of the stages on its critical
+   path (VAD end-point, ASR, LLM first token, first sentence complete, TTS first
+   frame), from real replay traces: streaming should make them nearly equal.
+
+Run: ``python scripts/bench_stages.py [--questions N] [--turns N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline import spans as names  # noqa: E402
+from pipeline.clock import RealClock  # noqa: E402
+from pipeline.events import Event, Transcript  # noqa: E402
+from pipeline.fixtures import load_audio  # noqa: E402
+from pipeline.models import resolve  # noqa: E402
+from pipeline.recorder import TurnRecorder  # noqa: E402
+from pipeline.replay import main as replay  # noqa: E402
+from pipeline.stage_factory import SYSTEM_PROMPTS  # noqa: E402
+from pipeline.traces_io import ReadProblems, read_trace_file  # noqa: E402
+from stages.asr_whisper import WhisperEngine  # noqa: E402
+from stages.llm import ChatRequest, LlmSettings, LlmStage, Message  # noqa: E402
+from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
+from stages.vad_silero import SileroClassifier, SileroModel  # noqa: E402
+
+FIXTURES = ROOT / "audio_fixtures"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab" / "models"
+MAX_TOKENS = 48
+
+
+def questions(n: int) -> list[tuple[str, str, str]]:
+    with (FIXTURES / "manifest.csv").open(encoding="utf-8") as fh:
+        return [(r["id"], r["language"], r["text"]) for r in csv.DictReader(fh)][:n]
+
+
+def direct(engine: LlamaEngine, prompt: str) -> tuple[float, float]:
+    """Seconds to the first non-empty token and tokens/s after it, straight from llama-cpp-python."""
+    llm = engine._llm
+    llm.reset()
+    tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+    t0 = time.perf_counter()
+    first = last = 0.0
+    count = 0
+    for chunk in llm.create_completion(tokens, max_tokens=MAX_TOKENS, temperature=0.0, stop=engine._stops, stream=True):
+        now = time.perf_counter()
+        if not first and (chunk["choices"][0].get("text") or "").strip():
+            first = now
+        if first:
+            count += 1
+            last = now
+    return first - t0, (count - 1) / (last - first) if count > 1 and last > first else 0.0
+
+
+async def via_pipeline(engine: LlamaEngine, language: str, text: str) -> tuple[float, float]:
+    """The same, through LlmStage + LlamaBackend, timed by the pipeline's recorder."""
+    engine._llm.reset()
+    stage = LlmStage(
+        LlamaBackend(engine, "bench"),
+        LlmSettings(max_tokens=MAX_TOKENS, system_prompt=SYSTEM_PROMPTS[language]),
+        impl="llama",
+        scripted=False,
+    )
+    recorder = TurnRecorder(RealClock())
+
+    async def source() -> AsyncIterator[Event]:
+        yield Transcript(text, language)
+
+    async for _ in recorder.wrap("llm", stage, source()):
+        pass
+    [call] = recorder.timeline.calls
+    assert call.first_token_ns is not None
+    stamps = [t for t in call.token_ns if t >= call.first_token_ns]
+    rate = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9) if len(stamps) > 1 else 0.0
+    return (call.first_token_ns - call.start_ns) / 1e9, rate
+
+
+def bench_llm(n: int) -> None:
+    engine = LlamaEngine(resolve("qwen2.5-0.5b", CACHE), LlamaSettings(threads=2))
+    firsts_d, firsts_p, rates_d, rates_p = [], [], [], []
+    for i, (_qid, lang, text) in enumerate(questions(n)):
+        request = ChatRequest(
+            messages=(Message("system", SYSTEM_PROMPTS[lang]), Message("user", text)), max_tokens=MAX_TOKENS
+        )
+        prompt = engine.prompt(request)
+        for order in (0, 1) if i % 2 else (1, 0):  # alternate which goes first
+            if order == 0:
+                f, r = direct(engine, prompt)
+                firsts_d.append(f)
+                rates_d.append(r)
+            else:
+                f, r = asyncio.run(via_pipeline(engine, lang, text))
+                firsts_p.append(f)
+                rates_p.append(r)
+    fd, fp = statistics.median(firsts_d), statistics.median(firsts_p)
+    rd, rp = statistics.median(rates_d), statistics.median(rates_p)
+    print(f"local LLM (qwen2.5-0.5b, {len(firsts_d)} prompts, max_tokens {MAX_TOKENS}, prefix cache cleared)")
+    print(
+        f"  first token median   direct {1000 * fd:8.1f} ms   pipeline {1000 * fp:8.1f} ms"
+        f"   ratio {fp / fd:.3f}x (goal <= 1.03)"
+    )
+    print(f"  tokens/s median      direct {rd:8.1f}      pipeline {rp:8.1f}      ratio {rp / rd:.3f}x (goal >= 0.97)")
+
+
+def bench_asr(n: int) -> None:
+    engine = WhisperEngine(resolve("whisper-base", CACHE), threads=2)
+    rtf = {"zh": [], "en": []}  # type: dict[str, list[float]]
+    for qid, lang, _text in questions(n):
+        clip = load_audio(FIXTURES / f"{qid}.wav")
+        pcm = b"".join(f.pcm for f in clip.frames)
+        t0 = time.perf_counter()
+        engine.transcribe(pcm, lang)
+        rtf[lang].append((time.perf_counter() - t0) / (clip.duration_ms / 1000))
+    print("ASR (Whisper base, int8, 2 threads, beam 1)")
+    for lang, values in rtf.items():
+        if values:
+            print(
+                f"  real-time factor {lang}: median {statistics.median(values):.3f}  max {max(values):.3f}"
+                f"  ({len(values)} clips)"
+            )
+
+
+def bench_vad() -> None:
+    model = SileroModel(resolve("silero-vad", CACHE))
+    classifier = SileroClassifier(model)
+    frames = [f for q in ("en01", "zh01", "en05") for f in load_audio(FIXTURES / f"{q}.wav").frames]
+    t0 = time.perf_counter()
+    for frame in frames:
+        classifier.speech_probability(frame.pcm)
+    per = (time.perf_counter() - t0) / len(frames)
+    print(
+        f"VAD (Silero ONNX, {len(frames)} frames): {1000 * per:.3f} ms per 60 ms frame"
+        f" ({100 * per / 0.06:.2f} % of real time)"
+    )
+
+
+def bench_critical_path(turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [str(FIXTURES), "--limit", str(turns), "--rounds", "2", "--out", tmp, "--run-id", "b", "--quiet"]
+        args += ["--model-cache", str(CACHE)]
+        with open(os.devnull, "w") as null:
+            stdout, sys.stdout = sys.stdout, null
+            try:
+                replay(args)
+            finally:
+                sys.stdout = stdout
+        spans = list(read_trace_file(Path(tmp) / "traces" / "b.jsonl", ReadProblems()))
+    first_audio, path_sum = [], []
+    for turn in (s for s in spans if s.name == names.TURN and s.attributes.get(names.OK) is True):
+        if turn.attributes.get(names.WARMUP):
+            continue
+        kids = {}
+        for s in spans:
+            if s.parent_span_id == turn.span_id:
+                kids.setdefault(s.name, []).append(s)
+        end_of_speech = turn.event_ns(names.EV_USER_SPEECH_END)
+        vad, asr, call = kids[names.VAD][0], kids[names.ASR][0], min(kids[names.LLM_CALL], key=lambda s: s.start_ns)
+        s0 = min(kids[names.SENTENCE], key=lambda s: s.attributes.get(names.SENTENCE_INDEX, 0))  # type: ignore[arg-type, return-value]
+        tts0 = min(kids[names.TTS], key=lambda s: s.start_ns)
+        stages = [
+            vad.end_ns - end_of_speech,  # type: ignore[operator]
+            asr.end_ns - asr.start_ns,
+            # the LLM up to the first sentence's first token: every call before it (tool calls) included
+            (s0.event_ns(names.EV_FIRST_TOKEN) or s0.start_ns) - call.start_ns,
+            s0.end_ns - (s0.event_ns(names.EV_FIRST_TOKEN) or s0.start_ns),
+            (tts0.event_ns(names.EV_FIRST_FRAME) or tts0.end_ns) - tts0.start_ns,
+        ]
+        path_sum.append(sum(stages) / 1e6)
+        first_audio.append((kids[names.PLAYBACK][0].start_ns - end_of_speech) / 1e6)  # type: ignore[operator]
+    gaps = [a - b for a, b in zip(first_audio, path_sum, strict=True)]
+    print(f"end of speech -> first audio ({len(first_audio)} measured turns, real models, real-time pacing)")
+    print(
+        f"  measured median {statistics.median(first_audio):8.1f} ms"
+        f"   sum of critical-path stages {statistics.median(path_sum):8.1f} ms"
+    )
+    print(f"  difference (hand-offs between stages) median {statistics.median(gaps):.1f} ms, max {max(gaps):.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=12, help="prompts / clips for the LLM and ASR parts")
+    parser.add_argument("--turns", type=int, default=4, help="questions for the critical-path part (2 rounds)")
+    args = parser.parse_args()
+    bench_llm(args.questions)
+    bench_asr(args.questions)
+    bench_vad()
+    bench_critical_path(args.turns)
+    _ = threading  # the LLM parts use the engine's worker thread; nothing else runs beside them
+
+
+if __name__ == "__main__":
+    main()
