@@ -39,7 +39,7 @@ from pipeline.models import resolve  # noqa: E402
 from pipeline.recorder import TurnRecorder  # noqa: E402
 from pipeline.replay import main as replay  # noqa: E402
 from pipeline.stage_factory import SYSTEM_PROMPTS  # noqa: E402
-from pipeline.traces_io import ReadProblems, read_trace_file  # noqa: E402
+from pipeline.traces_io import ReadProblems, SpanRecord, read_trace_file  # noqa: E402
 from stages.asr_whisper import WhisperEngine  # noqa: E402
 from stages.llm import ChatRequest, LlmSettings, LlmStage, Message  # noqa: E402
 from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
@@ -170,16 +170,17 @@ def bench_critical_path(turns: int) -> None:
     for turn in (s for s in spans if s.name == names.TURN and s.attributes.get(names.OK) is True):
         if turn.attributes.get(names.WARMUP):
             continue
-        kids = {}
+        kids: dict[str, list[SpanRecord]] = {}
         for s in spans:
             if s.parent_span_id == turn.span_id:
                 kids.setdefault(s.name, []).append(s)
         end_of_speech = turn.event_ns(names.EV_USER_SPEECH_END)
+        assert end_of_speech is not None
         vad, asr, call = kids[names.VAD][0], kids[names.ASR][0], min(kids[names.LLM_CALL], key=lambda s: s.start_ns)
-        s0 = min(kids[names.SENTENCE], key=lambda s: s.attributes.get(names.SENTENCE_INDEX, 0))  # type: ignore[arg-type, return-value]
+        s0 = min(kids[names.SENTENCE], key=lambda s: s.start_ns)
         tts0 = min(kids[names.TTS], key=lambda s: s.start_ns)
         stages = [
-            vad.end_ns - end_of_speech,  # type: ignore[operator]
+            vad.end_ns - end_of_speech,
             asr.end_ns - asr.start_ns,
             # the LLM up to the first sentence's first token: every call before it (tool calls) included
             (s0.event_ns(names.EV_FIRST_TOKEN) or s0.start_ns) - call.start_ns,
@@ -187,7 +188,7 @@ def bench_critical_path(turns: int) -> None:
             (tts0.event_ns(names.EV_FIRST_FRAME) or tts0.end_ns) - tts0.start_ns,
         ]
         path_sum.append(sum(stages) / 1e6)
-        first_audio.append((kids[names.PLAYBACK][0].start_ns - end_of_speech) / 1e6)  # type: ignore[operator]
+        first_audio.append((kids[names.PLAYBACK][0].start_ns - end_of_speech) / 1e6)
     gaps = [a - b for a, b in zip(first_audio, path_sum, strict=True)]
     print(f"end of speech -> first audio ({len(first_audio)} measured turns, real models, real-time pacing)")
     print(

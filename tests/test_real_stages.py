@@ -20,9 +20,9 @@ from pipeline.events import (
     Transcript,
 )
 from pipeline.fixtures import load_audio
+from pipeline.models import resolve
 from pipeline.stage_factory import DEVICE_TOOLS, SYSTEM_PROMPTS
 from pipeline.textmetrics import error_rate
-from pipeline.models import resolve
 from stages.asr_funasr import FunAsrEngine
 from stages.asr_whisper import WhisperAsr
 from stages.latency import LatencyProfile
