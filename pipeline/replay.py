@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline import netguard
 from pipeline.bench_csv import BenchCsv, BenchCsvError
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.config import Config, ConfigError, load_config
@@ -44,6 +45,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
     p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
+    p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
     return p.parse_args(argv)
 
@@ -123,6 +125,8 @@ def _to_stderr(message: str) -> None:
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = parse_args(argv)
     env = os.environ if env is None else env
+    if args.net_audit:
+        netguard.install(args.net_audit)  # first, so attempts made while loading models are seen too
     say = _quiet if args.quiet else _to_stderr
     try:
         cfg = load_config(args.config, overrides(args))

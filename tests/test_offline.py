@@ -1,0 +1,77 @@
+"""The offline verdict: strace and audit logs in, attempts attributed to components."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.offline import STARTUP, Attempt, parse_strace, verdict
+
+DATA = Path(__file__).resolve().parent / "data" / "offline"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_native_name_lookup_is_attributed_to_its_library_and_process() -> None:
+    attempts = parse_strace((DATA / "native_dns.strace").read_text().splitlines())
+    assert attempts == [
+        Attempt("onnxruntime", "python[22218]", "name lookup", "10.255.255.53:53", "strace", 1796219512.322335, 22218)
+    ]  # the resumed call's stack names the library; the thread folds into its process; loopback is ignored
+
+
+def write_audit(path: Path, pid: int, start: float, entries: list[dict[str, object]]) -> Path:
+    lines = [{"event": "start", "pid": pid, "time": start}, *entries]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return path
+
+
+def strace_line(pid: int, when: float, host: str = "10.255.255.53", port: int = 53) -> str:
+    address = f'{{sa_family=AF_INET, sin_port=htons({port}), sin_addr=inet_addr("{host}")}}'
+    return f"{pid}<python> {when:.6f} connect(3, {address}, 16) = -1 ENETUNREACH (Network is unreachable)\n"
+
+
+def test_python_level_attempts_are_named_by_the_audit_log(tmp_path: Path) -> None:
+    strace = tmp_path / "s.log"
+    strace.write_text(strace_line(100, 5.0) + strace_line(100, 20.0) + strace_line(200, 21.0, "93.184.216.34", 443))
+    entry = {"event": "socket.getaddrinfo", "host": "api.x.invalid", "port": 443, "component": "stages.llm_openai",
+             "thread": "MainThread"}  # fmt: skip
+    v = verdict(strace, write_audit(tmp_path / "a.jsonl", 100, 10.0, [entry]))
+    assert not v.fully_local
+    assert sorted((a.component, a.destination) for a in v.attempts) == [
+        ("python", "93.184.216.34:443"),  # another process: strace is all there is
+        (STARTUP, "10.255.255.53:53"),  # before the audit hook was in: interpreter start-up
+        ("stages.llm_openai", "api.x.invalid:443"),  # the replay's own lookup (its strace twin at t=20 folds into it)
+    ]
+
+
+def test_nothing_attempted_is_fully_local(tmp_path: Path) -> None:
+    strace = tmp_path / "s.log"
+    strace.write_text(strace_line(100, 5.0, "127.0.0.1", 8080))
+    v = verdict(strace, write_audit(tmp_path / "a.jsonl", 100, 1.0, []))
+    assert v.fully_local and v.text().startswith("fully local: yes")
+
+
+def test_a_missing_strace_log_is_said_not_assumed_clean(tmp_path: Path) -> None:
+    v = verdict(tmp_path / "none.log", write_audit(tmp_path / "a.jsonl", 1, 1.0, []))
+    assert v.problems == [f"{tmp_path / 'none.log'}: no strace log: native attempts could not be checked"]
+
+
+def test_the_audit_hook_names_the_calling_module_and_ignores_loopback(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    code = (
+        f"import socket; from pipeline import netguard; netguard.install(r'{log}')\n"
+        "for host in ('localhost', '127.0.0.1', 'lookup.example.invalid'):\n"
+        "    try: socket.getaddrinfo(host, 80)\n"
+        "    except OSError: pass\n"
+        "s = socket.socket(); s.settimeout(0.01)\n"
+        "try: s.connect(('192.0.2.1', 9))\n"
+        "except OSError: pass\n"
+    )
+    # inside a network namespace of its own: nothing of this may leave the machine
+    subprocess.run(["unshare", "--net", sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    entries = [json.loads(line) for line in log.read_text().splitlines()][1:]
+    assert [(e["event"], e["host"], e["component"]) for e in entries] == [
+        ("socket.getaddrinfo", "lookup.example.invalid", "__main__"),
+        ("socket.connect", "192.0.2.1", "__main__"),
+    ]
