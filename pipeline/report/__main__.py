@@ -1,0 +1,87 @@
+"""``python -m pipeline.report PATH...`` or ``--jaeger URL``: the comparison report (METHOD M1-M23).
+
+PATH is an experiment folder (its ``traces/*.jsonl``, or every ``*.jsonl`` under it) or trace
+files. Writes report.md (+ plots/), report.html (self-contained) and the bench.csv rows the
+report was computed from into ``--out`` (default: PATH/report for one folder, else ./report).
+
+Exit status: 0 report written; 1 report written but no turn was found; 3 report written but
+the comparison was refused (M11); 2 nothing written (bad arguments, unreadable source).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pipeline.report.build import build
+from pipeline.report.jaeger import JaegerQuery, load_jaeger
+from pipeline.report.load import Dataset, LoadError, load_paths
+from pipeline.report.output import write
+
+
+def _when(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="*", type=Path, help="experiment folder or trace files (*.jsonl)")
+    p.add_argument("--jaeger", metavar="URL", help="read traces from Jaeger's /api/v3/traces, e.g. http://HOST:16686")
+    p.add_argument("--service", default="voice-latency-lab", help="Jaeger service name (default: %(default)s)")
+    p.add_argument("--start", type=_when, help="Jaeger: earliest trace start, RFC 3339 (default: 24 h before --end)")
+    p.add_argument("--end", type=_when, help="Jaeger: latest trace start, RFC 3339 (default: now)")
+    p.add_argument("--search-depth", type=int, default=1000, help="Jaeger: most traces to fetch (one per run)")
+    p.add_argument("--run", action="append", default=[], metavar="RUN_ID", help="only this run (repeatable)")
+    p.add_argument("--out", type=Path, help="output folder")
+    p.add_argument("--no-plots", action="store_true", help="skip the plots (faster)")
+    args = p.parse_args(argv)
+    if bool(args.paths) == bool(args.jaeger):
+        p.error("give trace paths or --jaeger URL (one of the two)")
+    return args
+
+
+def load(args: argparse.Namespace) -> Dataset:
+    if args.jaeger:
+        end = args.end or datetime.now(UTC)
+        start = args.start or end - timedelta(hours=24)
+        query = JaegerQuery(args.jaeger, args.service, start, end, args.search_depth)
+        return load_jaeger(query, tuple(args.run))
+    return load_paths(args.paths, tuple(args.run))
+
+
+def default_out(args: argparse.Namespace) -> Path:
+    if args.out:
+        return Path(args.out)
+    if len(args.paths) == 1 and args.paths[0].is_dir():
+        return Path(args.paths[0]) / "report"
+    return Path("report")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        data = load(args)
+    except LoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    doc = build(data, draw=not args.no_plots)
+    try:
+        written = write(doc, data, default_out(args))
+    except OSError as exc:
+        print(f"error: cannot write the report: {exc}", file=sys.stderr)
+        return 2
+    for problem in data.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    print(f"{len(data.rows)} turn(s), {len(data.runs)} run(s): {'complete' if doc.complete else 'INCOMPLETE'}")
+    print(f"report: {written.markdown}\nhtml:   {written.html}\nrows:   {written.bench_csv}")
+    if not data.rows:
+        return 1
+    return 0 if doc.comparable else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

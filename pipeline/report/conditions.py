@@ -1,0 +1,131 @@
+"""Rows grouped by condition: A (cloud), B (local), B' (offline), then any other label (METHOD M13).
+
+Warm-up rows stay in ``rows`` and are left out of ``measured`` (M6); failed turns stay in
+``measured`` and out of ``ok`` (M7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.analysis import Row
+from pipeline.report.load import Dataset
+
+KNOWN = ("A", "B", "B'")
+TITLES = {"A": "A (cloud)", "B": "B (local)", "B'": "B' (offline)"}
+
+
+def title(label: str) -> str:
+    return TITLES.get(label, label or "(no condition)")
+
+
+def ordered_labels(found: Sequence[str]) -> list[str]:
+    """A, B, B' always (measured or not), then the other labels found, sorted."""
+    return [*KNOWN, *sorted(set(found) - set(KNOWN))]
+
+
+def number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def per_call(row: Row) -> list[float | None]:
+    """The turn's per-call first-token times (None for a call without a first token)."""
+    text = row.get("llm_first_token_ms_per_call")
+    if not isinstance(text, str) or not text:
+        return []
+    return [float(part) if part else None for part in text.split(";")]
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    label: str
+    runs: tuple[str, ...]
+    rows: tuple[Row, ...]  # every row, warm-up included, in run order
+    measured: tuple[Row, ...]  # warm-up excluded
+    ok: tuple[Row, ...]  # measured and successful
+    sentence_ms: np.ndarray  # every sentence's first token, measured ok turns (float64)
+    call_ms: np.ndarray  # every call's first token, measured ok turns
+    failed_stages: tuple[tuple[str, ...], ...]  # per failed measured turn
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def title(self) -> str:
+        return title(self.label)
+
+    def column(self, metric: str) -> np.ndarray:
+        """``metric`` of every measured successful turn, in order, NaN where it has none (cached)."""
+        key = f"column:{metric}"
+        if key not in self._cache:
+            found = [number(r.get(metric)) for r in self.ok]
+            self._cache[key] = np.asarray([np.nan if v is None else v for v in found], dtype=np.float64)
+        return self._cache[key]
+
+    def values(self, metric: str) -> np.ndarray:
+        """Sorted values of ``metric`` over measured successful turns."""
+        key = f"values:{metric}"
+        if key not in self._cache:
+            column = self.column(metric)
+            self._cache[key] = np.sort(column[~np.isnan(column)])
+        return self._cache[key]
+
+    def turn_sum_column(self) -> np.ndarray:
+        """Per measured successful turn, the first-token waits of all its calls added; NaN when a
+        call has none (cached)."""
+        key = "column:(first-token wait per turn)"
+        if key not in self._cache:
+            sums = []
+            for row in self.ok:
+                calls = per_call(row)
+                complete = bool(calls) and all(c is not None for c in calls)
+                sums.append(sum(c for c in calls if c is not None) if complete else np.nan)
+            self._cache[key] = np.asarray(sums, dtype=np.float64)
+        return self._cache[key]
+
+    def turn_sums(self) -> np.ndarray:
+        column = self.turn_sum_column()
+        return np.sort(column[~np.isnan(column)])
+
+    def turn_keys(self) -> list[tuple[str, object]]:
+        """(question, round) of every measured successful turn, in order: how conditions pair up."""
+        return [(str(r.get("question_id")), r.get("round")) for r in self.ok]
+
+
+def _order_key(row: Row) -> tuple[str, int]:
+    start = row.get("turn_start_ns")
+    return str(row.get("run_id")), int(start) if isinstance(start, int) else 0
+
+
+def group(data: Dataset) -> dict[str, Condition]:
+    """Conditions that have rows, keyed by label, in ``ordered_labels`` order."""
+    indices: dict[str, list[int]] = {}
+    for i, row in enumerate(data.rows):
+        indices.setdefault(str(row.get("condition") or ""), []).append(i)
+    out = {}
+    for label in ordered_labels(list(indices)):
+        if label in indices:
+            out[label] = _condition(data, label, sorted(indices[label], key=lambda i: _order_key(data.rows[i])))
+    return out
+
+
+def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
+    rows = [data.rows[i] for i in idx]
+    measured_idx = [i for i in idx if not data.rows[i].get("warmup")]
+    ok_idx = [i for i in measured_idx if data.rows[i].get("ok")]
+    sentences = [v for i in ok_idx for v in data.sentence_ms[i]]
+    calls = [c for i in ok_idx for c in per_call(data.rows[i]) if c is not None]
+    runs = tuple(dict.fromkeys(str(r.get("run_id")) for r in rows))
+    return Condition(
+        label=label,
+        runs=runs,
+        rows=tuple(rows),
+        measured=tuple(data.rows[i] for i in measured_idx),
+        ok=tuple(data.rows[i] for i in ok_idx),
+        sentence_ms=np.sort(np.asarray(sentences, dtype=np.float64)),
+        call_ms=np.sort(np.asarray(calls, dtype=np.float64)),
+        failed_stages=tuple(data.failed_stages[i] for i in measured_idx if not data.rows[i].get("ok")),
+    )

@@ -1,0 +1,76 @@
+"""The report as a list of blocks, rendered by ``markdown`` and ``html`` alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PLAIN = "plain"
+WARNING = "warning"
+NOTE = "note"
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Paragraph:
+    text: str
+    tone: str = PLAIN  # plain, warning (a rule not met, a figure to distrust) or note
+
+
+@dataclass(frozen=True, slots=True)
+class Bullets:
+    items: tuple[str, ...]
+    tone: str = PLAIN
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    key: str  # stable name, e.g. "result", for tests and anchors
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    caption: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    key: str  # file name stem, e.g. "cdf"
+    png: bytes
+    caption: str
+    alt: str
+
+
+Block = Heading | Paragraph | Bullets | Table | Figure
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    title: str
+    blocks: tuple[Block, ...]
+    complete: bool  # every measured cell filled, nothing refused, nothing unreadable
+    comparable: bool  # False when the comparison was refused (M11)
+
+    def table(self, key: str) -> Table:
+        for block in self.blocks:
+            if isinstance(block, Table) and block.key == key:
+                return block
+        raise KeyError(f"no table {key!r}; tables: {', '.join(self.table_keys())}")
+
+    def table_keys(self) -> list[str]:
+        return [b.key for b in self.blocks if isinstance(b, Table)]
+
+    def figures(self) -> list[Figure]:
+        return [b for b in self.blocks if isinstance(b, Figure)]
+
+    def text(self) -> str:
+        """Every heading, paragraph and list item, one per line (for searching in tests)."""
+        lines: list[str] = []
+        for b in self.blocks:
+            if isinstance(b, (Heading, Paragraph)):
+                lines.append(b.text)
+            elif isinstance(b, Bullets):
+                lines.extend(b.items)
+        return "\n".join(lines)

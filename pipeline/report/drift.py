@@ -1,0 +1,113 @@
+"""Drift check: does a run get slower over its duration, as a heating device does (METHOD M20)?
+
+Rule, per run and metric (whole turn, first token), over measured successful turns in run
+order: each turn's latency is divided by the median latency of *the same question* in that
+run, so questions that are simply longer do not look like drift (every round asks the same
+questions in the same order, M5). On these relative latencies:
+
+- rho: Spearman's rank correlation with run order (ties get average ranks);
+- rise: median of the second half over median of the first half, minus 1.
+
+The run is flagged as drifting when rho >= 0.5 and rise >= 5 %. The check needs at least 6
+such turns and at least 2 measured rounds (with one round every question is its own
+reference, and nothing can be compared); otherwise it says it was not made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.analysis import Row
+from pipeline.report.conditions import number
+
+MIN_TURNS = 6
+MIN_ROUNDS = 2
+RHO_FLAG = 0.5
+RISE_FLAG = 0.05
+METRICS = ("whole_turn_ms", "first_token_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    run_id: str
+    metric: str
+    n: int
+    rho: float | None
+    rise: float | None  # fraction: 0.08 = second half 8 % slower
+    flagged: bool
+    why_not: str  # why the check was not made; empty when it was
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties averaged."""
+    if len(values) == 0:
+        return np.asarray([], dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    group = np.cumsum(np.concatenate(([True], ordered[1:] != ordered[:-1]))) - 1
+    counts = np.bincount(group)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    average = starts + (counts + 1) / 2.0
+    ranked = np.empty(len(values), dtype=np.float64)
+    ranked[order] = average[group]
+    return ranked
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    rx, ry = ranks(x), ranks(y)
+    sx, sy = rx.std(), ry.std()
+    if sx == 0 or sy == 0:
+        return None
+    return float(((rx - rx.mean()) * (ry - ry.mean())).mean() / (sx * sy))
+
+
+def _order(row: Row) -> int:
+    start = row.get("turn_start_ns")
+    return int(start) if isinstance(start, int) else 0
+
+
+def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
+    """Latency / same question's median, in run order (rows: one run's measured ok turns)."""
+    ordered = sorted(rows, key=_order)
+    by_question: dict[str, list[float]] = {}
+    kept: list[tuple[str, float]] = []
+    for row in ordered:
+        value = number(row.get(metric))
+        if value is None:
+            continue
+        q = str(row.get("question_id"))
+        by_question.setdefault(q, []).append(value)
+        kept.append((q, value))
+    medians = {q: float(np.median(v)) for q, v in by_question.items()}
+    return np.asarray([v / medians[q] if medians[q] else 1.0 for q, v in kept], dtype=np.float64)
+
+
+def check(run_id: str, rows: Sequence[Row], metric: str) -> Drift:
+    """``rows``: the run's rows; warm-up and failed turns are left out here."""
+    measured = [r for r in rows if not r.get("warmup") and r.get("ok")]
+    rounds = {r.get("round") for r in measured}
+    rel = relative_latencies(measured, metric)
+    n = len(rel)
+    if n == 0:
+        return Drift(run_id, metric, 0, None, None, False, "no successful measured turn")
+    if len(rounds) < MIN_ROUNDS:
+        return Drift(run_id, metric, n, None, None, False, f"needs {MIN_ROUNDS} measured rounds, has {len(rounds)}")
+    if n < MIN_TURNS:
+        return Drift(run_id, metric, n, None, None, False, f"needs {MIN_TURNS} successful turns, has {n}")
+    rho = spearman(np.arange(n, dtype=np.float64), rel)
+    half = n // 2
+    first, second = float(np.median(rel[:half])), float(np.median(rel[n - half :]))
+    rise = second / first - 1 if first else None
+    flagged = rho is not None and rise is not None and rho >= RHO_FLAG and rise >= RISE_FLAG
+    return Drift(run_id, metric, n, rho, rise, flagged, "")
+
+
+def check_runs(rows: Sequence[Row]) -> list[Drift]:
+    """Every run, every drift metric, in first-seen run order."""
+    runs: dict[str, list[Row]] = {}
+    for row in rows:
+        runs.setdefault(str(row.get("run_id")), []).append(row)
+    return [check(run_id, run_rows, metric) for run_id, run_rows in runs.items() for metric in METRICS]

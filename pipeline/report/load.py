@@ -1,0 +1,194 @@
+"""Where a report's data comes from: trace files or an experiment folder -> a ``Dataset``.
+
+Rows are always recomputed from the spans by ``pipeline.analysis`` (a bench.csv found
+beside the traces is only cross-checked, never trusted over them). Besides the rows the
+dataset keeps what rows cannot hold: every sentence's first-token time, which stages
+failed in a failed turn, each run's recorded settings, and the turn spans themselves
+(for the waterfall plot).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline import spans as names
+from pipeline.analysis import Row, TurnSpans, group_turns, turn_row
+from pipeline.bench_csv import read_bench_csv
+from pipeline.traces_io import ReadProblems, SpanRecord, read_trace_file, trace_files
+
+ERROR_STATUS = 2  # OTLP StatusCode.ERROR
+
+
+class LoadError(ValueError):
+    """The source cannot be read at all (a missing path, an unreachable server); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run as recorded in its turn spans."""
+
+    run_id: str
+    condition: str
+    config_ids: tuple[str, ...]
+    config_json: str | None  # None: the traces do not record the settings (older format)
+    config_jsons: int  # distinct settings recorded for this run (more than 1 is an inconsistency)
+
+
+@dataclass(slots=True)
+class Dataset:
+    """Rows and what goes with them, index-aligned: ``sentence_ms[i]`` belongs to ``rows[i]``."""
+
+    rows: list[Row]
+    sentence_ms: list[tuple[float, ...]]
+    failed_stages: list[tuple[str, ...]]
+    turns: list[TurnSpans] | None  # None for rows not read from spans (synthetic benchmarks)
+    runs: dict[str, RunInfo]
+    source: str
+    files: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def sentence_first_tokens(turn: TurnSpans) -> tuple[float, ...]:
+    """Each sentence's first-token time (ms), in sentence order."""
+    out = []
+    sentences = sorted(turn.named(names.SENTENCE), key=lambda s: _index(s.attributes.get(names.SENTENCE_INDEX)))
+    for s in sentences:
+        first = s.event_ns(names.EV_FIRST_TOKEN)
+        if first is not None:
+            out.append(round((first - s.start_ns) / 1e6, 3))
+    return tuple(out)
+
+
+def _index(value: object) -> int:
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
+    """Names of the turn's stage spans that ended in error, first failure first, each once."""
+    seen: dict[str, None] = {}
+    for child in turn.children:
+        if child.status_code == ERROR_STATUS:
+            seen.setdefault(child.name, None)
+    return tuple(seen)
+
+
+def _run_infos(turns: Sequence[TurnSpans]) -> dict[str, RunInfo]:
+    condition: dict[str, str] = {}
+    config_ids: dict[str, dict[str, None]] = {}
+    configs: dict[str, dict[str, None]] = {}
+    for t in turns:
+        a = t.turn.attributes
+        run_id = str(a.get(names.RUN_ID) or "")
+        condition.setdefault(run_id, str(a.get(names.CONDITION) or ""))
+        config_ids.setdefault(run_id, {})[str(a.get(names.CONFIG_ID) or "")] = None
+        recorded = a.get(names.CONFIG_JSON)
+        if isinstance(recorded, str) and recorded:
+            configs.setdefault(run_id, {})[_canonical(recorded)] = None
+    return {
+        run_id: RunInfo(
+            run_id=run_id,
+            condition=condition[run_id],
+            config_ids=tuple(config_ids[run_id]),
+            config_json=next(iter(configs[run_id])) if run_id in configs else None,
+            config_jsons=len(configs.get(run_id, {})),
+        )
+        for run_id in condition
+    }
+
+
+def _canonical(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text
+
+
+def dataset_from_spans(
+    spans: Iterable[SpanRecord], problems: ReadProblems, source: str, runs: Sequence[str] = ()
+) -> Dataset:
+    """Group spans into turns, compute one row per turn, keep the per-turn extras beside it.
+
+    ``runs``, when given, keeps only those run ids (the others are named in the notes).
+    """
+    turns = group_turns(spans, problems)
+    notes = []
+    if runs:
+        wanted = set(runs)
+        found = {str(t.turn.attributes.get(names.RUN_ID) or "") for t in turns}
+        left_out = sorted(found - wanted)
+        missing = sorted(wanted - found)
+        if left_out:
+            notes.append(f"runs left out as asked: {', '.join(left_out)}")
+        if missing:
+            problems.add(f"asked-for run(s) not found in the traces: {', '.join(missing)}")
+        turns = [t for t in turns if str(t.turn.attributes.get(names.RUN_ID) or "") in wanted]
+    rows = [turn_row(t) for t in turns]
+    return Dataset(
+        rows=rows,
+        sentence_ms=[sentence_first_tokens(t) for t in turns],
+        failed_stages=[failed_stages(t) for t in turns],
+        turns=turns,
+        runs=_run_infos(turns),
+        source=source,
+        problems=list(problems.messages),
+        notes=notes,
+    )
+
+
+def _folder_files(path: Path) -> list[Path]:
+    """An experiment folder's ``traces/*.jsonl`` or, without that subfolder, every ``*.jsonl`` under it."""
+    traces = path / "traces"
+    return trace_files(traces) if traces.is_dir() else trace_files(path)
+
+
+def _bench_check(folder: Path, rows: Sequence[Row], runs: Sequence[str]) -> list[str]:
+    """Compare a bench.csv found in the folder with the rows recomputed from the traces
+    (only the asked-for runs, when some were asked for)."""
+    bench = folder / "bench.csv"
+    if not bench.is_file():
+        return []
+    try:
+        stored = read_bench_csv(bench)
+    except (OSError, ValueError, KeyError) as exc:
+        return [f"{bench}: could not be read for the cross-check ({exc}); the report uses the traces"]
+
+    def key(r: Row) -> tuple[str, str, str]:
+        return str(r.get("run_id")), str(r.get("question_id")), str(r.get("round"))
+
+    ours = {key(r) for r in rows}
+    theirs = {key(r) for r in stored if not runs or str(r.get("run_id")) in runs}
+    if ours == theirs:
+        return [f"{bench}: same {len(ours)} turn(s) as the traces (the report is computed from the traces)"]
+    return [
+        f"{bench}: differs from the traces ({len(theirs - ours)} turn(s) only in the CSV, "
+        f"{len(ours - theirs)} only in the traces); the report uses the traces"
+    ]
+
+
+def load_paths(paths: Sequence[Path], runs: Sequence[str] = ()) -> Dataset:
+    """Trace files and experiment folders -> dataset. A missing path raises ``LoadError``."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise LoadError(f"{path}: not found")
+        files.extend([path] if path.is_file() else _folder_files(path))
+    problems = ReadProblems()
+    spans: list[SpanRecord] = []
+    for file in files:
+        try:
+            spans.extend(read_trace_file(file, problems))
+        except OSError as exc:
+            problems.add(f"{file}: could not be read ({exc})")
+    source = ", ".join(str(p) for p in paths)
+    data = dataset_from_spans(spans, problems, source, runs)
+    data.files = [str(f) for f in files]
+    if not files:
+        data.problems.insert(0, f"no trace files (*.jsonl) found in {source}")
+    for path in paths:
+        if path.is_dir():
+            data.notes.extend(_bench_check(path, data.rows, runs))
+    return data
