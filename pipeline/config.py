@@ -53,7 +53,7 @@ class AsrConfig:
 
 @dataclass(frozen=True, slots=True)
 class LlmConfig:
-    impl: str = "llama"  # or "scripted"
+    impl: str = "llama"  # in-process; or "server" (llama.cpp's server, own process), "openai" (see [cloud]), "scripted"
     mode: str = "single"
     model: str = "qwen2.5-0.5b"  # registry name or a GGUF path
     max_tokens: int = 96
@@ -66,6 +66,31 @@ class LlmConfig:
     history_rounds: int = 0  # earlier turns kept as context (METHOD M18); 0 = every question fresh (M5)
     latency: Latency = Latency(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)  # scripted only
     tool_latency: Latency = Latency(first_ms=40, seed=4)
+
+
+@dataclass(frozen=True, slots=True)
+class CloudConfig:
+    """Where an OpenAI-compatible LLM is ([llm] impl = "openai"): a real endpoint or the emulated cloud."""
+
+    base_url: str = ""  # up to the version, e.g. https://dashscope.aliyuncs.com/compatible-mode/v1
+    api_key_env: str = ""  # the NAME of the variable holding the key; the key itself is never written anywhere
+    emulator: str = ""  # "" = the real endpoint at base_url; else a compute profile: fast-70b-api, busy, instant
+    emulator_answers: bool = True  # the emulator answers fixture questions with the manifest's answer column
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
+    retries: int = 0  # counted and visible (lab.llm.server.attempts), never hidden
+    retry_backoff_ms: float = 500.0
+    continuation: str = "plain"  # per-sentence mode: plain, partial (DashScope), prefix (DeepSeek), vllm
+    sentence_stops: str = "。|！|？|；|. |! |? "  # "|"-separated
+    keepalive_s: float = 60.0
+    stream_usage: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """The emulated link between the pipeline and the LLM endpoint (METHOD M14)."""
+
+    profile: str = "none"  # none, loopback, lan, multi-hop, internet
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +125,8 @@ class Config:
     vad: VadConfig = field(default_factory=VadConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    cloud: CloudConfig = field(default_factory=CloudConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     sentences: SentenceConfig = field(default_factory=SentenceConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
 
@@ -129,7 +156,8 @@ _CHOICES = {
     ("run", "clock"): ("real", "virtual"),
     ("vad", "impl"): ("silero", "energy", "fsmn"),
     ("asr", "impl"): ("whisper", "funasr", "oracle"),
-    ("llm", "impl"): ("llama", "scripted"),
+    ("llm", "impl"): ("llama", "server", "openai", "scripted"),
+    ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
     ("llm", "mode"): ("single", "per-sentence"),
     ("tts", "impl"): ("espeak", "piper", "stub"),
 }
@@ -161,6 +189,7 @@ def validate(cfg: Config) -> None:
     for name, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{name} = {value}: must be positive")
+    _validate_cloud(cfg)
     if cfg.llm.history_rounds < 0:
         raise ConfigError(f"[llm] history_rounds = {cfg.llm.history_rounds}: must be >= 0")
     if not 0 < cfg.vad.threshold < 1:
@@ -184,6 +213,18 @@ def validate(cfg: Config) -> None:
     real = [f"[{s}] impl = {getattr(cfg, s).impl!r}" for s, fake in SIMULATED.items() if getattr(cfg, s).impl != fake]
     if cfg.run.clock == "virtual" and real:
         raise ConfigError(f"[run] clock = 'virtual' needs simulated stages; real ones set: {', '.join(real)}")
+
+
+def _validate_cloud(cfg: Config) -> None:
+    cloud = cfg.cloud
+    if cfg.llm.impl == "openai" and not cloud.emulator and not cloud.base_url.startswith(("http://", "https://")):
+        raise ConfigError("[llm] impl = 'openai' needs [cloud] base_url (http:// or https://) or [cloud] emulator")
+    if cfg.network.profile != "none" and cfg.llm.impl != "openai":
+        raise ConfigError(f"[network] profile = {cfg.network.profile!r} applies to [llm] impl = 'openai' only")
+    if cloud.connect_timeout_s <= 0 or cloud.read_timeout_s <= 0:
+        raise ConfigError("[cloud] connect_timeout_s and read_timeout_s must be positive")
+    if cloud.retries < 0 or cloud.retry_backoff_ms < 0 or cloud.keepalive_s < 0:
+        raise ConfigError("[cloud] retries, retry_backoff_ms and keepalive_s must be >= 0")
 
 
 def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:

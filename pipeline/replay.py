@@ -144,7 +144,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     run_id = args.run_id or new_run_id()
     clock = make_clock(cfg)
     config_id = cfg.config_id(questions.digest(), engines.identity)
-    run = Run(run_id=run_id, config=cfg, config_id=config_id, questions=questions, clock=clock, engines=engines)
+    api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
+    if cfg.llm.impl == "openai" and cfg.cloud.api_key_env and not api_key:
+        print(
+            f"warning: {cfg.cloud.api_key_env} is not set: every turn will be ok=0, error=LlmMissingApiKey",
+            file=sys.stderr,
+        )
+    run = Run(run_id, cfg, config_id, questions, clock, engines, api_key)
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "voice-latency-lab"), otlp)
     say(
@@ -155,6 +161,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         rows = run_on_clock(run_session(run, tracing, bench, say), clock)
     finally:
         tracing.shutdown()
+        engines.close()
     print(summary_table(rows))
     print(f"traces: {trace_path}")
     print(f"rows:   {bench.path}")

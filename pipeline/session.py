@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeline import spans as names
 from pipeline.analysis import Row, rows_from_spans
@@ -17,7 +17,7 @@ from pipeline.bench_csv import BenchCsv
 from pipeline.clock import Clock
 from pipeline.config import Config
 from pipeline.fixtures import BadAudio, LoadedAudio, Question, QuestionSet, load_audio
-from pipeline.stage_factory import Engines, build_stages
+from pipeline.stage_factory import Engines, build_stages, open_chat
 from pipeline.thermal import read_temp_c
 from pipeline.timeline import TurnTimeline
 from pipeline.traces_io import spans_from_traces_data
@@ -36,6 +36,7 @@ class Run:
     questions: QuestionSet
     clock: Clock
     engines: Engines
+    api_key: str | None = field(default=None, repr=False)  # for the cloud LLM only; never traced or written
 
     @property
     def config_json(self) -> str:
@@ -61,6 +62,7 @@ def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> 
         names.REFERENCE_TEXT: question.text,
         names.EXPECTED_KEYWORDS: question.keywords,
         names.CONFIG_JSON: run.config_json,
+        names.LLM_ENDPOINT: run.engines.endpoint,
         names.NOTE: note,
     }
     temp = read_temp_c() if run.clock.kind == "real" else None
@@ -98,36 +100,51 @@ async def run_session(run: Run, tracing: Tracing, bench: BenchCsv, progress: Pro
         run.clock.now_ns(),
     )
     rows: list[Row] = []
-    history: list[Message] = []
-    total = cfg.run.rounds * len(questions)
+    answers = {q.text: q.answer for q in questions if q.answer}
     try:
-        for round_no in range(1, cfg.run.rounds + 1):
-            for index, q in enumerate(questions):
-                clip = audio[q.id]
-                if isinstance(clip, BadAudio):
-                    timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
-                    note = str(clip)
-                else:
-                    context = tuple(history[-2 * cfg.llm.history_rounds :]) if cfg.llm.history_rounds else ()
-                    stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
-                    timeline = await run_turn(
-                        clip.frames,
-                        stages,
-                        run.clock,
-                        realtime=cfg.run.pacing == "realtime",
-                        timeout_s=cfg.run.turn_timeout_s,
-                    )
-                    note = clip.note
-                    if timeline.ok:
-                        history += _exchange(timeline)
-                line = tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note))
-                turn_rows = rows_from_spans(spans_from_traces_data(line))
-                bench.append(turn_rows)
-                rows.extend(turn_rows)
-                progress(_progress_line(len(rows), total, turn_rows))
+        async with open_chat(cfg, run.engines, run.api_key, answers):
+            await _rounds(run, questions, audio, tracing, bench, progress, rows)
     finally:
         tracing.end_session(run.clock.now_ns())
     return rows
+
+
+async def _rounds(
+    run: Run,
+    questions: tuple[Question, ...],
+    audio: dict[str, LoadedAudio | BadAudio],
+    tracing: Tracing,
+    bench: BenchCsv,
+    progress: Progress,
+    rows: list[Row],
+) -> None:
+    cfg = run.config
+    history: list[Message] = []
+    total = cfg.run.rounds * len(questions)
+    for round_no in range(1, cfg.run.rounds + 1):
+        for index, q in enumerate(questions):
+            clip = audio[q.id]
+            if isinstance(clip, BadAudio):
+                timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
+                note = str(clip)
+            else:
+                context = tuple(history[-2 * cfg.llm.history_rounds :]) if cfg.llm.history_rounds else ()
+                stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
+                timeline = await run_turn(
+                    clip.frames,
+                    stages,
+                    run.clock,
+                    realtime=cfg.run.pacing == "realtime",
+                    timeout_s=cfg.run.turn_timeout_s,
+                )
+                note = clip.note
+                if timeline.ok:
+                    history += _exchange(timeline)
+            line = tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note))
+            turn_rows = rows_from_spans(spans_from_traces_data(line))
+            bench.append(turn_rows)
+            rows.extend(turn_rows)
+            progress(_progress_line(len(rows), total, turn_rows))
 
 
 def _exchange(timeline: TurnTimeline) -> list[Message]:

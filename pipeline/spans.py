@@ -44,6 +44,7 @@ NOTE = "lab.note"
 TEMP_C = "lab.temp_c"
 REFERENCE_TEXT = "lab.reference_text"
 EXPECTED_KEYWORDS = "lab.expected_keywords"  # ";"-separated groups of "|"-separated alternatives
+LLM_ENDPOINT = "lab.llm.endpoint"  # "in-process llama.cpp", "emulated cloud, profile X; network Y", ...
 CONFIG_JSON = "lab.config_json"  # every setting of the run, so a report can say what differs
 SCRIPTED = "lab.scripted_stages"
 IMPL_PREFIX = "lab.impl."  # + role: "lab.impl.llm" = "scripted"

@@ -7,22 +7,28 @@ the first turn, with a message naming the file or the questions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.cloud_emulator import get_compute_profile, serve_endpoint
 from pipeline.config import Config, Latency
 from pipeline.events import Stage
 from pipeline.fixtures import Question
+from pipeline.llama_server import LlamaServer
 from pipeline.models import REGISTRY, resolve
+from pipeline.netem import get_profile
 from pipeline.turn import ServerStages
 from stages.asr_funasr import FUNASR_LANGUAGES, FunAsr, FunAsrEngine
 from stages.asr_oracle import OracleAsr
 from stages.asr_whisper import WHISPER_LANGUAGES, WhisperAsr, WhisperEngine
 from stages.latency import LatencyProfile
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Message, ToolSpec
-from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings
+from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings, check_chat_model
+from stages.llm_openai import OpenAIChatBackend, OpenAISettings
 from stages.llm_scripted import ScriptedBackend, ScriptedReply, ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
 from stages.tts_espeak import VOICES as ESPEAK_LANGUAGES
@@ -66,7 +72,14 @@ class Engines:
     funasr: FunAsrEngine | None = None
     llama: LlamaEngine | None = None
     piper: PiperEngine | None = None
+    llama_server: LlamaServer | None = None
+    chat: ChatBackend | None = None  # the run's shared HTTP backend, opened by ``open_chat``
+    endpoint: str = ""  # what every row says the LLM was: "in-process llama.cpp", "emulated cloud, ..."
     identity: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        if self.llama_server is not None:
+            self.llama_server.stop()
 
 
 def _identity(name: str, path: Path) -> str:
@@ -78,7 +91,17 @@ def _identity(name: str, path: Path) -> str:
 
 
 def load_engines(cfg: Config, cache: Path) -> Engines:
+    """Every model the configuration names, loaded; on any failure nothing is left running."""
     engines = Engines()
+    try:
+        _load(cfg, cache, engines)
+    except BaseException:
+        engines.close()
+        raise
+    return engines
+
+
+def _load(cfg: Config, cache: Path, engines: Engines) -> None:
     if cfg.vad.impl == "silero":
         path = resolve(cfg.vad.model, cache)
         engines.silero = SileroModel(path)
@@ -100,11 +123,86 @@ def load_engines(cfg: Config, cache: Path) -> Engines:
         settings = LlamaSettings(cfg.llm.n_ctx, cfg.llm.threads, cfg.llm.seed, cfg.llm.temperature)
         engines.llama = LlamaEngine(path, settings)
         engines.identity["llm"] = f"{_identity(cfg.llm.model, path)} {engines.llama.info.quantisation}"
+        engines.endpoint = "in-process llama.cpp"
+    if cfg.llm.impl == "server":
+        path = resolve(cfg.llm.model, cache)
+        info = check_chat_model(path)
+        engines.llama_server = LlamaServer(path, cfg.llm.threads, cfg.llm.n_ctx, cfg.llm.seed).start()
+        engines.identity["llm"] = f"{_identity(cfg.llm.model, path)} {info.quantisation}"
+        engines.endpoint = f"llama.cpp server (local process), {cfg.llm.model}"
+    if cfg.llm.impl == "openai":
+        _cloud_identity(cfg, engines)
+    if cfg.llm.impl == "scripted":
+        engines.endpoint = "scripted"
     if cfg.tts.impl == "piper":
         path = resolve(cfg.tts.voice, cache)
         engines.piper = PiperEngine(path)
         engines.identity["tts"] = _identity(cfg.tts.voice, path)
-    return engines
+
+
+def _cloud_identity(cfg: Config, engines: Engines) -> None:
+    """Name the endpoint and the network in config_id; unknown profile names fail here, before the run."""
+    try:
+        network = get_profile(cfg.network.profile).as_dict() if cfg.network.profile != "none" else {}
+        compute = get_compute_profile(cfg.cloud.emulator) if cfg.cloud.emulator else None
+    except ValueError as exc:
+        raise SetupError(str(exc)) from None
+    engines.identity["network"] = json.dumps(network, sort_keys=True)
+    if compute is not None:
+        engines.identity["llm"] = json.dumps(dataclasses.asdict(compute), sort_keys=True)
+        engines.endpoint = f"emulated cloud, profile {compute.name}"
+    else:
+        engines.identity["llm"] = f"{cfg.cloud.base_url} {cfg.llm.model}"
+        engines.endpoint = f"cloud {cfg.cloud.base_url}"
+    if cfg.network.profile != "none":
+        engines.endpoint += f"; network {cfg.network.profile}"
+
+
+def openai_settings(cfg: Config, base_url: str) -> OpenAISettings:
+    return OpenAISettings(
+        base_url=base_url,
+        model=cfg.llm.model,
+        api_key_env=cfg.cloud.api_key_env,
+        connect_timeout_s=cfg.cloud.connect_timeout_s,
+        read_timeout_s=cfg.cloud.read_timeout_s,
+        retries=cfg.cloud.retries,
+        retry_backoff_ms=cfg.cloud.retry_backoff_ms,
+        temperature=cfg.llm.temperature,
+        seed=cfg.llm.seed,
+        stream_usage=cfg.cloud.stream_usage,
+        sentence_stops=tuple(s for s in cfg.cloud.sentence_stops.split("|") if s),
+        continuation=cfg.cloud.continuation,  # type: ignore[arg-type]
+        keepalive_s=cfg.cloud.keepalive_s,
+    )
+
+
+def llama_server_settings(cfg: Config, base_url: str) -> OpenAISettings:
+    """llama-server drops idle kept-alive connections between streamed answers (seen here as
+    ServerDisconnected on the next call), so each call opens its own: on loopback that costs
+    well under a millisecond."""
+    return dataclasses.replace(openai_settings(cfg, base_url), keepalive_s=0.0)
+
+
+@contextlib.asynccontextmanager
+async def open_chat(
+    cfg: Config, engines: Engines, api_key: str | None, answers: Mapping[str, str]
+) -> AsyncIterator[None]:
+    """For the run's duration: the HTTP backend of a cloud or llama.cpp-server LLM, shared by every turn."""
+    if cfg.llm.impl == "server":
+        assert engines.llama_server is not None
+        async with OpenAIChatBackend(llama_server_settings(cfg, engines.llama_server.base_url)) as backend:
+            engines.chat = backend
+            yield
+    elif cfg.llm.impl == "openai":
+        given = answers if cfg.cloud.emulator_answers else None
+        async with serve_endpoint(cfg.cloud.base_url, cfg.cloud.emulator, cfg.network.profile, given) as endpoint:
+            settings = openai_settings(cfg, endpoint.base_url)
+            async with OpenAIChatBackend(settings, api_key, connect_to=endpoint.connect_to) as backend:
+                engines.chat = backend
+                yield
+    else:
+        yield
+    engines.chat = None
 
 
 def check_languages(cfg: Config, questions: Sequence[Question]) -> None:
@@ -114,7 +212,7 @@ def check_languages(cfg: Config, questions: Sequence[Question]) -> None:
         "[asr] impl = 'funasr'": FUNASR_LANGUAGES if cfg.asr.impl == "funasr" else None,
         "[tts] impl = 'espeak'": tuple(ESPEAK_LANGUAGES) if cfg.tts.impl == "espeak" else None,
         "[tts] impl = 'piper'": PIPER_LANGUAGES if cfg.tts.impl == "piper" else None,
-        "[llm] impl = 'llama'": tuple(SYSTEM_PROMPTS) if cfg.llm.impl == "llama" else None,
+        "[llm] impl = 'llama'": tuple(SYSTEM_PROMPTS) if cfg.llm.impl != "scripted" else None,
     }
     for stage, allowed in limits.items():
         if allowed is None:
@@ -163,6 +261,9 @@ def _llm(cfg: Config, engines: Engines, question: Question, salt: int, history: 
     if cfg.llm.impl == "llama":
         assert engines.llama is not None
         backend = LlamaBackend(engines.llama, cfg.llm.model)
+    elif cfg.llm.impl in ("openai", "server"):
+        assert engines.chat is not None, "open_chat() must surround the run"
+        backend = engines.chat
     else:
         backend = ScriptedBackend(
             scripted_reply(question), profile(cfg.llm.latency, salt), model=cfg.llm.model, salt=salt
@@ -175,7 +276,7 @@ def _llm(cfg: Config, engines: Engines, question: Question, salt: int, history: 
     )
     tools = DEVICE_TOOLS if cfg.llm.tools else ()
     executor = ScriptedTools(profile(cfg.llm.tool_latency, salt)) if tools else None
-    scripted = cfg.llm.impl == "scripted"
+    scripted = cfg.llm.impl == "scripted" or (cfg.llm.impl == "openai" and bool(cfg.cloud.emulator))
     return LlmStage(backend, settings, tools, executor, impl=cfg.llm.impl, scripted=scripted, history=history)
 
 

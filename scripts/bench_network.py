@@ -15,7 +15,7 @@
 
 All profiles are estimated (REFERENCE.md); the measured columns are measured here, on
 this machine, and shift with its load. Run:
-``python scripts/bench_network.py [--n 200] [--http-n 50] [--pipeline-turns 0]``.
+``python scripts/bench_network.py [--n 200] [--http-n 100] [--pipeline-turns 0]``.
 """
 
 from __future__ import annotations
@@ -131,8 +131,9 @@ async def http_segments(profile: NetProfile, n: int) -> tuple[list[float], list[
         EmulatedCloud(get_compute_profile("instant")) as cloud,
         LinkEmulator(profile, "127.0.0.1", cloud.port) as link,
     ):
-        settings = OpenAISettings(f"http://127.0.0.1:{link.port}/v1", "emulated")
-        async with OpenAIChatBackend(settings, trace_configs=[hooks]) as backend:
+        settings = OpenAISettings(cloud.base_url, "emulated")
+        backend = OpenAIChatBackend(settings, trace_configs=[hooks], connect_to=("127.0.0.1", link.port))
+        async with backend:
             for i in range(n + 1):
                 request = ChatRequest((Message("user", f"Question number {i}?"),), max_tokens=8)
                 start, first, done = time.perf_counter_ns(), 0, None
@@ -173,7 +174,9 @@ async def pipeline_excess(rtt_ms: float, turns: int) -> tuple[float, list[float]
         async with (
             EmulatedCloud(ComputeProfile("ci", ttft_ms=25, per_token_ms=1, slots=4)) as cloud,
             LinkEmulator(NetProfile(f"fixed-{rtt_ms:g}ms", rtt_ms=rtt_ms), "127.0.0.1", cloud.port) as link,
-            OpenAIChatBackend(OpenAISettings(f"http://127.0.0.1:{link.port}/v1", "emulated")) as backend,
+            OpenAIChatBackend(
+                OpenAISettings(cloud.base_url, "emulated"), connect_to=("127.0.0.1", link.port)
+            ) as backend,
         ):
             segments = []
             for _ in range(turns + 1):
@@ -199,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated profile names")
     parser.add_argument("--n", type=int, default=200, help="TCP exchanges per profile")
-    parser.add_argument("--http-n", type=int, default=50, help="chat calls per profile (0 = skip)")
+    parser.add_argument("--http-n", type=int, default=100, help="chat calls per profile (0 = skip)")
     parser.add_argument("--pipeline-turns", type=int, default=0, help="full turns per fixed RTT (0 = skip)")
     args = parser.parse_args(argv)
     try:

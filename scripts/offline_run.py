@@ -33,7 +33,8 @@ from pipeline.offline import verdict  # noqa: E402
 # .pth files and sitecustomize do at start-up is seen and named too.
 BOOT = (
     "import sys; from pipeline import netguard; netguard.install(sys.argv.pop(1)); "
-    "import site; site.main(); import runpy; runpy.run_module('pipeline.replay', run_name='__main__')"
+    "import site; site.main(); netguard.watch_http_clients(); "
+    "import runpy; runpy.run_module('pipeline.replay', run_name='__main__')"
 )
 
 

@@ -1,0 +1,82 @@
+"""Entry point: serve the emulated cloud, optionally behind the link emulator, until stopped.
+
+    python -m pipeline.cloud_emulator_main --profile fast-70b-api --port 8000 [--network internet]
+
+Prints one line per address (``emulated cloud, profile X: http://127.0.0.1:PORT/v1`` and,
+with ``--network``, ``through network profile Y: http://...``), then serves until
+SIGINT or SIGTERM. ``--answers manifest.csv`` answers the fixture questions with their
+``answer`` column; ``--api-key-env NAME`` requires the key held by that variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.cloud_emulator import COMPUTE_PROFILES, FAULTS, EmulatedCloud, get_compute_profile
+from pipeline.netem import PROFILES, LinkEmulator, get_profile
+
+
+def _answers(path: Path | None) -> dict[str, str]:
+    if path is None:
+        return {}
+    with path.open(encoding="utf-8", newline="") as fh:
+        return {row["text"].strip(): row["answer"] for row in csv.DictReader(fh) if row.get("answer")}
+
+
+async def serve(cloud: EmulatedCloud, network: str, network_port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with cloud:
+        print(f"{cloud.label}: {cloud.base_url}", flush=True)
+        if not network:
+            await stop.wait()
+            return
+        async with LinkEmulator(get_profile(network), cloud.host, cloud.port, cloud.host, network_port) as link:
+            print(f"through network profile {network}: http://{cloud.host}:{link.port}/v1", flush=True)
+            await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.cloud_emulator_main", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 = any free port")
+    parser.add_argument("--profile", default="fast-70b-api", help=f"compute: {', '.join(COMPUTE_PROFILES)}")
+    parser.add_argument("--model", default="emulated-cloud")
+    parser.add_argument("--network", default="", help=f"serve through the link emulator too: {', '.join(PROFILES)}")
+    parser.add_argument("--network-port", type=int, default=0)
+    parser.add_argument("--fault", default="", choices=FAULTS, help="answer every request with this fault")
+    parser.add_argument("--answers", type=Path, help="a manifest.csv whose 'answer' column is used")
+    parser.add_argument("--api-key-env", default="", help="require the key held by this environment variable")
+    args = parser.parse_args(argv)
+    try:
+        profile = get_compute_profile(args.profile)
+        if args.network:
+            get_profile(args.network)
+        answers = _answers(args.answers)
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"cloud_emulator: {exc}", file=sys.stderr)
+        return 2
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        print(f"cloud_emulator: the variable {args.api_key_env} is not set", file=sys.stderr)
+        return 2
+    cloud = EmulatedCloud(profile, args.host, args.port, args.model, key, args.fault, answers=answers)
+    try:
+        asyncio.run(serve(cloud, args.network, args.network_port))
+    except OSError as exc:
+        print(f"cloud_emulator: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
