@@ -51,7 +51,7 @@ def test_events_clock_and_names_depend_on_nothing_of_ours(name: str) -> None:
 
 
 def test_only_entry_points_read_the_environment_and_command_line() -> None:
-    entry_points = {"replay.py", "analyze.py", "cloud_emulator_main.py"}
+    entry_points = {"replay.py", "analyze.py", "cloud_emulator_main.py", "experiment.py"}
     for path in sorted((ROOT / "pipeline").glob("*.py")) + STAGE_FILES:
         if path.name in entry_points:
             continue

@@ -37,6 +37,7 @@ CONDITION_DEFINING = (
     "llm.endpoint",
     "llm.api_*",
     "llm.server*",
+    "cloud.*",
     "network.*",
 )
 

@@ -1,0 +1,87 @@
+"""``python -m pipeline.experiment DIR --out FOLDER``: conditions A, B and B' run the same way, then the report.
+
+Every condition replays the same questions in the same order, with the same rounds,
+warm-up, max_tokens and every other setting; only what defines the condition differs:
+A sends the LLM to an OpenAI-compatible endpoint (by default the emulated cloud behind
+the ``internet`` network profile; ``--cloud FILE`` names a real one), B runs it on the
+device, B' runs B inside a network namespace with only loopback and a verdict on
+whether anything tried to leave (``scripts/offline_run.py``). Each condition is a run
+with its own run_id; everything lands in FOLDER, which ``python -m pipeline.report``
+reads (and which this command reports on at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDITIONS = ("A", "B", "B'")
+
+
+def emulated_cloud(folder: Path, network: str, profile: str) -> Path:
+    """A [llm]/[cloud]/[network] override for condition A against the emulated cloud."""
+    path = folder / "condition-a.toml"
+    path.write_text(
+        f'[llm]\nimpl = "openai"\nmodel = "emulated-cloud"\n'
+        f'[cloud]\nemulator = "{profile}"\n[network]\nprofile = "{network}"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def commands(args: argparse.Namespace) -> dict[str, list[str]]:
+    configs = [item for path in args.config for item in ("--config", str(path))]
+    common = [*configs, "--rounds", str(args.rounds), "--limit", str(args.limit), "--out", str(args.out)]
+    common += ["--quiet"] + (["--model-cache", str(args.model_cache)] if args.model_cache else [])
+    cloud = args.cloud or emulated_cloud(args.out, args.network, args.emulator)
+    replay = [sys.executable, "-m", "pipeline.replay", str(args.fixtures)]
+    offline = [sys.executable, str(ROOT / "scripts" / "offline_run.py"), str(args.fixtures)]
+    return {
+        "A": [*replay, *common, "--config", str(cloud), "--condition", "A", "--run-id", f"{args.name}-A"],
+        "B": [*replay, *common, "--condition", "B", "--run-id", f"{args.name}-B"],
+        "B'": [*offline, *common, "--run-id", f"{args.name}-Bp"],
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipeline.experiment", description=__doc__.splitlines()[0])
+    p.add_argument("fixtures", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="experiment folder")
+    p.add_argument("--name", default="exp", help="run ids are NAME-A, NAME-B, NAME-Bp")
+    p.add_argument("--config", type=Path, action="append", default=None, help="base settings for every condition")
+    p.add_argument("--cloud", type=Path, help="condition A's [llm]/[cloud]/[network] settings (a real endpoint)")
+    p.add_argument("--emulator", default="fast-70b-api", help="emulated cloud compute profile (without --cloud)")
+    p.add_argument("--network", default="internet", help="network profile for the emulated cloud")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--limit", type=int, default=6)
+    p.add_argument("--conditions", default=",".join(CONDITIONS))
+    p.add_argument("--model-cache", type=Path)
+    args = p.parse_args(argv)
+    args.config = args.config or [ROOT / "configs" / "local.toml"]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    wanted = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in CONDITIONS]
+    if unknown:
+        print(f"error: unknown condition(s) {', '.join(unknown)}; choose from {', '.join(CONDITIONS)}", file=sys.stderr)
+        return 2
+    codes = {}
+    for condition in wanted:
+        print(f"condition {condition} ...", file=sys.stderr, flush=True)
+        codes[condition] = subprocess.run(commands(args)[condition], cwd=ROOT).returncode
+    report = subprocess.run([sys.executable, "-m", "pipeline.report", str(args.out), "--out", str(args.out / "report")])
+    for condition, code in codes.items():
+        print(f"condition {condition}: exit code {code}" + ("  (3 = something reached out)" if code == 3 else ""))
+    return 0 if all(c in (0, 3) for c in codes.values()) and report.returncode in (0, 3) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
