@@ -142,6 +142,8 @@ class Builder:
             else:
                 out.append(Paragraph("The four outcomes read B against A; A (cloud) was not measured.", NOTE))
             out.append(Paragraph(readings.offline_reading(self.conds)))
+            if self.data.offline_verdicts:
+                out.append(Bullets(tuple(f"B' network check: {v}" for v in self.data.offline_verdicts)))
             out.append(Heading(3, "Conclusion"))
             if self.pairs:
                 for x, b in self.pairs:

@@ -50,6 +50,7 @@ class Dataset:
     files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    offline_verdicts: list[str] = field(default_factory=list)  # what B' runs' network checks found
 
 
 def sentence_first_tokens(turn: TurnSpans) -> tuple[float, ...]:
@@ -191,4 +192,23 @@ def load_paths(paths: Sequence[Path], runs: Sequence[str] = ()) -> Dataset:
     for path in paths:
         if path.is_dir():
             data.notes.extend(_bench_check(path, data.rows, runs))
+            data.offline_verdicts.extend(_offline_verdicts(path, data.problems))
     return data
+
+
+def _offline_verdicts(folder: Path, problems: list[str]) -> list[str]:
+    """The verdicts of ``scripts/offline_run.py`` found in an experiment folder, in words (M13)."""
+    out = []
+    for path in sorted(folder.rglob("offline/verdict.json")):
+        try:
+            v = json.loads(path.read_text(encoding="utf-8"))
+            if v["fully_local"]:
+                out.append(
+                    f"{path}: fully local: yes, nothing tried to reach beyond loopback (measured, strace + audit)"
+                )
+                continue
+            reached = sorted({f"{a['component']} ({a['kind']} {a['destination']})" for a in v["attempts"]})
+            out.append(f"{path}: fully local: NO; reached out: {'; '.join(reached[:8])}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{path}: unreadable offline verdict ({exc})")
+    return out
