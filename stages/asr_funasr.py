@@ -8,15 +8,14 @@ of model (a VAD, say) is refused before the run.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.events import AudioFrame, Event, SpeechEnd, StageInfo, Transcript
+from pipeline.events import StageInfo
+from stages.asr_utterance import UtteranceAsr
 from stages.vad_fsmn import load_automodel
 
 FUNASR_LANGUAGES = ("zh", "en")
@@ -40,20 +39,6 @@ class FunAsrEngine:
         return str(rich_transcription_postprocess(result[0]["text"])).strip() if result else ""
 
 
-class FunAsr:
-    def __init__(self, engine: FunAsrEngine, language: str) -> None:
-        if language not in FUNASR_LANGUAGES:
-            raise ValueError(f"FunASR ASR here supports {', '.join(FUNASR_LANGUAGES)}, not {language!r}")
-        self.engine = engine
-        self.language = language
-        self.info = StageInfo(role="asr", impl="funasr", attributes=(("asr.model", engine.name),))
-
-    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        pcm = bytearray()
-        async for event in events:
-            if isinstance(event, AudioFrame):
-                pcm += event.pcm
-            elif isinstance(event, SpeechEnd):
-                text = await asyncio.to_thread(self.engine.transcribe, bytes(pcm), self.language)
-                yield Transcript(text=text, language=self.language)
-                return
+def FunAsr(engine: FunAsrEngine, language: str) -> UtteranceAsr:
+    info = StageInfo(role="asr", impl="funasr", attributes=(("asr.model", engine.name),))
+    return UtteranceAsr(engine, language, info, FUNASR_LANGUAGES)

@@ -1,23 +1,20 @@
 """faster-whisper ASR: the utterance the VAD passed is transcribed once the end-point comes.
 
-Whisper is not streaming: it always encodes a 30 s window, so its time is spent
-after the end-point and lies on the critical path (METHOD M4). Decoding runs in
-a worker thread so playback and other turns' audio keep flowing. Temperature 0
+Whisper is not streaming: it always encodes a 30 s window. Temperature 0
 (the fallback ladder took 10-20 s on garbage, STACK.md), the language from the
 manifest, and for Chinese an initial prompt in Simplified Chinese.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.events import AudioFrame, Event, SpeechEnd, StageInfo, Transcript
+from pipeline.events import StageInfo
+from stages.asr_utterance import UtteranceAsr
 
 WHISPER_LANGUAGES = ("zh", "en")  # what the fixtures and prompts here cover; Whisper knows many more
 ZH_PROMPT = "以下是普通话的句子。"
@@ -59,22 +56,8 @@ class WhisperEngine:
             return "".join(segment.text for segment in segments).strip()
 
 
-class WhisperAsr:
-    def __init__(self, engine: WhisperEngine, language: str) -> None:
-        if language not in WHISPER_LANGUAGES:
-            raise ValueError(f"Whisper ASR here supports {', '.join(WHISPER_LANGUAGES)}, not {language!r}")
-        self.engine = engine
-        self.language = language
-        self.info = StageInfo(
-            role="asr", impl="whisper", attributes=(("asr.model", engine.name), ("asr.beam_size", engine.beam_size))
-        )
-
-    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        pcm = bytearray()
-        async for event in events:
-            if isinstance(event, AudioFrame):
-                pcm += event.pcm
-            elif isinstance(event, SpeechEnd):
-                text = await asyncio.to_thread(self.engine.transcribe, bytes(pcm), self.language)
-                yield Transcript(text=text, language=self.language)
-                return
+def WhisperAsr(engine: WhisperEngine, language: str) -> UtteranceAsr:
+    info = StageInfo(
+        role="asr", impl="whisper", attributes=(("asr.model", engine.name), ("asr.beam_size", engine.beam_size))
+    )
+    return UtteranceAsr(engine, language, info, WHISPER_LANGUAGES)

@@ -1,0 +1,39 @@
+"""An ASR that transcribes the whole utterance once the end-point comes (Whisper, FunASR).
+
+It gathers the frames the VAD passed and, at the end-point, hands them to its
+engine in a worker thread, so playback and other audio keep flowing meanwhile.
+Its time is spent after the end-point and lies on the critical path (METHOD M4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from pipeline.events import AudioFrame, Event, SpeechEnd, StageInfo, Transcript
+
+
+class UtteranceEngine(Protocol):
+    name: str
+
+    def transcribe(self, pcm: bytes, language: str) -> str: ...
+
+
+class UtteranceAsr:
+    def __init__(self, engine: UtteranceEngine, language: str, info: StageInfo, languages: tuple[str, ...]) -> None:
+        if language not in languages:
+            raise ValueError(f"{info.impl} ASR here supports {', '.join(languages)}, not {language!r}")
+        self.engine = engine
+        self.language = language
+        self.info = info
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        pcm = bytearray()
+        async for event in events:
+            if isinstance(event, AudioFrame):
+                pcm += event.pcm
+            elif isinstance(event, SpeechEnd):
+                text = await asyncio.to_thread(self.engine.transcribe, bytes(pcm), self.language)
+                yield Transcript(text=text, language=self.language)
+                return
