@@ -23,6 +23,8 @@ HEADLINE_METRICS = (
     "sentence_first_token_median_ms",
     "llm_calls",
     "sentences",
+    "asr_error_rate",
+    "answer_quality",
 )
 
 

@@ -8,8 +8,10 @@ from pipeline.analysis import Row
 from pipeline.stats import HEADLINE_METRICS, group_rows, success_rate, summarize
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _fmt(value: float | None, metric: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if metric.endswith("_ms") or metric in ("llm_calls", "sentences") else f"{value:.2f}"
 
 
 def summary_table(rows: Sequence[Row]) -> str:
@@ -36,8 +38,12 @@ def summary_table(rows: Sequence[Row]) -> str:
             s = summarize(group, metric)
             n = f"{s.n}/{s.turns}" + ("*" if s.partial else "")
             lines.append(
-                f"  {metric:<32}{_fmt(s.median):>10}{_fmt(s.p90):>10}{_fmt(s.minimum):>10}{_fmt(s.maximum):>10}{n:>8}"
+                f"  {metric:<32}{_fmt(s.median, metric):>10}{_fmt(s.p90, metric):>10}"
+                f"{_fmt(s.minimum, metric):>10}{_fmt(s.maximum, metric):>10}{n:>8}"
             )
         if any(summarize(group, m).partial for m in HEADLINE_METRICS):
-            lines.append("  * computed over fewer than all measured turns (failed turns have no latency)")
+            lines.append(
+                "  * computed over fewer than all measured turns (failed turns have no latency;"
+                " questions without expected keywords have no answer_quality)"
+            )
     return "\n".join(lines)

@@ -43,8 +43,10 @@ async def _pump(source: AsyncIterator[Event], queue: asyncio.Queue[object]) -> N
 async def serve_turn(stages: ServerStages, recorder: TurnRecorder, link: Link) -> None:
     """The server side: chain the stages, each in its own task, and send the audio down."""
     received: asyncio.Queue[object] = asyncio.Queue()
-    pumps = [asyncio.create_task(_pump(recorder.receive(link.uplink()), received))]
+    # audio keeps arriving after the end-point; the turn does not wait for the device to stop
+    receiver = asyncio.create_task(_pump(recorder.receive(link.uplink()), received))
     source: AsyncIterator[Event] = drain(received)
+    pumps = []
     for role in SERVER_ROLES:
         queue: asyncio.Queue[object] = asyncio.Queue()
         pumps.append(asyncio.create_task(_pump(recorder.wrap(role, getattr(stages, role), source), queue)))
@@ -54,7 +56,7 @@ async def serve_turn(stages: ServerStages, recorder: TurnRecorder, link: Link) -
             await link.send_down(event)
         await asyncio.gather(*pumps)
     finally:
-        for task in pumps:
+        for task in [receiver, *pumps]:
             task.cancel()
     await link.send_down(TurnEnd())
 

@@ -9,6 +9,7 @@ of model (a VAD, say) is refused before the run.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ class FunAsrEngine:
             raise ValueError(f"{model_dir}: a {kind} model, not a FunASR speech recognition model")
         self.name = model_dir.name
         self._lock = threading.Lock()
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
 
     def transcribe(self, pcm: bytes, language: str) -> str:
         from funasr.utils.postprocess_utils import rich_transcription_postprocess

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from typing import Protocol
 
 from pipeline.events import AudioFrame, Event, SpeechEnd, StageInfo, Transcript
@@ -16,6 +17,11 @@ from pipeline.events import AudioFrame, Event, SpeechEnd, StageInfo, Transcript
 
 class UtteranceEngine(Protocol):
     name: str
+
+    @property
+    def thread(self) -> Executor:
+        """Its own single thread: native runtimes keep a thread team per calling thread, and
+        teams left behind by other threads spin beside the new one (see LlamaEngine)."""
 
     def transcribe(self, pcm: bytes, language: str) -> str: ...
 
@@ -34,6 +40,7 @@ class UtteranceAsr:
             if isinstance(event, AudioFrame):
                 pcm += event.pcm
             elif isinstance(event, SpeechEnd):
-                text = await asyncio.to_thread(self.engine.transcribe, bytes(pcm), self.language)
+                loop = asyncio.get_running_loop()
+                text = await loop.run_in_executor(self.engine.thread, self.engine.transcribe, bytes(pcm), self.language)
                 yield Transcript(text=text, language=self.language)
                 return

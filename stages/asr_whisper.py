@@ -8,6 +8,7 @@ manifest, and for Chinese an initial prompt in Simplified Chinese.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ class WhisperEngine:
         self.beam_size = beam_size
         self.name = model_dir.name
         self._lock = threading.Lock()
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
 
     def transcribe(self, pcm: bytes, language: str) -> str:
         audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0

@@ -16,6 +16,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,12 @@ def openai_tools(request: ChatRequest) -> list[dict[str, Any]] | None:
 
 
 class LlamaEngine:
-    """One loaded model; generations run one at a time in a worker thread."""
+    """One loaded model; generations run one at a time on the engine's own thread.
+
+    Always the same thread: llama.cpp's OpenMP thread team belongs to the thread that
+    calls it, and a new calling thread per generation left earlier teams spinning beside
+    the new one (measured here: tokens/s fell by about a third).
+    """
 
     def __init__(self, model_path: Path, settings: LlamaSettings) -> None:
         self.info = check_chat_model(model_path)
@@ -93,6 +99,7 @@ class LlamaEngine:
         self._stops = sorted({s for s in (eos, "<|im_end|>", "<|endoftext|>") if s})
         self._lock = threading.Lock()
         self._previous: list[int] = []
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
 
     def _token_text(self, token: int) -> str:
         if token < 0:
@@ -178,7 +185,7 @@ class LlamaBackend:
             except Exception as exc:  # handed to the event loop, raised there with its own class
                 loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
 
-        worker = loop.run_in_executor(None, work)
+        worker = loop.run_in_executor(self.engine.thread, work)
         try:
             async for chunk in _shape(queue, request, cancel):
                 yield chunk
