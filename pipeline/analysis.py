@@ -40,6 +40,7 @@ COLUMNS = (
     "sentence_first_token_median_ms",
     "sentence_first_token_max_ms",
     "tts_first_frame_ms",
+    "llm_first_chunk_ms",
     "llm_generation_ms",
     "server_queue_ms",
     "server_prompt_ms",
@@ -175,6 +176,7 @@ def _llm_segments(calls: list[SpanRecord]) -> Row:
     generation = [_ms(c.event_ns(names.EV_FIRST_TOKEN), c.end_ns) for c in calls]
     known = [g for g in generation if g is not None]
     return {
+        "llm_first_chunk_ms": _ms(calls[0].start_ns, calls[0].event_ns(names.EV_FIRST_CHUNK)) if calls else None,
         "llm_generation_ms": round(sum(known), 3) if known else None,
         "server_queue_ms": _server_sum(calls, names.SERVER_QUEUE_MS),
         "server_prompt_ms": _server_sum(calls, names.SERVER_PROMPT_MS),

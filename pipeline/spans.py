@@ -23,6 +23,7 @@ PLAYBACK = "playback"
 EV_USER_SPEECH_END = "user_speech_end"
 EV_SPEECH_START = "speech_start"
 EV_FIRST_TOKEN = "first_token"
+EV_FIRST_CHUNK = "first_chunk"  # the first streamed chunk of a call, often role-only with no text
 EV_FIRST_FRAME = "first_frame"
 EV_SENTENCE_AUDIO = "sentence_audio_start"
 

@@ -32,7 +32,9 @@ def summary_table(rows: Sequence[Row]) -> str:
         )
         scripted = sorted({str(r.get("scripted")) for r in group if r.get("scripted")})
         if scripted:
-            lines.append(f"  scripted stages (simulated latencies, not measurements of models): {', '.join(scripted)}")
+            lines.append(
+                f"  scripted stages: {', '.join(scripted)}: their times are estimated (simulated), not measurements"
+            )
         lines.append(f"  {'metric':<32}{'median':>10}{'P90':>10}{'min':>10}{'max':>10}{'n':>8}")
         for metric in HEADLINE_METRICS:
             s = summarize(group, metric)

@@ -225,6 +225,8 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
         for key, value in call.server_timings:
             extra[names.SERVER_TIMING_PREFIX + key] = value
         span = child(names.LLM_CALL, call.start_ns, call.end_ns, "llm", extra)
+        if call.token_ns:
+            span.add_event(names.EV_FIRST_CHUNK, timestamp=call.token_ns[0])
         if call.first_token_ns is not None:
             span.add_event(names.EV_FIRST_TOKEN, timestamp=call.first_token_ns)
     for tool in tl.tools:

@@ -50,6 +50,7 @@ def test_trace_file_round_trip_gives_the_scripted_numbers(tmp_path: Path) -> Non
         "vad_endpoint_ms": 600.0,
         "asr_ms": 300.0,
         "first_token_ms": 200.0,
+        "llm_first_chunk_ms": 200.0,
         "total_ms": 600.0,
         "tokens": 9,
         "llm_calls": 1,
@@ -116,7 +117,7 @@ def test_trace_lines_are_conformant_otlp_json(tmp_path: Path) -> None:
     assert call_attrs["gen_ai.operation.name"] == {"stringValue": "chat"}
     assert call_attrs["gen_ai.usage.output_tokens"] == {"intValue": "2"}
     assert call_attrs["gen_ai.response.finish_reasons"] == {"arrayValue": {"values": [{"stringValue": "stop"}]}}
-    assert [e["name"] for e in by_name["llm.call"]["events"]] == ["first_token"]
+    assert [e["name"] for e in by_name["llm.call"]["events"]] == ["first_chunk", "first_token"]
 
 
 def test_analyze_command_recomputes_the_same_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
