@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-APT_PACKAGES := espeak-ng strace chromium
+APT_PACKAGES := espeak-ng strace chromium nftables
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint bench bench-stages experiment report system clean
