@@ -7,9 +7,9 @@ import itertools
 import json
 import random
 import shutil
-import sys
 import statistics
 import subprocess
+import sys
 import time
 
 import pytest
