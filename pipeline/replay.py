@@ -24,7 +24,7 @@ from pipeline.config import Config, ConfigError, load_config
 from pipeline.fixtures import FixtureError, load_questions
 from pipeline.models import ModelError
 from pipeline.session import Run, run_session
-from pipeline.stage_factory import SetupError, check_languages, load_engines
+from pipeline.stage_factory import Engines, SetupError, check_languages, load_engines
 from pipeline.summary import summary_table
 from pipeline.tracing import OtlpSettings, Tracing
 
@@ -128,6 +128,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if args.net_audit:
         netguard.install(args.net_audit)  # first, so attempts made while loading models are seen too
     say = _quiet if args.quiet else _to_stderr
+    engines: Engines | None = None
     try:
         cfg = load_config(args.config, overrides(args))
         questions = load_questions(args.fixtures)
@@ -137,6 +138,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         engines = load_engines(cfg, model_cache(args, env))
         bench = BenchCsv(args.out / "bench.csv")
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, ValueError) as exc:
+        if engines is not None:
+            engines.close()  # a llama-server already started must not outlive a refused run
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for warning in questions.warnings:
