@@ -147,7 +147,8 @@ class Builder:
             out.append(Heading(3, "Conclusion"))
             if self.pairs:
                 for x, b in self.pairs:
-                    out.append(Paragraph(readings.conclusion(self.conds[x], self.conds[b], bool(self.simulated))))
+                    simulated = any(f.condition in (x, b) for f in self.simulated)  # this pair's runs only
+                    out.append(Paragraph(readings.conclusion(self.conds[x], self.conds[b], simulated)))
             else:
                 out.append(Paragraph(self._no_pairs("A conclusion"), NOTE))
         else:

@@ -203,9 +203,7 @@ def _offline_verdicts(folder: Path, problems: list[str]) -> list[str]:
         try:
             v = json.loads(path.read_text(encoding="utf-8"))
             if v["fully_local"]:
-                out.append(
-                    f"{path}: fully local: yes, nothing tried to reach beyond loopback (measured, strace + audit)"
-                )
+                out.append(f"{path}: fully local: yes, nothing tried to reach beyond loopback (strace + audit)")
                 continue
             reached = sorted({f"{a['component']} ({a['kind']} {a['destination']})" for a in v["attempts"]})
             out.append(f"{path}: fully local: NO; reached out: {'; '.join(reached[:8])}")
