@@ -182,3 +182,27 @@ def test_a_run_killed_mid_way_keeps_every_finished_turn(tmp_path: Path) -> None:
     assert 2 <= len(rows) - 1 < 12
     trace_lines = (tmp_path / "o" / "traces" / "k.jsonl").read_text().splitlines()
     assert len(trace_lines) == len(rows) - 1  # one line per finished turn, no session line
+
+
+def input_tokens_per_turn(trace: Path) -> list[int]:
+    from pipeline import spans as names
+    from pipeline.traces_io import ReadProblems, read_trace_file
+
+    calls = [s for s in read_trace_file(trace, ReadProblems()) if s.name == names.LLM_CALL]
+    return [int(str(s.attributes[names.GEN_AI_INPUT_TOKENS])) for s in sorted(calls, key=lambda s: s.start_ns)]
+
+
+def test_history_rounds_carry_earlier_turns_into_the_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fixtures = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3"])
+    base = [str(fixtures), *SIM, "--clock", "virtual", "--rounds", "1", "--quiet"]
+    with_history = tmp_path / "h.toml"
+    with_history.write_text("[llm]\nhistory_rounds = 1\ntools = false\n")
+    without = tmp_path / "n.toml"
+    without.write_text("[llm]\ntools = false\n")
+    assert run([*base, "--config", str(without), "--out", str(tmp_path / "a"), "--run-id", "a"], capsys)[0] == 0
+    assert run([*base, "--config", str(with_history), "--out", str(tmp_path / "b"), "--run-id", "b"], capsys)[0] == 0
+    fresh = input_tokens_per_turn(tmp_path / "a" / "traces" / "a.jsonl")
+    kept = input_tokens_per_turn(tmp_path / "b" / "traces" / "b.jsonl")
+    assert fresh[0] == kept[0]  # nothing to remember before the first turn
+    assert kept[1] > fresh[1] and kept[2] > fresh[2]  # one earlier exchange rides along
+    assert kept[2] - fresh[2] == kept[1] - fresh[1]  # only the last round is kept, not all of them
