@@ -102,38 +102,50 @@ def load_engines(cfg: Config, cache: Path) -> Engines:
 
 
 def _load(cfg: Config, cache: Path, engines: Engines) -> None:
-    if cfg.vad.impl == "silero":
+    for load in (_load_vad, _load_asr, _load_llm, _load_tts):
+        load(cfg, cache, engines)
+
+
+def _load_vad(cfg: Config, cache: Path, engines: Engines) -> None:
+    if cfg.vad.impl in ("silero", "fsmn"):
         path = resolve(cfg.vad.model, cache)
-        engines.silero = SileroModel(path)
+        if cfg.vad.impl == "silero":
+            engines.silero = SileroModel(path)
+        else:
+            engines.fsmn = FsmnVadModel(path, cfg.vad.silence_ms)
         engines.identity["vad"] = _identity(cfg.vad.model, path)
-    if cfg.vad.impl == "fsmn":
-        path = resolve(cfg.vad.model, cache)
-        engines.fsmn = FsmnVadModel(path, cfg.vad.silence_ms)
-        engines.identity["vad"] = _identity(cfg.vad.model, path)
-    if cfg.asr.impl == "funasr":
+
+
+def _load_asr(cfg: Config, cache: Path, engines: Engines) -> None:
+    if cfg.asr.impl in ("whisper", "funasr"):
         path = resolve(cfg.asr.model, cache)
-        engines.funasr = FunAsrEngine(path)
+        if cfg.asr.impl == "whisper":
+            engines.whisper = WhisperEngine(path, threads=cfg.asr.threads, beam_size=cfg.asr.beam_size)
+        else:
+            engines.funasr = FunAsrEngine(path)
         engines.identity["asr"] = _identity(cfg.asr.model, path)
-    if cfg.asr.impl == "whisper":
-        path = resolve(cfg.asr.model, cache)
-        engines.whisper = WhisperEngine(path, threads=cfg.asr.threads, beam_size=cfg.asr.beam_size)
-        engines.identity["asr"] = _identity(cfg.asr.model, path)
+
+
+def _load_llm(cfg: Config, cache: Path, engines: Engines) -> None:
     if cfg.llm.impl == "llama":
         path = resolve(cfg.llm.model, cache)
         settings = LlamaSettings(cfg.llm.n_ctx, cfg.llm.threads, cfg.llm.seed, cfg.llm.temperature)
         engines.llama = LlamaEngine(path, settings)
         engines.identity["llm"] = f"{_identity(cfg.llm.model, path)} {engines.llama.info.quantisation}"
         engines.endpoint = "in-process llama.cpp"
-    if cfg.llm.impl == "server":
+    elif cfg.llm.impl == "server":
         path = resolve(cfg.llm.model, cache)
         info = check_chat_model(path)
         engines.llama_server = LlamaServer(path, cfg.llm.threads, cfg.llm.n_ctx, cfg.llm.seed).start()
         engines.identity["llm"] = f"{_identity(cfg.llm.model, path)} {info.quantisation}"
         engines.endpoint = f"llama.cpp server (local process), {cfg.llm.model}"
-    if cfg.llm.impl == "openai":
+    elif cfg.llm.impl == "openai":
         _cloud_identity(cfg, engines)
-    if cfg.llm.impl == "scripted":
+    else:
         engines.endpoint = "scripted"
+
+
+def _load_tts(cfg: Config, cache: Path, engines: Engines) -> None:
     if cfg.tts.impl == "piper":
         path = resolve(cfg.tts.voice, cache)
         engines.piper = PiperEngine(path)
