@@ -41,6 +41,7 @@ class FunAsrEngine:
         return str(rich_transcription_postprocess(result[0]["text"])).strip() if result else ""
 
 
-def FunAsr(engine: FunAsrEngine, language: str) -> UtteranceAsr:
-    info = StageInfo(role="asr", impl="funasr", attributes=(("asr.model", engine.name),))
-    return UtteranceAsr(engine, language, info, FUNASR_LANGUAGES)
+class FunAsr(UtteranceAsr):
+    def __init__(self, engine: FunAsrEngine, language: str) -> None:
+        info = StageInfo(role="asr", impl="funasr", attributes=(("asr.model", engine.name),))
+        super().__init__(engine, language, info, FUNASR_LANGUAGES)

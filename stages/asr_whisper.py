@@ -58,8 +58,7 @@ class WhisperEngine:
             return "".join(segment.text for segment in segments).strip()
 
 
-def WhisperAsr(engine: WhisperEngine, language: str) -> UtteranceAsr:
-    info = StageInfo(
-        role="asr", impl="whisper", attributes=(("asr.model", engine.name), ("asr.beam_size", engine.beam_size))
-    )
-    return UtteranceAsr(engine, language, info, WHISPER_LANGUAGES)
+class WhisperAsr(UtteranceAsr):
+    def __init__(self, engine: WhisperEngine, language: str) -> None:
+        attributes = (("asr.model", engine.name), ("asr.beam_size", engine.beam_size))
+        super().__init__(engine, language, StageInfo("asr", "whisper", attributes=attributes), WHISPER_LANGUAGES)
