@@ -209,8 +209,3 @@ def resolve(model: str, cache: Path) -> Path:
         if not dest.is_file() or dest.stat().st_size != extra.stat().st_size:
             shutil.copyfile(extra, dest)
     return folder or target
-
-
-def registry_table() -> str:
-    rows = [f"{m.name:<14} {m.role:<4} {m.description}  [packages: {' '.join(m.packages)}]" for m in REGISTRY.values()]
-    return "\n".join(rows)

@@ -54,9 +54,6 @@ class TurnRecorder:
             "player": self._player_out,
         }
 
-    def now_ns(self) -> int:
-        return self._clock.now_ns()
-
     def receive(self, uplink: AsyncIterator[Event]) -> AsyncIterator[Event]:
         """Stamp each uplink frame as it reaches the server, before any stage is free to take it."""
         return self._tap(self._uplink_in, uplink)
