@@ -140,6 +140,21 @@ async def post(url: str, payload: dict[str, Any], headers: dict[str, str] | None
         return resp.status, await resp.read()
 
 
+async def post_watching_first_content(url: str, payload: dict[str, Any]) -> tuple[int, bytes, float]:
+    """POST and read the stream; also the ms from sending to the first chunk that carries text."""
+    loop = asyncio.get_running_loop()
+    raw, first_ms = b"", 0.0
+    async with aiohttp.ClientSession() as session:
+        sent = loop.time()
+        async with session.post(url, json=payload) as resp:
+            async for line in resp.content:
+                raw += line
+                if not first_ms and line.startswith(b"data: {") and json.loads(line[6:]).get("choices"):
+                    delta = json.loads(line[6:])["choices"][0]["delta"]
+                    first_ms = (loop.time() - sent) * 1000 if delta.get("content") else 0.0
+            return resp.status, raw, first_ms
+
+
 def events(raw: bytes) -> list[Any]:
     out = []
     for block in raw.decode().split("\n\n"):
@@ -152,12 +167,12 @@ def events(raw: bytes) -> list[Any]:
 def test_streams_openai_chunks_with_its_own_timings() -> None:
     profile = ComputeProfile("t", ttft_ms=60, per_token_ms=5)
 
-    async def main() -> tuple[int, bytes]:
+    async def main() -> tuple[int, bytes, float]:
         async with EmulatedCloud(profile) as cloud:
             request = body("What day is it today?", stream=True, stream_options={"include_usage": True})
-            return await post(cloud.base_url + "/chat/completions", request)
+            return await post_watching_first_content(cloud.base_url + "/chat/completions", request)
 
-    status, raw = asyncio.run(main())
+    status, raw, client_first_ms = asyncio.run(main())
     chunks = events(raw)
     assert status == 200 and chunks[-1] is None
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -168,7 +183,11 @@ def test_streams_openai_chunks_with_its_own_timings() -> None:
     tail = chunks[-2]
     assert tail["choices"] == [] and tail["usage"]["completion_tokens"] == tail["timings"]["predicted_n"] > 3
     timings = tail["timings"]
-    assert timings["queue_ms"] < 5 and 60 <= timings["prompt_ms"] < 80
+    # The server and the client share one event loop clock, so the server's interval from receipt
+    # to first token must lie inside the client's from send to first content; an upper bound in
+    # milliseconds would only measure how loaded the machine is (a CI run saw 128 ms for 60).
+    assert timings["queue_ms"] >= 0 and timings["prompt_ms"] >= 60
+    assert timings["queue_ms"] + timings["prompt_ms"] <= client_first_ms
     assert timings["predicted_ms"] >= 5 * (timings["predicted_n"] - 1)
 
 

@@ -175,8 +175,10 @@ def test_proxy_delays_each_exchange_by_the_rtt_and_keeps_every_byte() -> None:
     rtts, back, connections = asyncio.run(main())
     assert back == random.Random(1).randbytes(1_000_000)  # nothing lost, nothing reordered
     assert connections == 1
-    assert 40 <= rtts[0] < 40 + 15  # the handshake RTT, then the exchange
-    assert all(20 <= r < 20 + 15 for r in rtts[1:]), rtts
+    # Never faster than the profile; exact sums are the virtual-clock test's job below. The upper
+    # bound is on the median, so one scheduling stall of a loaded CI machine cannot decide it.
+    assert rtts[0] >= 40  # the handshake RTT, then the exchange
+    assert all(r >= 20 for r in rtts[1:]) and statistics.median(rtts[1:]) < 20 + 15, rtts
 
 
 def test_proxy_times_are_exact_on_the_virtual_clock() -> None:
