@@ -3,13 +3,16 @@
 The client's first-token time (request sent -> first content delta, stamped by the
 pipeline's recorder) must match what the server says it spent (``timings.prompt_ms``)
 plus what lies between them (HTTP, loopback, the first delta's trip). Measured here
-with ``pytest tests/test_llama_server.py -s`` (it prints the gaps): 4.8-8.3 ms per call
-on this machine; the 40 ms margin allows about five times that for a loaded CI machine.
+with ``pytest tests/test_llama_server.py -s`` (it prints the gaps): 4.8-15.4 ms per call
+on this machine. The stated margin: the median gap within 20 ms, and no call's over 100 ms,
+so that one scheduling stall on a loaded 2-core CI machine (one of 68 ms was seen there)
+does not decide the test while counting the wrong event (a whole generation) still would.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 from collections.abc import AsyncIterator
 
 from pipeline.clock import RealClock
@@ -23,7 +26,8 @@ from stages.llm import LlmSettings, LlmStage
 from stages.llm_openai import OpenAIChatBackend
 from tests.real_models import CACHE
 
-MARGIN_MS = 40.0
+MEDIAN_MARGIN_MS = 20.0
+CALL_MARGIN_MS = 100.0
 QUESTIONS = ["What is the capital of France?", "Why is the sky blue?", "Name a fruit.", "How many legs has a cat?"]
 
 
@@ -52,6 +56,7 @@ def test_client_first_token_matches_the_servers_own_timings() -> None:
     with LlamaServer(resolve("qwen2.5-0.5b", CACHE), threads=2, n_ctx=2048, seed=1) as server:
         measured = asyncio.run(gaps(server.base_url))
     print("client first token - server prompt_ms:", [round(c - s, 1) for c, s in measured])
-    for client, server_ms in measured:
-        assert server_ms > 0
-        assert 0 <= client - server_ms <= MARGIN_MS, (client, server_ms)
+    gaps_ms = [client - server_ms for client, server_ms in measured]
+    assert all(server_ms > 0 for _, server_ms in measured)
+    assert all(0 <= gap <= CALL_MARGIN_MS for gap in gaps_ms), measured
+    assert statistics.median(gaps_ms) <= MEDIAN_MARGIN_MS, measured
