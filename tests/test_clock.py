@@ -1,9 +1,12 @@
 import asyncio
+import select
+import selectors
+import socket
 import time
 
 import pytest
 
-from pipeline.clock import VIRTUAL_EPOCH_NS, RealClock, VirtualClock, run_on_clock
+from pipeline.clock import VIRTUAL_EPOCH_NS, FineTimerSelector, RealClock, VirtualClock, run_on_clock
 
 
 def test_virtual_time_moves_only_by_timers_and_is_exact() -> None:
@@ -63,3 +66,38 @@ def test_real_clock_is_epoch_time_and_monotonic() -> None:
     b = clock.now_ns()
     assert b >= a
     assert abs(a - time.time_ns()) < 1_000_000_000
+
+
+def test_real_runs_wait_for_timers_to_the_microsecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait handed to the kernel keeps its sub-millisecond part (epoll would round it up)."""
+    waits: list[float] = []
+    real_select = select.select
+
+    def recording_select(r: list[int], w: list[int], x: list[int], timeout: float) -> object:
+        waits.append(timeout)
+        return real_select(r, w, x, timeout)
+
+    monkeypatch.setattr(select, "select", recording_select)
+
+    async def main() -> None:
+        await asyncio.sleep(0.5003)
+
+    run_on_clock(main(), RealClock())
+    assert any(0.4 < t <= 0.5003 and abs(t * 1000 - round(t * 1000)) > 1e-6 for t in waits), waits
+
+
+def test_fine_timer_selector_loses_no_event() -> None:
+    a, b = socket.socketpair()
+    selector = FineTimerSelector()
+    try:
+        selector.register(a, selectors.EVENT_READ, "a")
+        assert selector.select(0.0005) == []  # nothing ready: the wait just ends
+        b.send(b"x")
+        started = time.monotonic()
+        [(key, events)] = selector.select(30)
+        assert (key.data, events) == ("a", selectors.EVENT_READ)
+        assert time.monotonic() - started < 10  # woken by the event, not by the timeout
+    finally:
+        selector.close()
+        a.close()
+        b.close()
