@@ -70,11 +70,10 @@ def _order(row: Row) -> int:
 
 
 def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
-    """Latency / same question's median, in run order (rows: one run's measured ok turns)."""
-    ordered = sorted(rows, key=_order)
+    """Latency / same question's median (rows: one run's measured ok turns, in run order)."""
     by_question: dict[str, list[float]] = {}
     kept: list[tuple[str, float]] = []
-    for row in ordered:
+    for row in rows:
         value = number(row.get(metric))
         if value is None:
             continue
@@ -85,9 +84,17 @@ def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
     return np.asarray([v / medians[q] if medians[q] else 1.0 for q, v in kept], dtype=np.float64)
 
 
+def _measured_in_order(rows: Sequence[Row]) -> list[Row]:
+    return sorted((r for r in rows if not r.get("warmup") and r.get("ok")), key=_order)
+
+
 def check(run_id: str, rows: Sequence[Row], metric: str) -> Drift:
     """``rows``: the run's rows; warm-up and failed turns are left out here."""
-    measured = [r for r in rows if not r.get("warmup") and r.get("ok")]
+    return _check(run_id, _measured_in_order(rows), metric)
+
+
+def _check(run_id: str, measured: Sequence[Row], metric: str) -> Drift:
+    """``measured``: the run's measured ok turns, in run order."""
     rounds = {r.get("round") for r in measured}
     rel = relative_latencies(measured, metric)
     n = len(rel)
@@ -110,4 +117,5 @@ def check_runs(rows: Sequence[Row]) -> list[Drift]:
     runs: dict[str, list[Row]] = {}
     for row in rows:
         runs.setdefault(str(row.get("run_id")), []).append(row)
-    return [check(run_id, run_rows, metric) for run_id, run_rows in runs.items() for metric in METRICS]
+    measured = {run_id: _measured_in_order(run_rows) for run_id, run_rows in runs.items()}  # once per run
+    return [_check(run_id, measured[run_id], metric) for run_id in runs for metric in METRICS]

@@ -110,10 +110,10 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
     flagged = {(d.run_id, d.metric) for d in drifts if d.flagged}
     fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     has_temp = False
+    in_order = [(run_id, label, sorted(rows, key=_start)) for run_id, label, rows in runs]
     for ax, metric, name in zip(axes, ("whole_turn_ms", "first_token_ms"), ("whole turn", "first token"), strict=True):
         temp_ax = None
-        for run_id, label, rows in runs:
-            ordered = sorted(rows, key=_start)
+        for run_id, label, ordered in in_order:
             idx = thin(np.arange(len(ordered)), ORDER_POINTS)
             x = [int(i) for i in idx if number(ordered[i].get(metric)) is not None and ordered[i].get("ok")]
             y = [number(ordered[i].get(metric)) for i in x]
