@@ -24,8 +24,9 @@ def test_local_condition_b_on_real_fixtures(tmp_path: Path, capsys: pytest.Captu
         assert r["scripted"] == ""  # nothing simulated
         assert r["condition"] == "B"
         # the 600 ms silence window, give or take the real clock's timer error on the two frames
-        # it is measured between (scripts/bench_core.py: P99 1.3 ms), plus a frame or two of load
-        assert 598 <= r["vad_endpoint_ms"] <= 800  # type: ignore[operator]
+        # it is measured between (scripts/bench_core.py: P99 2.5 ms), plus a frame or two of load;
+        # a stall that delays only the last speech frame's arrival shortens it by as much
+        assert 590 <= r["vad_endpoint_ms"] <= 800  # type: ignore[operator]
         assert 0 < r["asr_ms"] < 10_000  # type: ignore[operator]
         assert 0 < r["first_token_ms"] < 10_000  # type: ignore[operator]
         assert r["first_audio_ms"] < r["whole_turn_ms"]  # type: ignore[operator]
