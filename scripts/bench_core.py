@@ -108,7 +108,7 @@ def run(
 
 def errors_ms(rows: list[Row], metric: str, expected: float) -> list[float]:
     """Signed errors, measured minus configured."""
-    return sorted(float(r[metric]) - expected for r in rows if isinstance(r[metric], (int, float)))  # type: ignore[arg-type]
+    return [float(r[metric]) - expected for r in rows if isinstance(r[metric], (int, float))]  # type: ignore[arg-type]
 
 
 def accuracy_table(by_loop: dict[str, list[Row]]) -> None:

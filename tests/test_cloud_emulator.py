@@ -149,9 +149,10 @@ async def post_watching_first_content(url: str, payload: dict[str, Any]) -> tupl
         async with session.post(url, json=payload) as resp:
             async for line in resp.content:
                 raw += line
-                if not first_ms and line.startswith(b"data: {") and json.loads(line[6:]).get("choices"):
-                    delta = json.loads(line[6:])["choices"][0]["delta"]
-                    first_ms = (loop.time() - sent) * 1000 if delta.get("content") else 0.0
+                if not first_ms and line.startswith(b"data: {"):
+                    choices = json.loads(line[6:]).get("choices")
+                    if choices and choices[0]["delta"].get("content"):
+                        first_ms = (loop.time() - sent) * 1000
             return resp.status, raw, first_ms
 
 
