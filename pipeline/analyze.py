@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.analysis import rows_from_spans
-from pipeline.bench_csv import BenchCsv, BenchCsvError
-from pipeline.summary import summary_table
-from pipeline.traces_io import ReadProblems, SpanRecord, read_trace_file, trace_files
+from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.summary import summary_table
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.cloud_emulator import COMPUTE_PROFILES, FAULTS, EmulatedCloud, get_compute_profile
-from pipeline.netem import PROFILES, LinkEmulator, get_profile
+from pipeline.endpoints.cloud import COMPUTE_PROFILES, FAULTS, EmulatedCloud, get_compute_profile
+from pipeline.endpoints.link import PROFILES, LinkEmulator, get_profile
 
 
 def _answers(path: Path | None) -> dict[str, str]:

@@ -1,15 +1,20 @@
-"""The event types that flow between stages, and the stage contract.
+"""The contract: the event types that flow between stages, the stage protocol, latency as data.
 
 Each event type belongs to one edge of the voice chain (audio in, speech
 boundaries, transcript, LLM calls and tokens, sentences, audio out, turn end).
 Events carry data only: no timestamps. Time is stamped by the orchestration's
 single timing wrapper when it sees an event pass, so "first token" means the
 same thing for every stage implementation.
+
+An LLM call is told in one vocabulary from the model to the recorder: a chat
+backend yields ``TokenDelta``, ``ToolCall`` and ``CallEnd`` and the LLM stage
+passes them on unchanged between its own ``CallStart`` and the next one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import random
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
@@ -54,10 +59,13 @@ class Transcript:
 
 @dataclass(frozen=True, slots=True)
 class CallStart:
-    """An LLM request is about to be sent (the first-token clock starts here)."""
+    """An LLM request is about to be sent (the first-token clock starts here).
+
+    The events of the call (``TokenDelta``, ``ToolCall``, ``CallEnd``) follow it and belong to it.
+    """
 
     index: int
-    purpose: str  # "answer", "sentence" (per-sentence mode) or "tool" (a call that may return a tool call)
+    purpose: str  # "answer", "sentence" (per-sentence mode) or "after_tool" (the call after a tool's result)
     model: str
     max_tokens: int
     input_tokens: int = 0
@@ -66,13 +74,15 @@ class CallStart:
 
 @dataclass(frozen=True, slots=True)
 class TokenDelta:
-    call_index: int
+    """Output text of the current call; an empty one is a streamed chunk that carried no text."""
+
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    call_index: int
+    """The current call asks for a tool, its arguments complete."""
+
     name: str
     arguments: str
 
@@ -85,10 +95,12 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class CallEnd:
-    index: int
-    finish_reason: str  # "stop", "length", "tool_calls", "sentence"
+    """The current call finished."""
+
+    finish_reason: str  # "stop", "length", "tool_calls"
     output_tokens: int
     input_tokens: int = 0
+    answer_complete: bool = True  # per-sentence mode: no further sentence follows
     server_timings: tuple[tuple[str, float], ...] = ()
 
 
@@ -155,3 +167,32 @@ class Stage(Protocol):
     info: StageInfo
 
     def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyProfile:
+    """Simulated latency as data, in milliseconds: a first-item delay, a per-item delay, seeded
+    jitter (uniform in [-jitter_ms, +jitter_ms], floored at zero)."""
+
+    first_ms: float = 0.0
+    per_item_ms: float = 0.0
+    jitter_ms: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("first_ms", "per_item_ms", "jitter_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"latency {name} must be >= 0, got {getattr(self, name)}")
+
+    def salted(self, salt: int) -> LatencyProfile:
+        """The same profile with jitter that differs per turn (``salt``) but repeats per run."""
+        return LatencyProfile(self.first_ms, self.per_item_ms, self.jitter_ms, self.seed * 7919 + salt)
+
+    def delays_s(self, salt: int = 0) -> Iterator[float]:
+        """Seconds to wait before item 0, 1, 2, ...; the same seed and salt give the same delays."""
+        rng = random.Random(self.seed * 1_000_003 + salt)
+        base = self.first_ms
+        while True:
+            jitter = rng.uniform(-self.jitter_ms, self.jitter_ms) if self.jitter_ms else 0.0
+            yield max(0.0, base + jitter) / 1000
+            base = self.per_item_ms

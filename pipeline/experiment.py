@@ -5,7 +5,7 @@ warm-up, max_tokens and every other setting; only what defines the condition dif
 A sends the LLM to an OpenAI-compatible endpoint (by default the emulated cloud behind
 the ``internet`` network profile; ``--cloud FILE`` names a real one), B runs it on the
 device, B' runs B inside a network namespace with only loopback and a verdict on
-whether anything tried to leave (``scripts/offline_run.py``). Each condition is a run
+whether anything tried to leave (``python -m pipeline.offline``). Each condition is a run
 with its own run_id; everything lands in FOLDER, which ``python -m pipeline.report``
 reads (and which this command reports on at the end).
 """
@@ -39,7 +39,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
     common += ["--quiet"] + (["--model-cache", str(args.model_cache)] if args.model_cache else [])
     cloud = args.cloud or emulated_cloud(args.out, args.network, args.emulator)
     replay = [sys.executable, "-m", "pipeline.replay", str(args.fixtures)]
-    offline = [sys.executable, str(ROOT / "scripts" / "offline_run.py"), str(args.fixtures)]
+    offline = [sys.executable, "-m", "pipeline.offline", str(args.fixtures)]
     return {
         "A": [*replay, *common, "--config", str(cloud), "--condition", "A", "--run-id", f"{args.name}-A"],
         "B": [*replay, *common, "--condition", "B", "--run-id", f"{args.name}-B"],

@@ -17,16 +17,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline import netguard
-from pipeline.bench_csv import BenchCsv, BenchCsvError
+from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
+from pipeline.analysis.sink import RowSink
+from pipeline.analysis.summary import summary_table
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
-from pipeline.config import Config, ConfigError, load_config
-from pipeline.fixtures import FixtureError, load_questions
-from pipeline.models import ModelError
-from pipeline.session import Run, run_session
-from pipeline.stage_factory import Engines, SetupError, check_languages, load_engines
-from pipeline.summary import summary_table
-from pipeline.tracing import OtlpSettings, Tracing
+from pipeline.offline import guard
+from pipeline.run.assembly import Engines, SetupError, check_languages, load_engines
+from pipeline.run.session import Run, run_session
+from pipeline.settings.config import Config, ConfigError, load_config
+from pipeline.settings.fixtures import FixtureError, load_questions
+from pipeline.settings.models import ModelError, default_cache
+from pipeline.tracing.export import OtlpSettings, Tracing
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -95,10 +96,7 @@ def new_run_id() -> str:
 
 
 def model_cache(args: argparse.Namespace, env: Mapping[str, str]) -> Path:
-    if args.model_cache:
-        return Path(args.model_cache)
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "voice-latency-lab" / "models"
+    return Path(args.model_cache) if args.model_cache else default_cache(env)
 
 
 def quiet_native_telemetry(env: Mapping[str, str]) -> None:
@@ -126,7 +124,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     args = parse_args(argv)
     env = os.environ if env is None else env
     if args.net_audit:
-        netguard.install(args.net_audit)  # first, so attempts made while loading models are seen too
+        guard.install(args.net_audit)  # first, so attempts made while loading models are seen too
     say = _quiet if args.quiet else _to_stderr
     engines: Engines | None = None
     try:
@@ -160,12 +158,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         f"run {run_id}: condition {cfg.run.condition}, config {run.config_id}, {len(run.selected())} question(s) x "
         f"{cfg.run.rounds} round(s), LLM mode {cfg.llm.mode}, pacing {cfg.run.pacing}, clock {clock.kind}"
     )
+    sink = RowSink(bench, cfg.run.rounds * len(run.selected()), say)
     try:
-        rows = run_on_clock(run_session(run, tracing, bench, say), clock)
+        run_on_clock(run_session(run, tracing, sink, say), clock)
     finally:
         tracing.shutdown()
         engines.close()
-    print(summary_table(rows))
+    print(summary_table(sink.rows))
     print(f"traces: {trace_path}")
     print(f"rows:   {bench.path}")
     if tracing.otlp is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
@@ -28,22 +27,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import spans as names
-from pipeline.analysis import Row, rows_from_spans
+from pipeline.analysis.numbers import Row, median, quantile
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
-from pipeline.events import SAMPLE_RATE, AudioFrame
-from pipeline.fixtures import frames_from_pcm
-from pipeline.stats import percentile
-from pipeline.traces_io import spans_from_traces_data
-from pipeline.tracing import Tracing
-from pipeline.turn import ServerStages, run_turn
-from stages.asr_oracle import OracleAsr
-from stages.latency import LatencyProfile
+from pipeline.events import SAMPLE_RATE, AudioFrame, LatencyProfile
+from pipeline.run.turn import ServerStages, run_turn
+from pipeline.settings.audio import frames_from_pcm
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from stages.asr.oracle import OracleAsr
 from stages.llm import LlmSettings, LlmStage
-from stages.llm_scripted import ScriptedBackend, ScriptedReply
+from stages.llm.scripted import ScriptedBackend, ScriptedReply
 from stages.sentences import SentenceSplitter
-from stages.tts_stub import StubTts
-from stages.vad import EnergyClassifier, FrameVad
+from stages.tts.stub import StubTts
+from stages.vad.endpointer import FrameVad
+from stages.vad.energy import EnergyClassifier
 
 SILENCE_MS, ASR_MS, TTFT_MS, PER_TOKEN_MS, TTS_FIRST_MS = 300, 100, 120, 20, 50
 EXPECTED = {
@@ -130,7 +129,7 @@ def accuracy_table(by_loop: dict[str, list[Row]]) -> None:
 
 def cell(signed: list[float]) -> str:
     absolute = sorted(abs(e) for e in signed)
-    return f"{percentile(absolute, 0.5):9.3f} ms {percentile(absolute, 0.99):7.3f} ms {statistics.median(signed):+6.3f}"
+    return f"{quantile(absolute, 0.5):9.3f} ms {quantile(absolute, 0.99):7.3f} ms {median(signed):+6.3f}"
 
 
 def main() -> None:
@@ -141,20 +140,20 @@ def main() -> None:
     print(f"tracing overhead per turn ({args.turns} real-clock turns per variant, scripted stages)")
     plain, _, _ = run("real", args.turns, traced=False)
     traced, trace_work, rows = run("real", args.turns, traced=True)
-    ratio = statistics.median(traced) / statistics.median(plain)
-    share = statistics.median(trace_work) / statistics.median(plain)
-    print(f"  median turn wall time  without tracing {1000 * statistics.median(plain):9.2f} ms")
-    print(f"  median turn wall time  with tracing    {1000 * statistics.median(traced):9.2f} ms")
+    ratio = median(traced) / median(plain)
+    share = median(trace_work) / median(plain)
+    print(f"  median turn wall time  without tracing {1000 * median(plain):9.2f} ms")
+    print(f"  median turn wall time  with tracing    {1000 * median(traced):9.2f} ms")
     print(f"  ratio with/without                     {ratio:9.4f}x  (goal: < 1.02)")
-    print(f"  tracing work per turn (median)         {1000 * statistics.median(trace_work):9.3f} ms")
+    print(f"  tracing work per turn (median)         {1000 * median(trace_work):9.3f} ms")
     print(f"  tracing work / turn time               {100 * share:9.3f} %  (goal: < 2 %)")
     vplain, _, _ = run("virtual", 200, traced=False)
     vtraced, _, _ = run("virtual", 200, traced=True)
-    vratio = statistics.median(vtraced) / statistics.median(vplain)
+    vratio = median(vtraced) / median(vplain)
     print("  virtual clock, CPU work only (200 turns per variant):")
     print(
-        f"    median CPU-bound turn without {1000 * statistics.median(vplain):.3f} ms, "
-        f"with {1000 * statistics.median(vtraced):.3f} ms, ratio {vratio:.3f}x"
+        f"    median CPU-bound turn without {1000 * median(vplain):.3f} ms, "
+        f"with {1000 * median(vtraced):.3f} ms, ratio {vratio:.3f}x"
     )
 
     _, _, default_rows = run("real", args.turns, traced=True, default_loop=True)

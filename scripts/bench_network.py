@@ -34,11 +34,12 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.cloud_emulator import ComputeProfile, EmulatedCloud, get_compute_profile
-from pipeline.netem import PROFILES, LinkEmulator, NetProfile, get_profile
-from pipeline.stats import percentile
-from stages.llm import ChatRequest, Delta, Done, Message
-from stages.llm_openai import OpenAIChatBackend, OpenAISettings
+from pipeline.analysis.numbers import median, quantile
+from pipeline.endpoints.cloud import ComputeProfile, EmulatedCloud, get_compute_profile
+from pipeline.endpoints.link import PROFILES, LinkEmulator, NetProfile, get_profile
+from pipeline.events import CallEnd, TokenDelta
+from stages.llm import ChatRequest, Message
+from stages.llm.openai import OpenAIChatBackend, OpenAISettings
 from tests.cloud_helpers import TraceRows, cloud_turn, network_ms
 
 MESSAGE = b"x" * 200
@@ -55,7 +56,7 @@ class Dist:
     def of(cls, values: Sequence[float]) -> Dist:
         ordered = sorted(values)
         sd = statistics.stdev(ordered) if len(ordered) > 1 else 0.0
-        return cls(percentile(ordered, 0.5), percentile(ordered, 0.9), sd, len(ordered))
+        return cls(quantile(ordered, 0.5), quantile(ordered, 0.9), sd, len(ordered))
 
 
 def ms(value: float) -> str:
@@ -109,7 +110,7 @@ def tcp_table(names: Sequence[str], n: int) -> None:
         print(
             f"   {name:<12} {ms(model.median)}        {ms(model.p90)}{ms(model.sd)} |"
             f" {ms(got.median)}        {ms(got.p90)}{ms(got.sd)} | {ms(first)}          {retrans:5d}"
-            f"           {statistics.median(late):6.2f} / {max(late):6.2f}"
+            f"           {median(late):6.2f} / {max(late):6.2f}"
         )
 
 
@@ -138,9 +139,9 @@ async def http_segments(profile: NetProfile, n: int) -> tuple[list[float], list[
                 request = ChatRequest((Message("user", f"Question number {i}?"),), max_tokens=8)
                 start, first, done = time.perf_counter_ns(), 0, None
                 async for chunk in backend.stream(request):
-                    if isinstance(chunk, Delta) and chunk.text.strip() and not first:
+                    if isinstance(chunk, TokenDelta) and chunk.text.strip() and not first:
                         first = time.perf_counter_ns()
-                    if isinstance(chunk, Done):
+                    if isinstance(chunk, CallEnd):
                         done = chunk
                 assert done is not None and first
                 timings = dict(done.server_timings)
@@ -161,7 +162,7 @@ def http_table(names: Sequence[str], n: int) -> None:
         got = Dist.of(segments)
         print(
             f"   {name:<12} {ms(model.median)}        {ms(model.p90)} | {ms(got.median)}        {ms(got.p90)}"
-            f"{ms(got.sd)} | {statistics.median(overheads):8.3f}"
+            f"{ms(got.sd)} | {median(overheads):8.3f}"
         )
 
 

@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.analysis import Row  # noqa: E402  (after the path set-up, so it runs from a checkout)
+from pipeline.analysis.numbers import Row  # noqa: E402  (after the path set-up, so it runs from a checkout)
 from pipeline.report.build import build  # noqa: E402
 from pipeline.report.load import Dataset, load_paths  # noqa: E402
 from pipeline.report.output import write  # noqa: E402

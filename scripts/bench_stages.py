@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import csv
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -32,22 +31,23 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline import spans as names  # noqa: E402
+from pipeline.analysis.numbers import median  # noqa: E402
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file  # noqa: E402
 from pipeline.clock import RealClock  # noqa: E402
 from pipeline.events import Event, Transcript  # noqa: E402
-from pipeline.fixtures import load_audio  # noqa: E402
-from pipeline.models import resolve  # noqa: E402
-from pipeline.recorder import TurnRecorder  # noqa: E402
 from pipeline.replay import main as replay  # noqa: E402
-from pipeline.stage_factory import SYSTEM_PROMPTS  # noqa: E402
-from pipeline.traces_io import ReadProblems, SpanRecord, read_trace_file  # noqa: E402
-from stages.asr_whisper import WhisperEngine  # noqa: E402
+from pipeline.run.recorder import TurnRecorder  # noqa: E402
+from pipeline.settings.audio import load_audio  # noqa: E402
+from pipeline.settings.models import default_cache, resolve  # noqa: E402
+from pipeline.tracing import names  # noqa: E402
+from stages.asr.whisper import WhisperEngine  # noqa: E402
 from stages.llm import ChatRequest, LlmSettings, LlmStage, Message  # noqa: E402
-from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.vad_silero import SileroClassifier, SileroModel  # noqa: E402
+from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
+from stages.llm.prompts import SYSTEM_PROMPTS  # noqa: E402
+from stages.vad.silero import SileroClassifier, SileroModel  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab" / "models"
+CACHE = default_cache(os.environ)
 MAX_TOKENS = 48
 
 
@@ -118,8 +118,8 @@ def bench_llm(n: int) -> None:
                 f, r = asyncio.run(via_pipeline(engine, lang, text))
                 firsts_p.append(f)
                 rates_p.append(r)
-    fd, fp = statistics.median(firsts_d), statistics.median(firsts_p)
-    rd, rp = statistics.median(rates_d), statistics.median(rates_p)
+    fd, fp = median(firsts_d), median(firsts_p)
+    rd, rp = median(rates_d), median(rates_p)
     print(f"local LLM (qwen2.5-0.5b, {len(firsts_d)} prompts, max_tokens {MAX_TOKENS}, prefix cache cleared)")
     print(
         f"  first token median   direct {1000 * fd:8.1f} ms   pipeline {1000 * fp:8.1f} ms"
@@ -141,8 +141,7 @@ def bench_asr(n: int) -> None:
     for lang, values in rtf.items():
         if values:
             print(
-                f"  real-time factor {lang}: median {statistics.median(values):.3f}  max {max(values):.3f}"
-                f"  ({len(values)} clips)"
+                f"  real-time factor {lang}: median {median(values):.3f}  max {max(values):.3f}  ({len(values)} clips)"
             )
 
 
@@ -196,11 +195,8 @@ def bench_critical_path(turns: int) -> None:
         first_audio.append((kids[names.PLAYBACK][0].start_ns - end_of_speech) / 1e6)
     gaps = [a - b for a, b in zip(first_audio, path_sum, strict=True)]
     print(f"end of speech -> first audio ({len(first_audio)} measured turns, real models, real-time pacing)")
-    print(
-        f"  measured median {statistics.median(first_audio):8.1f} ms"
-        f"   sum of critical-path stages {statistics.median(path_sum):8.1f} ms"
-    )
-    print(f"  difference (hand-offs between stages) median {statistics.median(gaps):.1f} ms, max {max(gaps):.1f} ms")
+    print(f"  measured median {median(first_audio):8.1f} ms   sum of critical-path stages {median(path_sum):8.1f} ms")
+    print(f"  difference (hand-offs between stages) median {median(gaps):.1f} ms, max {max(gaps):.1f} ms")
 
 
 def main() -> None:

@@ -23,20 +23,24 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pipeline.analysis.numbers import median, quantile  # noqa: E402
+from pipeline.analysis.textmetrics import keyword_score  # noqa: E402
 from pipeline.clock import RealClock  # noqa: E402
-from pipeline.events import Event, TokenDelta, Transcript  # noqa: E402
-from pipeline.fixtures import Question, load_questions  # noqa: E402
-from pipeline.models import REGISTRY, resolve  # noqa: E402
-from pipeline.recorder import TurnRecorder  # noqa: E402
-from pipeline.stage_factory import DEVICE_TOOLS, SYSTEM_PROMPTS  # noqa: E402
-from pipeline.stats import percentile  # noqa: E402
-from pipeline.textmetrics import keyword_score  # noqa: E402
-from stages.latency import LatencyProfile  # noqa: E402
+from pipeline.events import (  # noqa: E402
+    Event,
+    LatencyProfile,
+    TokenDelta,
+    Transcript,
+)
+from pipeline.run.recorder import TurnRecorder  # noqa: E402
+from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
+from pipeline.settings.models import REGISTRY, default_cache, resolve  # noqa: E402
 from stages.llm import LlmSettings, LlmStage  # noqa: E402
-from stages.llm_llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.llm_scripted import ScriptedTools  # noqa: E402
+from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS  # noqa: E402
+from stages.llm.scripted import ScriptedTools  # noqa: E402
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab" / "models"
+CACHE = default_cache(os.environ)
 
 
 async def ask(engine: LlamaEngine, name: str, q: Question) -> tuple[float | None, float | None, str, str]:
@@ -86,9 +90,9 @@ def main() -> None:
                 tool_hits += int(q.tool in tools.split())
         firsts.sort()
         print(
-            f"{name:<14}{engine.info.quantisation:>8}{statistics.median(firsts):>17.1f} ms"
-            f"{percentile(firsts, 0.9):>9.1f}"
-            f"{statistics.median(rates):>10.1f}{statistics.mean(scores):>10.2f}{f'{tool_hits}/{tool_asks}':>8}"
+            f"{name:<14}{engine.info.quantisation:>8}{median(firsts):>17.1f} ms"
+            f"{quantile(firsts, 0.9):>9.1f}"
+            f"{median(rates):>10.1f}{statistics.mean(scores):>10.2f}{f'{tool_hits}/{tool_asks}':>8}"
         )
     print("keywords: share of expected keyword groups found in the answer (tool names count); tools: right tool called")
 

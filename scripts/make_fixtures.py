@@ -23,8 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.fixtures import load_audio  # noqa: E402
-from pipeline.models import resolve  # noqa: E402
+from pipeline.settings.audio import load_audio  # noqa: E402
+from pipeline.settings.models import resolve  # noqa: E402
 
 OUT = ROOT / "audio_fixtures"
 RATE = 16000

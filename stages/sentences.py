@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from pipeline.events import CallEnd, Event, Sentence, StageInfo, TokenDelta
+from pipeline.events import CallEnd, CallStart, Event, Sentence, StageInfo, TokenDelta
 
 CJK_ENDS = "。！？；…\n"
 ASCII_ENDS = ".!?;"
@@ -100,21 +100,23 @@ class SentenceSplitter:
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         buf = ""
         owners: list[int] = []  # for each char in buf, the position of the delta it came in
-        positions: dict[int, int] = {}  # deltas seen so far, per call
+        call = 0  # the call the deltas belong to (the last CallStart seen)
+        pos = 0  # deltas seen so far in this call
         count = 0
         async for event in events:
+            if isinstance(event, CallStart):
+                call, pos = event.index, 0
+                continue
             if isinstance(event, TokenDelta):
-                pos = positions.get(event.call_index, 0)
-                positions[event.call_index] = pos + 1
                 text = event.text if buf else event.text.lstrip()
                 buf += text
                 owners += [pos] * len(text)
+                pos += 1
                 final = False
             elif isinstance(event, CallEnd):
                 final = True
             else:
                 continue
-            call = event.call_index if isinstance(event, TokenDelta) else event.index
             while True:
                 cut = find_cut(buf, self.rules, first=count == 0, final=final)
                 if cut is None and final and buf.strip():

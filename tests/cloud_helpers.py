@@ -13,21 +13,22 @@ from array import array
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pipeline import spans as names
-from pipeline.analysis import Row, rows_from_spans
+from pipeline.analysis.numbers import Row
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock
-from pipeline.events import FRAME_SAMPLES, AudioFrame, AudioOut, Event, StageInfo
-from pipeline.timeline import TurnTimeline
-from pipeline.traces_io import spans_from_traces_data
-from pipeline.tracing import Tracing
-from pipeline.turn import ServerStages, run_turn
-from stages.asr_oracle import OracleAsr
-from stages.latency import LatencyProfile
+from pipeline.events import FRAME_SAMPLES, AudioFrame, AudioOut, Event, LatencyProfile, StageInfo
+from pipeline.run.turn import ServerStages, run_turn
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.timeline import TurnTimeline
+from stages.asr.oracle import OracleAsr
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Mode, ToolSpec
-from stages.llm_scripted import ScriptedTools
+from stages.llm.scripted import ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
-from stages.tts_stub import StubTts
-from stages.vad import EnergyClassifier, FrameVad
+from stages.tts.stub import StubTts
+from stages.vad.endpointer import FrameVad
+from stages.vad.energy import EnergyClassifier
 
 _SILENCE = bytes(FRAME_SAMPLES * 2)
 _TONE = array("h", (int(8000 * math.sin(2 * math.pi * 300 * n / 16000)) for n in range(FRAME_SAMPLES))).tobytes()

@@ -10,16 +10,16 @@ import os
 from functools import cache
 from pathlib import Path
 
-from pipeline.models import resolve
-from stages.asr_whisper import WhisperEngine
-from stages.llm_llama import LlamaEngine, LlamaSettings
-from stages.tts_piper import PiperEngine
-from stages.vad_fsmn import FsmnVadModel
-from stages.vad_silero import SileroModel
+from pipeline.settings.models import default_cache, resolve
+from stages.asr.whisper import WhisperEngine
+from stages.llm.llama import LlamaEngine, LlamaSettings
+from stages.tts.piper import PiperEngine
+from stages.vad.fsmn import FsmnVadModel
+from stages.vad.silero import SileroModel
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab" / "models"
+CACHE = default_cache(os.environ)
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 

@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline import spans as names
-from pipeline.analysis import rows_from_spans
-from pipeline.bench_csv import BenchCsv
-from pipeline.traces_io import ReadProblems, read_trace_file
+from pipeline.analysis.bench_csv import BenchCsv
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.traces import ReadProblems, read_trace_file
+from pipeline.tracing import names
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "report"

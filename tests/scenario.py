@@ -6,17 +6,17 @@ import math
 from array import array
 
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.events import FRAME_SAMPLES, AudioFrame
-from pipeline.stage_factory import DEVICE_TOOLS
-from pipeline.timeline import TurnTimeline
-from pipeline.turn import ServerStages, run_turn
-from stages.asr_oracle import OracleAsr
-from stages.latency import LatencyProfile
+from pipeline.events import FRAME_SAMPLES, AudioFrame, LatencyProfile
+from pipeline.run.turn import ServerStages, run_turn
+from pipeline.tracing.timeline import TurnTimeline
+from stages.asr.oracle import OracleAsr
 from stages.llm import LlmSettings, LlmStage, Mode
-from stages.llm_scripted import ScriptedBackend, ScriptedReply, ScriptedTools
+from stages.llm.prompts import DEVICE_TOOLS
+from stages.llm.scripted import ScriptedBackend, ScriptedReply, ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
-from stages.tts_stub import StubTts
-from stages.vad import EnergyClassifier, FrameVad
+from stages.tts.stub import StubTts
+from stages.vad.endpointer import FrameVad
+from stages.vad.energy import EnergyClassifier
 
 NO_COMMA = SplitRules(first_cut_at_comma=False)
 SILENCE = bytes(FRAME_SAMPLES * 2)

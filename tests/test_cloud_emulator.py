@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.cloud_emulator import (
+from pipeline.endpoints.cloud import (
     COMPUTE_PROFILES,
     BadRequest,
     ComputeProfile,
@@ -28,9 +28,10 @@ from pipeline.cloud_emulator import (
     plan_reply,
     serve_endpoint,
 )
-from pipeline.netem import LinkEmulator, NetProfile
-from stages.llm import ChatRequest, Delta, Message
-from stages.llm_openai import OpenAIChatBackend, OpenAISettings
+from pipeline.endpoints.link import LinkEmulator, NetProfile
+from pipeline.events import TokenDelta
+from stages.llm import ChatRequest, Message
+from stages.llm.openai import OpenAIChatBackend, OpenAISettings
 from tests.cloud_helpers import TraceRows, cloud_turn, network_ms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,7 +245,7 @@ def test_serve_endpoint_starts_the_emulator_and_the_link_emulator() -> None:
             backend = OpenAIChatBackend(OpenAISettings(endpoint.base_url, "m"), connect_to=endpoint.connect_to)
             async with backend:
                 chunks = [c async for c in backend.stream(ChatRequest((Message("user", "Hi"),), 64))]
-            text = "".join(c.text for c in chunks if isinstance(c, Delta))
+            text = "".join(c.text for c in chunks if isinstance(c, TokenDelta))
             links = endpoint.link.connections if endpoint.link else 0
             return endpoint.label, text, endpoint.connect_to[1], backend.server_address
 

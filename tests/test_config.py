@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, ConfigError, LlmConfig, RunConfig, load_config
+from pipeline.settings.config import Config, ConfigError, LlmConfig, RunConfig, load_config
 
 
 def test_config_id_is_stable_and_ignores_rounds_and_limit() -> None:

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, ConfigError, load_config
+from pipeline.settings.config import Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

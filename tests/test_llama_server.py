@@ -16,14 +16,15 @@ import statistics
 from collections.abc import AsyncIterator
 
 from pipeline.clock import RealClock
-from pipeline.config import load_config
+from pipeline.endpoints.llama_server import LlamaServer
 from pipeline.events import Event, Transcript
-from pipeline.llama_server import LlamaServer
-from pipeline.models import resolve
-from pipeline.recorder import TurnRecorder
-from pipeline.stage_factory import SYSTEM_PROMPTS, llama_server_settings
+from pipeline.run.endpoints import llama_server_settings
+from pipeline.run.recorder import TurnRecorder
+from pipeline.settings.config import load_config
+from pipeline.settings.models import resolve
 from stages.llm import LlmSettings, LlmStage
-from stages.llm_openai import OpenAIChatBackend
+from stages.llm.openai import OpenAIChatBackend
+from stages.llm.prompts import SYSTEM_PROMPTS
 from tests.real_models import CACHE
 
 MEDIAN_MARGIN_MS = 20.0

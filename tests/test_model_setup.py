@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import models as registry
-from pipeline.config import Config, load_config
-from pipeline.fixtures import Question
-from pipeline.models import ModelError, PackagedModel, resolve
 from pipeline.replay import main
-from pipeline.stage_factory import SetupError, check_languages
-from stages.gguf import GgufError, read_gguf
-from stages.llm_llama import check_chat_model
+from pipeline.run.assembly import SetupError, check_languages
+from pipeline.settings import models as registry
+from pipeline.settings.config import Config, load_config
+from pipeline.settings.fixtures import Question
+from pipeline.settings.models import ModelError, PackagedModel, resolve
+from stages.llm.gguf import GgufError, read_gguf
+from stages.llm.llama import check_chat_model
 from tests.fixture_files import make_fixtures
 from tests.gguf_writer import write_gguf
 from tests.real_models import CACHE, ROOT

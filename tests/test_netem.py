@@ -14,10 +14,10 @@ import time
 
 import pytest
 
+from pipeline.analysis.numbers import quantile
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.netem import PROFILES, DirectionStats, LinkDirection, LinkEmulator, NetProfile, get_profile
-from pipeline.netem import namespace_commands as ns_commands
-from pipeline.stats import percentile
+from pipeline.endpoints.link import PROFILES, DirectionStats, LinkDirection, LinkEmulator, NetProfile, get_profile
+from pipeline.endpoints.link import namespace_commands as ns_commands
 
 # --- profiles ---------------------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ def test_internet_profile_has_a_long_tail_and_retransmissions() -> None:
     rtts = sorted(profile.model_rtts_ms(50_000))
     without_loss = [r for r in rtts if r < profile.rto_ms]
     assert statistics.fmean(without_loss) == pytest.approx(40, abs=1.0)
-    assert min(rtts) >= 20 and percentile(without_loss, 0.5) < 40 < percentile(without_loss, 0.9)
+    assert min(rtts) >= 20 and quantile(without_loss, 0.5) < 40 < quantile(without_loss, 0.9)
     lost = sum(r >= 20 + profile.rto_ms for r in rtts) / len(rtts)
     assert lost == pytest.approx(0.0199, abs=0.003)  # 1 % per direction, two directions
     assert max(without_loss) <= 200

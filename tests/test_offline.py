@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.offline import STARTUP, Attempt, parse_strace, verdict
+from pipeline.offline.verdict import STARTUP, Attempt, parse_strace, verdict
 
 DATA = Path(__file__).resolve().parent / "data" / "offline"
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,10 @@ def test_python_level_attempts_are_named_by_the_audit_log(tmp_path: Path) -> Non
     assert sorted((a.component, a.destination) for a in v.attempts) == [
         ("python", "93.184.216.34:443"),  # another process: strace is all there is
         (STARTUP, "10.255.255.53:53"),  # before the audit hook was in: interpreter start-up
-        ("stages.llm_openai", "api.x.invalid:443"),  # the replay's own lookup (its strace twin at t=20 folds into it)
+        (
+            "stages.llm_openai",
+            "api.x.invalid:443",
+        ),  # the replay's own lookup (its strace twin at t=20 folds into it)
     ]
 
 
@@ -60,7 +63,7 @@ def test_a_missing_strace_log_is_said_not_assumed_clean(tmp_path: Path) -> None:
 def test_the_audit_hook_names_the_calling_module_and_ignores_loopback(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     code = (
-        f"import socket; from pipeline import netguard; netguard.install(r'{log}')\n"
+        f"import socket; from pipeline.offline import guard; guard.install(r'{log}')\n"
         "for host in ('localhost', '127.0.0.1', 'lookup.example.invalid'):\n"
         "    try: socket.getaddrinfo(host, 80)\n"
         "    except OSError: pass\n"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench_csv import read_bench_csv
+from pipeline.analysis.bench_csv import read_bench_csv
 from tests.real_models import CACHE, FIXTURES, ROOT
 
 PLANT = """\
@@ -59,5 +59,5 @@ def test_the_cloud_path_fails_fast_and_is_recorded(tmp_path: Path) -> None:
     rows = read_bench_csv(tmp_path / "out" / "bench.csv")
     assert [(r["ok"], r["error"]) for r in rows] == [(0, "LlmUnreachable"), (0, "LlmUnreachable")]
     assert all(float(str(r["turn_start_ns"])) > 0 for r in rows)
-    assert verdict["fully_local"] is False and "stages.llm_openai" in str(verdict["components"])
+    assert verdict["fully_local"] is False and "stages.llm.openai.client" in str(verdict["components"])
     assert code == 3

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.replay import main, otlp_from_env
-from pipeline.traces_io import ReadProblems, read_trace_file
-from pipeline.tracing import OtlpSettings
+from pipeline.tracing.export import OtlpSettings
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver, Received
 
 FIXTURES = Path(__file__).resolve().parent.parent / "audio_fixtures"

@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from pipeline.analysis.textmetrics import error_rate
 from pipeline.events import (
     AudioOut,
     CallEnd,
     CallStart,
     Event,
+    LatencyProfile,
     Sentence,
     SpeechEnd,
     SpeechStart,
@@ -19,21 +21,20 @@ from pipeline.events import (
     ToolCall,
     Transcript,
 )
-from pipeline.fixtures import load_audio
-from pipeline.models import resolve
-from pipeline.stage_factory import DEVICE_TOOLS, SYSTEM_PROMPTS
-from pipeline.textmetrics import error_rate
-from stages.asr_funasr import FunAsrEngine
-from stages.asr_whisper import WhisperAsr
-from stages.latency import LatencyProfile
+from pipeline.settings.audio import load_audio
+from pipeline.settings.models import resolve
+from stages.asr.funasr import FunAsrEngine
+from stages.asr.whisper import WhisperAsr
 from stages.llm import LlmSettings, LlmStage
-from stages.llm_llama import LlamaBackend
-from stages.llm_scripted import ScriptedTools
-from stages.tts_espeak import EspeakTts
-from stages.tts_piper import PiperTts
-from stages.vad import EnergyClassifier, FrameVad
-from stages.vad_fsmn import FsmnVad
-from stages.vad_silero import SileroClassifier
+from stages.llm.llama import LlamaBackend
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
+from stages.llm.scripted import ScriptedTools
+from stages.tts.espeak import EspeakTts
+from stages.tts.piper import PiperTts
+from stages.vad.endpointer import FrameVad
+from stages.vad.energy import EnergyClassifier
+from stages.vad.fsmn import FsmnVad
+from stages.vad.silero import SileroClassifier
 from tests import real_models as models
 
 
@@ -151,9 +152,12 @@ def test_per_sentence_mode_stops_each_call_at_a_sentence_end() -> None:
     calls = [e for e in events if isinstance(e, CallStart)]
     assert len(calls) >= 2
     per_call: dict[int, str] = {}
+    call = 0
     for e in events:
-        if isinstance(e, TokenDelta):
-            per_call[e.call_index] = per_call.get(e.call_index, "") + e.text
+        if isinstance(e, CallStart):
+            call = e.index
+        elif isinstance(e, TokenDelta):
+            per_call[call] = per_call.get(call, "") + e.text
     for index in list(per_call)[:-1]:
         assert per_call[index].rstrip()[-1] in ".!?;。！？；", per_call[index]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis import COLUMNS
-from pipeline.bench_csv import read_bench_csv
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.rows import COLUMNS
 from pipeline.replay import main
 from tests.fixture_files import make_fixtures, write_manifest, write_wav
 
@@ -185,8 +185,8 @@ def test_a_run_killed_mid_way_keeps_every_finished_turn(tmp_path: Path) -> None:
 
 
 def input_tokens_per_turn(trace: Path) -> list[int]:
-    from pipeline import spans as names
-    from pipeline.traces_io import ReadProblems, read_trace_file
+    from pipeline.analysis.traces import ReadProblems, read_trace_file
+    from pipeline.tracing import names
 
     calls = [s for s in read_trace_file(trace, ReadProblems()) if s.name == names.LLM_CALL]
     return [int(str(s.attributes[names.GEN_AI_INPUT_TOKENS])) for s in sorted(calls, key=lambda s: s.start_ns)]

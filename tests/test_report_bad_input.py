@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import spans as names
 from pipeline.report.__main__ import main
 from pipeline.report.build import build
 from pipeline.report.load import load_paths
+from pipeline.tracing import names
 from tests.report_fixtures import lines, spans, write_lines
 
 DATA = Path(__file__).resolve().parent / "data" / "report"

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from pipeline.analysis import Row
-from pipeline.report import bootstrap, compare, drift, settings
+from pipeline.analysis.numbers import Row, quantile
+from pipeline.report import bootstrap, drift, settings
 from pipeline.report.conditions import Condition, group
 from pipeline.report.load import Dataset, RunInfo
-from pipeline.stats import percentile
+from pipeline.report.sections import amplification, outcomes
 
 
 def row(condition: str, q: str, rnd: int, ok: int = 1, **values: float | str | None) -> Row:
@@ -58,10 +58,10 @@ def timed(condition: str, first_tokens: list[float], ok: list[int] | None = None
 # --- bootstrap -----------------------------------------------------------------------------
 
 
-def test_quantile_is_the_same_as_pipeline_stats_percentile() -> None:
+def test_the_one_quantile_takes_sorted_arrays_and_unsorted_lists_alike() -> None:
     values = [3.0, 1.0, 10.0, 4.0, 2.0, 7.5]
     for q in (0.0, 0.5, 0.9, 1.0):
-        assert bootstrap.quantile(np.sort(np.asarray(values)), q) == pytest.approx(percentile(sorted(values), q))
+        assert quantile(np.sort(np.asarray(values)), q) == quantile(values, q)
 
 
 @pytest.mark.parametrize(("n", "q"), [(2, 0.5), (5, 0.5), (6, 0.9), (9, 0.5), (40, 0.9)])
@@ -136,24 +136,24 @@ def test_drift_is_not_checked_without_two_measured_rounds_or_six_turns() -> None
 @pytest.mark.parametrize(
     ("b_first_tokens", "b_ok", "expected"),
     [
-        ([300.0 + i for i in range(10)], None, compare.FASTER),
-        ([505.0 + i for i in range(10)], None, compare.SLIGHTLY),  # +1%
-        ([498.0 + 2 * i for i in range(10)], None, compare.SLIGHTLY),  # cannot be told from A
-        ([650.0 + i for i in range(10)], None, compare.CLEARLY),  # +30%
-        ([300.0 + i for i in range(10)], [1] * 8 + [0] * 2, compare.LESS_RELIABLE),  # fast but 80% success
+        ([300.0 + i for i in range(10)], None, outcomes.FASTER),
+        ([505.0 + i for i in range(10)], None, outcomes.SLIGHTLY),  # +1%
+        ([498.0 + 2 * i for i in range(10)], None, outcomes.SLIGHTLY),  # cannot be told from A
+        ([650.0 + i for i in range(10)], None, outcomes.CLEARLY),  # +30%
+        ([300.0 + i for i in range(10)], [1] * 8 + [0] * 2, outcomes.LESS_RELIABLE),  # fast but 80% success
     ],
 )
 def test_the_four_outcomes(b_first_tokens: list[float], b_ok: list[int] | None, expected: str) -> None:
     a = [500.0 + i for i in range(10)]
     conds = conditions(timed("A", a) + timed("B", b_first_tokens, b_ok))
-    result = compare.outcome(conds["B"], conds["A"])
+    result = outcomes.outcome(conds["B"], conds["A"])
     assert result.kind == expected, result.reason
     assert result.advice
 
 
 def test_outcome_is_not_read_without_measured_turns() -> None:
     conds = conditions([row("A", "q0", 1, first_token_ms=1.0), *timed("B", [300.0, 310.0])])
-    assert compare.outcome(conds["B"], conds["A"]).kind == compare.NOT_READ
+    assert outcomes.outcome(conds["B"], conds["A"]).kind == outcomes.NOT_READ
 
 
 def test_amplification_multiplies_the_per_call_difference_by_calls_per_turn() -> None:
@@ -163,7 +163,7 @@ def test_amplification_multiplies_the_per_call_difference_by_calls_per_turn() ->
         r["llm_first_token_ms_per_call"] = f"{per:g};{per:g};{per:g}"
         r["llm_calls"] = 3
     conds = conditions(rows)
-    amp = compare.amplification(conds["B"], conds["A"])
+    amp = amplification.amplification(conds["B"], conds["A"])
     assert (amp.per_call.value, amp.calls_per_turn, amp.product) == (-100.0, 3.0, -300.0)
     assert amp.turn_first_token_sum.value == -300.0
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench_csv import read_bench_csv
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.stats import summarize
 from pipeline.report.build import build
 from pipeline.report.document import Document
 from pipeline.report.load import load_paths
-from pipeline.stats import summarize
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 EXPERIMENT = DATA / "experiment"

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import spans as names
-from pipeline.analysis import rows_from_spans
-from pipeline.traces_io import ReadProblems, read_trace_file, spans_from_traces_data
-from pipeline.tracing import Attributes, Tracing
-from stages.llm_scripted import ScriptedReply
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.spans import Attributes
+from stages.llm.scripted import ScriptedReply
 from tests.scenario import run_virtual, stages
 
 ATTRS: Attributes = {
@@ -121,8 +122,8 @@ def test_trace_lines_are_conformant_otlp_json(tmp_path: Path) -> None:
 
 
 def test_analyze_command_recomputes_the_same_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.analysis.bench_csv import read_bench_csv
     from pipeline.analyze import main as analyze
-    from pipeline.bench_csv import read_bench_csv
     from pipeline.replay import main as replay
     from tests.fixture_files import make_fixtures
 

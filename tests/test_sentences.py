@@ -10,8 +10,8 @@ NO_COMMA = SplitRules(first_cut_at_comma=False)
 def split(deltas: Sequence[str], rules: SplitRules = NO_COMMA) -> list[Sentence]:
     async def source() -> AsyncIterator[Event]:
         for text in deltas:
-            yield TokenDelta(call_index=0, text=text)
-        yield CallEnd(index=0, finish_reason="stop", output_tokens=len(deltas))
+            yield TokenDelta(text=text)
+        yield CallEnd(finish_reason="stop", output_tokens=len(deltas))
 
     async def collect() -> list[Sentence]:
         return [e async for e in SentenceSplitter(rules).run(source()) if isinstance(e, Sentence)]

@@ -3,20 +3,21 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import spans as names
-from pipeline.analysis import rows_from_spans
-from pipeline.stats import percentile, success_rate, summarize
-from pipeline.traces_io import ReadProblems, read_trace_file
-from pipeline.tracing import Tracing
-from stages.llm_scripted import ScriptedReply
+from pipeline.analysis.numbers import quantile
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.stats import success_rate, summarize
+from pipeline.analysis.traces import ReadProblems, read_trace_file
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from stages.llm.scripted import ScriptedReply
 from tests.scenario import run_virtual, stages
 
 
-def test_percentile_interpolates_linearly() -> None:
+def test_quantile_interpolates_linearly() -> None:
     values = [1.0, 2.0, 3.0, 4.0, 10.0]
-    assert percentile(values, 0.5) == 3.0
-    assert percentile(values, 0.9) == pytest.approx(7.6, abs=1e-12)
-    assert percentile([5.0], 0.9) == 5.0
+    assert quantile(values, 0.5) == 3.0
+    assert quantile(values, 0.9) == pytest.approx(7.6, abs=1e-12)
+    assert quantile([5.0], 0.9) == 5.0
 
 
 def test_summary_excludes_warmup_and_failed_turns_and_says_so() -> None:

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.textmetrics import edit_distance, error_rate, keyword_score
+from pipeline.analysis.textmetrics import edit_distance, error_rate, keyword_score
 
 
 def test_edit_distance() -> None:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from pipeline.events import Event, StageInfo, Transcript
-from stages.llm_scripted import ScriptedReply
+from stages.llm.scripted import ScriptedReply
 from tests.scenario import ms, run_virtual, stages, utterance
 
 REPLY = ScriptedReply("Hi. How are you today? Fine.")

@@ -9,7 +9,7 @@ values with replacement is mapping n uniform draws through the empirical quantil
 function, which is monotone, so the resample's k-th smallest value is
 ``x[floor(n * U(k))]`` where ``U(k)``, the k-th smallest of n uniforms, is Beta(k, n-k+1);
 the next order statistic is ``U(k) + (1 - U(k)) * Beta(1, n-k)``. Interpolating between
-them exactly as ``pipeline.stats.percentile`` does gives the same distribution as
+them exactly as ``pipeline.analysis.numbers.quantile`` does gives the same distribution as
 resampling, at a cost that does not grow with n (100,000 turns take as long as 10).
 """
 
@@ -33,16 +33,6 @@ class Interval:
 
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
-
-
-def quantile(sorted_values: np.ndarray, q: float) -> float:
-    """Linear interpolation between closest ranks (``pipeline.stats.percentile``)."""
-    n = len(sorted_values)
-    if n == 0:
-        raise ValueError("quantile of no values")
-    pos = (n - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
 def generator(name: str) -> np.random.Generator:

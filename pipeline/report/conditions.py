@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.analysis import Row
+from pipeline.analysis.numbers import Row, measured
 from pipeline.report.load import Dataset
 
 KNOWN = ("A", "B", "B'")
@@ -122,7 +122,7 @@ def group(data: Dataset) -> dict[str, Condition]:
 
 def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
     rows = [data.rows[i] for i in idx]
-    measured_idx = [i for i in idx if not data.rows[i].get("warmup")]
+    measured_idx = [i for i in idx if measured(data.rows[i])]
     ok_idx = [i for i in measured_idx if data.rows[i].get("ok")]
     sentences = [v for i in ok_idx for v in data.sentence_ms[i]]
     calls = [c for i in ok_idx for c in per_call(data.rows[i]) if c is not None]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis import Row
+from pipeline.analysis.numbers import Row, measured_ok, median
 from pipeline.report.conditions import number
 
 MIN_TURNS = 6
@@ -80,12 +80,12 @@ def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
         q = str(row.get("question_id"))
         by_question.setdefault(q, []).append(value)
         kept.append((q, value))
-    medians = {q: float(np.median(v)) for q, v in by_question.items()}
+    medians = {q: median(v) for q, v in by_question.items()}
     return np.asarray([v / medians[q] if medians[q] else 1.0 for q, v in kept], dtype=np.float64)
 
 
 def _measured_in_order(rows: Sequence[Row]) -> list[Row]:
-    return sorted((r for r in rows if not r.get("warmup") and r.get("ok")), key=_order)
+    return sorted((r for r in rows if measured_ok(r)), key=_order)
 
 
 def check(run_id: str, rows: Sequence[Row], metric: str) -> Drift:
@@ -106,7 +106,7 @@ def _check(run_id: str, measured: Sequence[Row], metric: str) -> Drift:
         return Drift(run_id, metric, n, None, None, False, f"needs {MIN_TURNS} successful turns, has {n}")
     rho = spearman(np.arange(n, dtype=np.float64), rel)
     half = n // 2
-    first, second = float(np.median(rel[:half])), float(np.median(rel[n - half :]))
+    first, second = median(rel[:half]), median(rel[n - half :])
     rise = second / first - 1 if first else None
     flagged = rho is not None and rise is not None and rho >= RHO_FLAG and rise >= RISE_FLAG
     return Drift(run_id, metric, n, rho, rise, flagged, "")

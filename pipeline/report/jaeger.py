@@ -4,7 +4,7 @@ The answer is one or more ``{"result": TracesData}`` documents (grpc-gateway str
 back to back); "no traces found" comes as an ``{"error": ...}`` document with HTTP 404.
 Jaeger may write ids as base64 (protobuf's JSON mapping) or hex (OTLP JSON), and enums as
 names (``STATUS_CODE_ERROR``) or numbers: all are normalised to the Collector file format
-before ``pipeline.traces_io`` reads them, so the rows are the same as from a trace file.
+before ``pipeline.analysis.traces`` reads them, so the rows are the same as from a trace file.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pipeline.analysis.traces import ReadProblems, SpanRecord, spans_from_traces_data
 from pipeline.report.load import Dataset, LoadError, dataset_from_spans
-from pipeline.traces_io import ReadProblems, SpanRecord, spans_from_traces_data
+from pipeline.tracing import names
 
 _ID_LENGTHS = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
-_STATUS = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_STATUS = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": names.STATUS_ERROR}
 
 Fetch = Callable[[str, float], bytes]
 

@@ -1,6 +1,6 @@
 """Where a report's data comes from: trace files or an experiment folder -> a ``Dataset``.
 
-Rows are always recomputed from the spans by ``pipeline.analysis`` (a bench.csv found
+Rows are always recomputed from the spans by ``pipeline.analysis.rows`` (a bench.csv found
 beside the traces is only cross-checked, never trusted over them). Besides the rows the
 dataset keeps what rows cannot hold: every sentence's first-token time, which stages
 failed in a failed turn, each run's recorded settings, and the turn spans themselves
@@ -14,12 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import spans as names
-from pipeline.analysis import Row, TurnSpans, group_turns, turn_row
-from pipeline.bench_csv import read_bench_csv
-from pipeline.traces_io import ReadProblems, SpanRecord, read_trace_file, trace_files
-
-ERROR_STATUS = 2  # OTLP StatusCode.ERROR
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.numbers import Row
+from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, turn_row
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
+from pipeline.tracing import names
 
 
 class LoadError(ValueError):
@@ -53,26 +52,11 @@ class Dataset:
     offline_verdicts: list[str] = field(default_factory=list)  # what B' runs' network checks found
 
 
-def sentence_first_tokens(turn: TurnSpans) -> tuple[float, ...]:
-    """Each sentence's first-token time (ms), in sentence order."""
-    out = []
-    sentences = sorted(turn.named(names.SENTENCE), key=lambda s: _index(s.attributes.get(names.SENTENCE_INDEX)))
-    for s in sentences:
-        first = s.event_ns(names.EV_FIRST_TOKEN)
-        if first is not None:
-            out.append(round((first - s.start_ns) / 1e6, 3))
-    return tuple(out)
-
-
-def _index(value: object) -> int:
-    return int(value) if isinstance(value, (int, float)) else 0
-
-
 def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
     """Names of the turn's stage spans that ended in error, first failure first, each once."""
     seen: dict[str, None] = {}
     for child in turn.children:
-        if child.status_code == ERROR_STATUS:
+        if child.status_code == names.STATUS_ERROR:
             seen.setdefault(child.name, None)
     return tuple(seen)
 
@@ -197,7 +181,7 @@ def load_paths(paths: Sequence[Path], runs: Sequence[str] = ()) -> Dataset:
 
 
 def _offline_verdicts(folder: Path, problems: list[str]) -> list[str]:
-    """The verdicts of ``scripts/offline_run.py`` found in an experiment folder, in words (M13)."""
+    """The verdicts of ``python -m pipeline.offline`` found in an experiment folder, in words (M13)."""
     out = []
     for path in sorted(folder.rglob("offline/verdict.json")):
         try:

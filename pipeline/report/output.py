@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.bench_csv import BenchCsv
+from pipeline.analysis.bench_csv import BenchCsv
 from pipeline.report import html, markdown
 from pipeline.report.document import Document
 from pipeline.report.load import Dataset

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from pipeline.analysis import Row
+from pipeline.analysis.numbers import Row, measured
 from pipeline.report.conditions import Condition, number, title
 from pipeline.report.drift import Drift
 from pipeline.report.waterfall import Waterfall
@@ -117,7 +117,7 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
             idx = thin(np.arange(len(ordered)), ORDER_POINTS)
             x = [int(i) for i in idx if number(ordered[i].get(metric)) is not None and ordered[i].get("ok")]
             y = [number(ordered[i].get(metric)) for i in x]
-            warm = [i for i in x if ordered[i].get("warmup")]
+            warm = [i for i in x if not measured(ordered[i])]
             tag = " (DRIFTING)" if (run_id, metric) in flagged else ""
             ax.plot(
                 x,

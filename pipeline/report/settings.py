@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.analysis import Row
+from pipeline.analysis.numbers import Row
 from pipeline.report.load import RunInfo
 
 IGNORED = ("run.rounds", "run.limit")

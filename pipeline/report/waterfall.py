@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline import spans as names
-from pipeline.analysis import Row, TurnSpans
-from pipeline.report.bootstrap import quantile
+from pipeline.analysis.numbers import Row, measured_ok, quantile
+from pipeline.analysis.rows import TurnSpans
+from pipeline.analysis.traces import SpanRecord
 from pipeline.report.conditions import Condition, number
-from pipeline.traces_io import SpanRecord
+from pipeline.tracing import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ def representative(cond: Condition, rows: Sequence[Row]) -> int | None:
     best: tuple[int, float, int, int] | None = None
     for i, row in enumerate(rows):
         v = number(row.get("whole_turn_ms"))
-        if row.get("condition") != cond.label or row.get("warmup") or not row.get("ok") or v is None:
+        if row.get("condition") != cond.label or not measured_ok(row) or v is None:
             continue
         if not low <= v <= high:
             continue

@@ -1,0 +1,89 @@
+"""bench.csv: the raw per-turn rows (METHOD M10), appended as each turn finishes."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from pathlib import Path
+
+from pipeline.analysis.numbers import Row
+from pipeline.analysis.rows import COLUMNS
+
+
+class BenchCsvError(ValueError):
+    pass
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+class BenchCsv:
+    """Appends rows to a CSV file; refuses a file whose header is not ours."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if path.exists() and path.stat().st_size > 0:
+            with path.open(encoding="utf-8", newline="") as fh:
+                header = next(csv.reader(fh), [])
+            if tuple(header) != COLUMNS:
+                raise BenchCsvError(
+                    f"{path}: existing file has other columns than this version writes; "
+                    "choose another output folder or move the file away"
+                )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8", newline="") as fh:
+                csv.writer(fh).writerow(COLUMNS)
+
+    def append(self, rows: Iterable[Row]) -> None:
+        with self.path.open("a", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh)
+            for row in rows:
+                writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+            fh.flush()
+
+
+def read_bench_csv(path: Path) -> list[Row]:
+    """Rows as strings, numbers parsed where they look like numbers."""
+    out: list[Row] = []
+    with path.open(encoding="utf-8", newline="") as fh:
+        for raw in csv.DictReader(fh):
+            row: Row = {}
+            for key, value in raw.items():
+                row[key] = _parse(value) if key in NUMERIC else (value or "")
+            out.append(row)
+    return out
+
+
+NUMERIC = frozenset(
+    c
+    for c in COLUMNS
+    if (c.endswith("_ms") and c != "llm_first_token_ms_per_call")
+    or c
+    in (
+        "round",
+        "warmup",
+        "tokens",
+        "ok",
+        "temp_c",
+        "llm_calls",
+        "sentences",
+        "turn_start_ns",
+        "asr_error_rate",
+        "answer_quality",
+    )
+)
+
+
+def _parse(value: str | None) -> int | float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return float(value)

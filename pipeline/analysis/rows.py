@@ -1,0 +1,213 @@
+"""Per-turn rows computed from traces alone (METHOD M3, M10).
+
+The only input is span records; nothing here knows about stages or the
+orchestration, so a trace file from anywhere gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pipeline.analysis.numbers import Row, median
+from pipeline.analysis.textmetrics import error_rate, keyword_score
+from pipeline.analysis.traces import AttrValue, ReadProblems, SpanRecord
+from pipeline.tracing import names
+
+# Columns of bench.csv: the M10 set first, then the per-stage times.
+COLUMNS = (
+    "run_id",
+    "condition",
+    "config_id",
+    "question_id",
+    "round",
+    "warmup",
+    "first_token_ms",
+    "total_ms",
+    "tokens",
+    "ok",
+    "error",
+    "temp_c",
+    "note",
+    "whole_turn_ms",
+    "first_audio_ms",
+    "vad_endpoint_ms",
+    "asr_ms",
+    "llm_calls",
+    "llm_first_token_ms_per_call",
+    "sentences",
+    "sentence_first_token_min_ms",
+    "sentence_first_token_median_ms",
+    "sentence_first_token_max_ms",
+    "tts_first_frame_ms",
+    "llm_first_chunk_ms",
+    "llm_generation_ms",
+    "server_queue_ms",
+    "server_prompt_ms",
+    "server_generation_ms",
+    "llm_model",
+    "llm_endpoint",
+    "asr_error_rate",
+    "asr_error_metric",
+    "answer_quality",
+    "language",
+    "category",
+    "scripted",
+    "clock",
+    "trace_id",
+    "turn_start_ns",
+)
+
+
+def _ms(start: int | None, end: int | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start) / 1e6, 3)
+
+
+def _int(value: AttrValue, default: int = 0) -> int:
+    return int(value) if isinstance(value, (int, float, bool)) else default
+
+
+def _temp(value: AttrValue) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(value: AttrValue) -> str:
+    return "" if value is None else str(value)
+
+
+@dataclass(slots=True)
+class TurnSpans:
+    turn: SpanRecord
+    children: list[SpanRecord] = field(default_factory=list)
+
+    def named(self, name: str) -> list[SpanRecord]:
+        return [s for s in self.children if s.name == name]
+
+    def first(self, name: str) -> SpanRecord | None:
+        found = self.named(name)
+        return found[0] if found else None
+
+
+def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[TurnSpans]:
+    """Find every turn span and its children; duplicates (same span id) count once."""
+    by_id: dict[str, SpanRecord] = {}
+    for span in spans:
+        by_id.setdefault(span.span_id, span)
+    turns = {sid: TurnSpans(s) for sid, s in by_id.items() if s.name == names.TURN}
+    for span in by_id.values():
+        if span.parent_span_id in turns:
+            turns[span.parent_span_id].children.append(span)
+    out = []
+    for t in turns.values():
+        version = t.turn.attributes.get(names.SCHEMA)
+        if version != names.SCHEMA_VERSION:
+            problems.add(
+                f"turn span {t.turn.span_id}: trace schema version {version!r} is not {names.SCHEMA_VERSION!r}; skipped"
+            )
+            continue
+        t.children.sort(key=lambda s: s.start_ns)
+        out.append(t)
+    out.sort(key=lambda t: t.turn.start_ns)
+    return out
+
+
+def sentence_first_tokens(t: TurnSpans) -> tuple[float, ...]:
+    """Each sentence's first-token time (ms, from the moment it could start), in sentence order (M3)."""
+    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    found = (_ms(s.start_ns, s.event_ns(names.EV_FIRST_TOKEN)) for s in sentences)
+    return tuple(v for v in found if v is not None)
+
+
+def turn_row(t: TurnSpans) -> Row:
+    """One bench.csv row from one turn's spans."""
+    a = t.turn.attributes
+    speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
+    calls = sorted(t.named(names.LLM_CALL), key=lambda s: _int(s.attributes.get(names.CALL_INDEX)))
+    call_ft = [_ms(c.start_ns, c.event_ns(names.EV_FIRST_TOKEN)) for c in calls]
+    sentences = t.named(names.SENTENCE)
+    sentence_ft = sentence_first_tokens(t)
+    tts = sorted(t.named(names.TTS), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    vad = t.first(names.VAD)
+    asr = t.first(names.ASR)
+    playback = t.first(names.PLAYBACK)
+    ok = a.get(names.OK) is True
+    return {
+        "run_id": _str(a.get(names.RUN_ID)),
+        "condition": _str(a.get(names.CONDITION)),
+        "config_id": _str(a.get(names.CONFIG_ID)),
+        "question_id": _str(a.get(names.QUESTION_ID)),
+        "round": _int(a.get(names.ROUND)),
+        "warmup": int(a.get(names.WARMUP) is True),
+        "first_token_ms": call_ft[0] if call_ft else None,
+        "total_ms": _ms(calls[0].start_ns, max(c.end_ns for c in calls)) if calls else None,
+        "tokens": sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
+        "ok": int(ok),
+        "error": "" if ok else _str(a.get(names.ERROR_TYPE)) or "unknown",
+        "temp_c": _temp(a.get(names.TEMP_C)),
+        "note": _str(a.get(names.NOTE)),
+        "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok else None,
+        "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
+        "vad_endpoint_ms": _ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
+        "asr_ms": _ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
+        "llm_calls": len(calls),
+        "llm_first_token_ms_per_call": ";".join("" if v is None else f"{v:g}" for v in call_ft),
+        "sentences": len(sentences),
+        "sentence_first_token_min_ms": min(sentence_ft) if sentence_ft else None,
+        "sentence_first_token_median_ms": round(median(sentence_ft), 3) if sentence_ft else None,
+        "sentence_first_token_max_ms": max(sentence_ft) if sentence_ft else None,
+        "tts_first_frame_ms": _ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
+        **_llm_segments(calls),
+        "llm_endpoint": _str(a.get(names.LLM_ENDPOINT)),
+        **_quality(t, a),
+        "language": _str(a.get(names.LANGUAGE)),
+        "category": _str(a.get(names.CATEGORY)),
+        "scripted": _str(a.get(names.SCRIPTED)),
+        "clock": _str(a.get(names.CLOCK)),
+        "trace_id": t.turn.trace_id,
+        "turn_start_ns": t.turn.start_ns,
+    }
+
+
+def _server_sum(calls: list[SpanRecord], key: str) -> float | None:
+    values = [c.attributes.get(key) for c in calls]
+    found = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return round(sum(found), 3) if found else None
+
+
+def _llm_segments(calls: list[SpanRecord]) -> Row:
+    """Client-side generation time, and the server's own breakdown where it reported one (M2)."""
+    generation = [_ms(c.event_ns(names.EV_FIRST_TOKEN), c.end_ns) for c in calls]
+    known = [g for g in generation if g is not None]
+    return {
+        "llm_first_chunk_ms": _ms(calls[0].start_ns, calls[0].event_ns(names.EV_FIRST_CHUNK)) if calls else None,
+        "llm_generation_ms": round(sum(known), 3) if known else None,
+        "server_queue_ms": _server_sum(calls, names.SERVER_QUEUE_MS),
+        "server_prompt_ms": _server_sum(calls, names.SERVER_PROMPT_MS),
+        "server_generation_ms": _server_sum(calls, names.SERVER_PREDICTED_MS),
+        "llm_model": _str(calls[0].attributes.get(names.GEN_AI_MODEL)) if calls else "",
+    }
+
+
+def _quality(t: TurnSpans, a: dict[str, AttrValue]) -> Row:
+    """ASR error rate against the reference text, and expected keywords in the answer (M18)."""
+    asr = t.first(names.ASR)
+    scored = None
+    if asr is not None and asr.status_code != names.STATUS_ERROR:
+        scored = error_rate(
+            _str(a.get(names.REFERENCE_TEXT)), _str(asr.attributes.get(names.TRANSCRIPT)), _str(a.get(names.LANGUAGE))
+        )
+    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    answer = " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
+    tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.named(names.LLM_CALL))
+    quality = keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
+    return {
+        "asr_error_rate": round(scored[0], 4) if scored else None,
+        "asr_error_metric": scored[1] if scored else "",
+        "answer_quality": round(quality, 4) if quality is not None and t.first(names.PLAYBACK) else None,
+    }
+
+
+def rows_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[Row]:
+    return [turn_row(t) for t in group_turns(spans, problems or ReadProblems())]

@@ -1,0 +1,47 @@
+"""The row sink a run writes through: each finished turn's trace line -> rows -> bench.csv.
+
+The run hands over the trace line it just wrote, never a number of its own; the rows
+are decoded from that line exactly as from a trace file read later, so bench.csv and
+``python -m pipeline.analyze`` of the trace file agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.analysis.bench_csv import BenchCsv
+from pipeline.analysis.numbers import Row
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.traces import spans_from_traces_data
+
+
+class RowSink:
+    """Appends each turn's rows to bench.csv as it finishes, keeps them, and says how it went."""
+
+    def __init__(self, bench: BenchCsv, total: int, progress: Callable[[str], None]) -> None:
+        self.bench = bench
+        self.total = total
+        self.progress = progress
+        self.rows: list[Row] = []
+
+    def __call__(self, line: dict[str, Any]) -> None:
+        rows = rows_from_spans(spans_from_traces_data(line))
+        self.bench.append(rows)
+        self.rows.extend(rows)
+        self.progress(progress_line(len(self.rows), self.total, rows))
+
+
+def progress_line(done: int, total: int, rows: list[Row]) -> str:
+    parts = []
+    for row in rows:
+        tag = " (warm-up)" if row["warmup"] else ""
+        if row["ok"]:
+            parts.append(
+                f"round {row['round']}{tag} {row['question_id']}: ok, whole turn {row['whole_turn_ms']} ms, "
+                f"first audio {row['first_audio_ms']} ms, {row['llm_calls']} LLM call(s), "
+                f"{row['sentences']} sentence(s)"
+            )
+        else:
+            parts.append(f"round {row['round']}{tag} {row['question_id']}: FAILED ({row['error']})")
+    return f"[{done}/{total}] " + "; ".join(parts)

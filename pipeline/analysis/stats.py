@@ -1,0 +1,65 @@
+"""Pure statistics over bench rows: medians, P90, extremes and success rates (METHOD M6-M8).
+
+Warm-up rows are excluded here, never deleted from the raw rows. A figure
+computed over fewer than all measured turns carries its count so the reader sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.analysis.numbers import Row, measured, quantile
+
+HEADLINE_METRICS = (
+    "whole_turn_ms",
+    "first_audio_ms",
+    "first_token_ms",
+    "total_ms",
+    "vad_endpoint_ms",
+    "asr_ms",
+    "tts_first_frame_ms",
+    "sentence_first_token_median_ms",
+    "llm_calls",
+    "sentences",
+    "asr_error_rate",
+    "answer_quality",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    metric: str
+    n: int  # values the figures were computed from
+    turns: int  # measured (non-warm-up) turns in the group
+    median: float | None
+    p90: float | None
+    minimum: float | None
+    maximum: float | None
+
+    @property
+    def partial(self) -> bool:
+        return self.n < self.turns
+
+
+def summarize(rows: Sequence[Row], metric: str) -> Summary:
+    turns = [r for r in rows if measured(r)]
+    values = sorted(float(v) for r in turns if r.get("ok") and isinstance((v := r.get(metric)), (int, float)))
+    if not values:
+        return Summary(metric, 0, len(turns), None, None, None, None)
+    return Summary(metric, len(values), len(turns), quantile(values, 0.5), quantile(values, 0.9), values[0], values[-1])
+
+
+def success_rate(rows: Sequence[Row]) -> tuple[int, int]:
+    """(ok turns, measured turns), warm-up excluded."""
+    turns = [r for r in rows if measured(r)]
+    return sum(1 for r in turns if r.get("ok")), len(turns)
+
+
+def group_rows(rows: Sequence[Row]) -> dict[tuple[str, str, str], list[Row]]:
+    """Rows by (run_id, condition, config_id), in first-seen order."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for row in rows:
+        key = (str(row["run_id"]), str(row["condition"]), str(row["config_id"]))
+        groups.setdefault(key, []).append(row)
+    return groups

@@ -1,0 +1,101 @@
+"""Facts per run and per condition: warm-up, missing turns, failures, temperature,
+simulated stages (METHOD M6, M7, M9, M20)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.analysis.numbers import Row, measured, median
+from pipeline.report.conditions import Condition, number
+from pipeline.report.load import RunInfo
+
+TEMP_BAND_C = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    run_id: str
+    condition: str
+    config_ids: tuple[str, ...]
+    clock: str
+    scripted: str  # stages whose latencies were scripted, "" when none
+    turns: int
+    warmup: int
+    measured: int
+    ok: int
+    rounds: int
+    questions: int
+    expected: int | None  # turns the run's settings ask for, None when unknown
+    errors: tuple[tuple[str, int], ...]  # error class -> measured turns
+    warmup_first_token: float | None  # median over warm-up ok turns
+    measured_first_token: float | None
+
+
+def _median(rows: Sequence[Row], metric: str) -> float | None:
+    values = [v for r in rows if r.get("ok") and (v := number(r.get(metric))) is not None]
+    return median(values) if values else None
+
+
+def _expected(run: RunInfo | None, questions: int) -> int | None:
+    if run is None or run.config_json is None:
+        return None
+    try:
+        settings = json.loads(run.config_json).get("run", {})
+        rounds, limit = int(settings["rounds"]), int(settings.get("limit", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return rounds * (limit or questions)
+
+
+def run_facts(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunFacts]:
+    by_run: dict[str, list[Row]] = {}
+    for row in rows:
+        by_run.setdefault(str(row.get("run_id")), []).append(row)
+    out = []
+    for run_id, rr in by_run.items():
+        warm = [r for r in rr if not measured(r)]
+        turns = [r for r in rr if measured(r)]
+        errors: dict[str, int] = {}
+        for r in turns:
+            if not r.get("ok"):
+                errors[str(r.get("error") or "unknown")] = errors.get(str(r.get("error") or "unknown"), 0) + 1
+        questions = len({r.get("question_id") for r in rr})
+        out.append(
+            RunFacts(
+                run_id=run_id,
+                condition=str(rr[0].get("condition")),
+                config_ids=tuple(dict.fromkeys(str(r.get("config_id")) for r in rr)),
+                clock=", ".join(sorted({str(r.get("clock")) for r in rr if r.get("clock")})),
+                scripted=", ".join(sorted({str(r.get("scripted")) for r in rr if r.get("scripted")})),
+                turns=len(rr),
+                warmup=len(warm),
+                measured=len(turns),
+                ok=sum(1 for r in turns if r.get("ok")),
+                rounds=len({r.get("round") for r in rr}),
+                questions=questions,
+                expected=_expected(runs.get(run_id), questions),
+                errors=tuple(sorted(errors.items())),
+                warmup_first_token=_median(warm, "first_token_ms"),
+                measured_first_token=_median(turns, "first_token_ms"),
+            )
+        )
+    return out
+
+
+def temperatures(cond: Condition) -> tuple[float, float] | None:
+    """(lowest, highest) temp_c over measured turns; None when no turn has a reading."""
+    temps = [v for r in cond.measured if (v := number(r.get("temp_c"))) is not None]
+    return (min(temps), max(temps)) if temps else None
+
+
+def temperature_bands(cond: Condition, metric: str = "whole_turn_ms") -> list[tuple[float, float, int]]:
+    """(band start °C, median of ``metric``, turns) per 5 °C band (M20: median within a range)."""
+    bands: dict[float, list[float]] = {}
+    for r in cond.ok:
+        t, v = number(r.get("temp_c")), number(r.get(metric))
+        if t is not None and v is not None:
+            bands.setdefault(math.floor(t / TEMP_BAND_C) * TEMP_BAND_C, []).append(v)
+    return [(band, median(v), len(v)) for band, v in sorted(bands.items())]

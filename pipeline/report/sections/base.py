@@ -1,0 +1,89 @@
+"""What every section reads (the report's context) and how a section's table rows are laid out.
+
+A section is a function ``(Context) -> list[Block]``: it computes its own numbers, lays out its
+own tables and says its own words; what it could not compute it notes in ``ctx.incomplete``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pipeline.report import drift, settings
+from pipeline.report.cells import NOT_MEASURED
+from pipeline.report.conditions import Condition, group, ordered_labels, title
+from pipeline.report.document import WARNING, Block, Paragraph
+from pipeline.report.load import Dataset
+from pipeline.report.runs import RunFacts, run_facts
+
+Conditions = dict[str, Condition]
+Pair = tuple[str, str]  # (condition, baseline)
+
+MEASURED = "measured"
+ESTIMATED = "estimated (derived)"
+CITED = "cited"
+
+
+def comparison_pairs(conds: Conditions) -> list[Pair]:
+    """Every other measured condition against A (or, without A, the first measured one); B' against B."""
+    present = [label for label, c in conds.items() if c.measured]
+    if not present:
+        return []
+    base = "A" if "A" in present else present[0]
+    pairs = [(label, base) for label in present if label != base]
+    if "B" in present and "B'" in present and base != "B":
+        pairs.append(("B'", "B"))
+    return pairs
+
+
+@dataclass
+class Context:
+    """The dataset and what several sections share about it, computed once."""
+
+    data: Dataset
+    draw: bool
+    conds: Conditions = field(init=False)
+    labels: list[str] = field(init=False)
+    facts: list[RunFacts] = field(init=False)
+    check: settings.SettingsCheck = field(init=False)
+    drifts: list[drift.Drift] = field(init=False)
+    pairs: list[Pair] = field(init=False)
+    incomplete: list[str] = field(default_factory=list)  # what could not be computed, for the status line
+
+    def __post_init__(self) -> None:
+        self.conds = group(self.data)
+        self.labels = ordered_labels(list(self.conds))
+        self.facts = run_facts(self.data.rows, self.data.runs)
+        self.check = settings.check(list(self.data.runs.values()), self.data.rows)
+        self.drifts = drift.check_runs(self.data.rows)
+        self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
+
+    @property
+    def simulated(self) -> list[RunFacts]:
+        return [f for f in self.facts if f.scripted]
+
+    def refused(self, out: list[Block]) -> bool:
+        """Whether the comparison was refused (M11); if so, says so in ``out``."""
+        if not self.check.comparable:
+            out.append(Paragraph("Refused (M11): see Integrity.", WARNING))
+        return not self.check.comparable
+
+    def no_pairs(self, what: str) -> str:
+        measured = [title(c) for c, cond in self.conds.items() if cond.measured]
+        if not measured:
+            return f"{what} needs two measured conditions; nothing was measured."
+        return f"{what} needs two measured conditions; measured: {', '.join(measured)}."
+
+
+Section = Callable[[Context], list[Block]]
+
+
+def row(
+    label: str, labels: Sequence[str], conds: Conditions, cell: Callable[[Condition], str], attr: str
+) -> tuple[str, ...]:
+    """One table row: a cell per condition (``not measured`` where it has no rows), then the attribution."""
+    return (label, *(cell(conds[c]) if c in conds else NOT_MEASURED for c in labels), attr)
+
+
+def header(first: str, labels: Sequence[str], last: str = "attribution") -> tuple[str, ...]:
+    return (first, *(title(c) for c in labels), last)

@@ -1,0 +1,69 @@
+"""Section 8, the plots: CDFs, a representative turn's waterfall per condition, latency against run order
+(with temperature, M20), per-sentence box plots."""
+
+from __future__ import annotations
+
+from pipeline.report import plots
+from pipeline.report.conditions import title
+from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph
+from pipeline.report.sections.base import Context
+from pipeline.report.waterfall import Waterfall, bars, representative
+
+
+def section(ctx: Context) -> list[Block]:
+    out: list[Block] = [Heading(2, "8. Plots")]
+    if not ctx.draw:
+        out.append(Paragraph("Plots were not drawn (--no-plots).", NOTE))
+        return out
+    if not ctx.data.rows:
+        out.append(Paragraph("Nothing to plot: no turns.", NOTE))
+        return out
+    conds = [c for c in ctx.conds.values() if c.measured]
+    if ctx.check.comparable:
+        out.append(
+            Figure("cdf", plots.cdf_plot(conds), "CDFs of first token and whole turn per condition.", "CDF plots")
+        )
+        out.extend(_waterfalls(ctx))
+    runs = [(f.run_id, f.condition, [r for r in ctx.data.rows if str(r.get("run_id")) == f.run_id]) for f in ctx.facts]
+    out.append(
+        Figure(
+            "order",
+            plots.order_plot(runs, ctx.labels, ctx.drifts),
+            "Latency against run order per run, with temperature where recorded (M20).",
+            "latency against run order",
+        )
+    )
+    if ctx.check.comparable:
+        out.append(
+            Figure(
+                "sentences",
+                plots.sentence_box_plot(conds),
+                "Per-sentence first-token times per condition.",
+                "box plots",
+            )
+        )
+    return out
+
+
+def _waterfalls(ctx: Context) -> list[Block]:
+    out: list[Block] = []
+    if ctx.data.turns is None:
+        return [Paragraph("No waterfall: these rows were not read from spans.", NOTE)]
+    for label, cond in ctx.conds.items():
+        i = representative(cond, ctx.data.rows)
+        if i is None:
+            continue
+        row = ctx.data.rows[i]
+        name = f"{title(label)}: run {row.get('run_id')}, {row.get('question_id')} round {row.get('round')}"
+        w = Waterfall(f"Representative turn, {name}", tuple(bars(ctx.data.turns[i])))
+        key = "waterfall-" + ("Bp" if label == "B'" else "".join(ch if ch.isalnum() else "_" for ch in label))
+        out.append(
+            Figure(
+                key,
+                plots.waterfall_plot(w),
+                f"Waterfall of one representative turn, {name}: its whole turn lies between the quartiles, and of "
+                "those it has the most sentences (to show the overlap), then the nearest the median.",
+                "waterfall",
+            )
+        )
+    return out

@@ -1,0 +1,50 @@
+"""The report's head: title, source, and the warnings a reader must see first (simulated stages,
+virtual clock, a refused comparison, extra conditions)."""
+
+from __future__ import annotations
+
+from pipeline.report.conditions import KNOWN, title
+from pipeline.report.document import NOTE, WARNING, Block, Heading, Paragraph
+from pipeline.report.sections.base import Context
+
+TITLE = "Voice pipeline latency report"
+
+
+def section(ctx: Context) -> list[Block]:
+    d = ctx.data
+    out: list[Block] = [
+        Heading(1, TITLE),
+        Paragraph(
+            f"Source: {d.source or '-'} ({len(d.files)} file(s)). {len(d.rows)} turn(s) in "
+            f"{len(ctx.facts)} run(s), every figure computed from the traces alone."
+        ),
+    ]
+    if not d.rows:
+        ctx.incomplete.append("no turns found")
+        out.append(Paragraph("No turns were found: nothing was measured, every figure below is empty.", WARNING))
+    if ctx.simulated:
+        runs = ", ".join(f"{f.run_id} ({f.condition}: {f.scripted})" for f in ctx.simulated)
+        out.append(
+            Paragraph(
+                f"SIMULATED: scripted stages in run(s) {runs}: their latencies are configured, not measured. "
+                "No conclusion about real models may be drawn from these runs.",
+                WARNING,
+            )
+        )
+    virtual = [f.run_id for f in ctx.facts if "virtual" in f.clock]
+    if virtual:
+        out.append(Paragraph(f"Virtual clock (simulated time) in run(s): {', '.join(virtual)}.", WARNING))
+    if not ctx.check.comparable:
+        out.append(
+            Paragraph(
+                "COMPARISON REFUSED (M11): "
+                + " ".join(r + "." for r in ctx.check.reasons)
+                + " Report the runs separately, or "
+                "re-run them with matching settings.",
+                WARNING,
+            )
+        )
+    extra = [title(c) for c in ctx.conds if c not in KNOWN]
+    if extra:
+        out.append(Paragraph(f"Other conditions shown as extra columns: {', '.join(extra)}.", NOTE))
+    return out

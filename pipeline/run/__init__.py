@@ -1,0 +1,1 @@
+"""The run: session (rounds of turns), turn, device side, the single timing wrapper, assembly of stages."""

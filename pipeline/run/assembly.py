@@ -1,0 +1,164 @@
+"""Loads what a configuration names (once per run) and builds each turn's stages, from the registry.
+
+Every implementation is looked up in ``stages.registry`` by its ``[role] impl`` name;
+nothing here names one. Everything that can fail on bad input (a missing or corrupt
+model, a base model instead of a chat model, a language a stage cannot handle) fails
+here, before the first turn, with a message naming the file or the questions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.events import Stage
+from pipeline.run.endpoints import ENDPOINTS, LlmEndpoint, SetupError
+from pipeline.run.turn import ServerStages
+from pipeline.settings.config import Config
+from pipeline.settings.fixtures import Question
+from pipeline.settings.models import REGISTRY, resolve
+from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
+from stages.llm.prompts import DEVICE_TOOLS, system_prompt
+from stages.llm.scripted import ScriptedTools
+from stages.registry import ROLES, Implementation, Loaded, TurnInputs, registry
+from stages.sentences import SentenceSplitter, SplitRules
+
+__all__ = ["Engines", "SetupError", "build_stages", "check_languages", "load_engines", "open_chat"]
+
+
+class CacheModels:
+    """Models from the registry, assembled into a cache folder, or a user's own paths."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+
+    def resolve(self, name: str) -> Path:
+        return resolve(name, self.cache)
+
+    def identity(self, name: str, path: Path) -> str:
+        """A model's identity for config_id: its registry name, or its file name and size."""
+        if name in REGISTRY:
+            return f"{name}@{REGISTRY[name].sha256[:12]}"
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        return f"{path.name}:{sum(p.stat().st_size for p in files)}"
+
+
+def implementation(cfg: Config, role: str) -> Implementation:
+    return registry().get(role, getattr(cfg, role).impl)
+
+
+@dataclass
+class Engines:
+    """What a run loads once and every turn shares: models, and the LLM's endpoint."""
+
+    loaded: dict[str, Loaded] = field(default_factory=dict)
+    llm_endpoint: LlmEndpoint | None = None
+    chat: ChatBackend | None = None  # the endpoint's client, open while ``open_chat`` runs
+    endpoint: str = ""  # what every row says the LLM was: "in-process llama.cpp", "emulated cloud, ..."
+    identity: dict[str, str] = field(default_factory=dict)
+
+    def engine(self, role: str) -> object:
+        return self.loaded[role].engine if role in self.loaded else None
+
+    def close(self) -> None:
+        if self.llm_endpoint is not None:
+            self.llm_endpoint.close()
+
+
+def load_engines(cfg: Config, cache: Path) -> Engines:
+    """Every model the configuration names, loaded; on any failure nothing is left running."""
+    engines = Engines()
+    models = CacheModels(cache)
+    try:
+        for role in ROLES:
+            impl = implementation(cfg, role)
+            if impl.load is not None:
+                loaded = impl.load(impl.settings_from(getattr(cfg, role)), models)
+                engines.loaded[role] = loaded
+                if loaded.identity:
+                    engines.identity[role] = loaded.identity
+        llm = implementation(cfg, "llm")
+        engines.endpoint = llm.label
+        if llm.endpoint:
+            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, models)
+            engines.identity.update(engines.llm_endpoint.identity)
+            engines.endpoint = engines.llm_endpoint.label
+    except BaseException:
+        engines.close()
+        raise
+    return engines
+
+
+@contextlib.asynccontextmanager
+async def open_chat(
+    cfg: Config, engines: Engines, api_key: str | None, answers: Mapping[str, str]
+) -> AsyncIterator[None]:
+    """For the run's duration: the client of the LLM's endpoint (if it has one), shared by every turn."""
+    if engines.llm_endpoint is None:
+        yield
+        return
+    async with engines.llm_endpoint.open(api_key, answers) as client:
+        engines.chat = client
+        try:
+            yield
+        finally:
+            engines.chat = None
+
+
+def check_languages(cfg: Config, questions: Sequence[Question]) -> None:
+    """Refuse, before the run, questions in a language a configured stage cannot handle."""
+    for role in ROLES:
+        impl = implementation(cfg, role)
+        if impl.languages is None:
+            continue
+        bad = [q for q in questions if q.language not in impl.languages]
+        if bad:
+            ids = ", ".join(f"{q.id} ({q.language})" for q in bad[:8])
+            raise SetupError(
+                f"[{role}] impl = {impl.name!r} supports {', '.join(impl.languages)}; unsupported language in: {ids}"
+            )
+
+
+def turn_inputs(question: Question, salt: int) -> TurnInputs:
+    return TurnInputs(question.text, question.language, question.answer, question.tool, question.tool_arguments, salt)
+
+
+def _stage(cfg: Config, engines: Engines, role: str, turn: TurnInputs) -> Any:
+    """The role's stage (for the LLM: its chat backend), as its implementation builds it."""
+    impl = implementation(cfg, role)
+    engine = engines.chat if impl.endpoint else engines.engine(role)
+    if impl.endpoint and engine is None:
+        raise RuntimeError("open_chat() must surround the run")
+    return impl.build(impl.settings_from(getattr(cfg, role)), engine, turn)
+
+
+def _llm(cfg: Config, engines: Engines, turn: TurnInputs, history: tuple[Message, ...]) -> Stage:
+    backend = _stage(cfg, engines, "llm", turn)
+    settings = LlmSettings(
+        mode=cfg.llm.mode,  # type: ignore[arg-type]
+        max_tokens=cfg.llm.max_tokens,
+        max_calls=cfg.llm.max_calls,
+        system_prompt=system_prompt(turn.language),
+    )
+    tools = DEVICE_TOOLS if cfg.llm.tools else ()
+    executor = ScriptedTools(cfg.llm.tool_latency.salted(turn.salt)) if tools else None
+    impl = implementation(cfg, "llm")
+    scripted = impl.scripted or (engines.llm_endpoint is not None and engines.llm_endpoint.scripted)
+    return LlmStage(backend, settings, tools, executor, impl=impl.name, scripted=scripted, history=history)
+
+
+def build_stages(
+    cfg: Config, engines: Engines, question: Question, salt: int, history: tuple[Message, ...] = ()
+) -> ServerStages:
+    turn = turn_inputs(question, salt)
+    return ServerStages(
+        vad=_stage(cfg, engines, "vad", turn),
+        asr=_stage(cfg, engines, "asr", turn),
+        llm=_llm(cfg, engines, turn, history),
+        sentences=SentenceSplitter(SplitRules(**dataclasses.asdict(cfg.sentences))),
+        tts=_stage(cfg, engines, "tts", turn),
+    )

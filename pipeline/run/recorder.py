@@ -1,0 +1,199 @@
+"""The single timing wrapper: it watches every stage's input and output streams.
+
+A stage never reads the clock. The recorder stamps each event as it passes a
+stage boundary (when the stage takes an input, when it yields an output) and
+files the stamp in the turn's timeline. Because the same wrapper times every
+implementation, "first token" or "first frame" means the same thing for a
+scripted stage, a local model and a cloud endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from pipeline.clock import Clock
+from pipeline.events import (
+    FRAME_MS,
+    AudioFrame,
+    AudioOut,
+    CallEnd,
+    CallStart,
+    Event,
+    Sentence,
+    SpeechEnd,
+    SpeechStart,
+    Stage,
+    TokenDelta,
+    ToolCall,
+    ToolResult,
+    Transcript,
+)
+from pipeline.tracing.timeline import CallTiming, SentenceTiming, ToolTiming, TtsTiming, TurnTimeline
+
+Handler = Callable[[Event, int], None]
+
+
+class TurnRecorder:
+    """Stamps the events of one turn into a ``TurnTimeline``."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.timeline = TurnTimeline(start_ns=clock.now_ns())
+        self._frame_arrival_ns: dict[int, int] = {}
+        self._inputs: dict[str, Handler] = {
+            "asr": self._asr_in,
+            "tts": self._tts_in,
+            "player": self._player_in,
+        }
+        self._outputs: dict[str, Handler] = {
+            "vad": self._vad_out,
+            "asr": self._asr_out,
+            "llm": self._llm_out,
+            "sentences": self._sentences_out,
+            "tts": self._tts_out,
+            "player": self._player_out,
+        }
+
+    def receive(self, uplink: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """Stamp each uplink frame as it reaches the server, before any stage is free to take it."""
+        return self._tap(self._uplink_in, uplink)
+
+    def wrap(self, role: str, stage: Stage, source: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """Run ``stage`` on ``source``, stamping what goes in and what comes out."""
+        self.timeline.stages[role] = stage.info
+        return self._tap(self._outputs.get(role), stage.run(self._tap(self._inputs.get(role), source)))
+
+    async def _tap(self, handler: Handler | None, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        async for event in events:
+            if handler is not None:
+                handler(event, self._clock.now_ns())
+            yield event
+
+    def fail(self, error_type: str, message: str) -> None:
+        """Record the first failure of the turn; later ones are consequences."""
+        if not self.timeline.error_type:
+            self.timeline.error_type = error_type
+            self.timeline.error_message = message
+
+    def finish(self) -> TurnTimeline:
+        tl = self.timeline
+        if tl.ok and tl.playback.last_end_ns is not None:
+            tl.end_ns = tl.playback.last_end_ns
+        else:
+            tl.end_ns = self._clock.now_ns()
+        return tl
+
+    # --- inputs: the moment a stage takes an item -------------------------------
+
+    def _uplink_in(self, event: Event, t: int) -> None:
+        if isinstance(event, AudioFrame):
+            if self.timeline.vad.first_frame_ns is None:
+                self.timeline.vad.first_frame_ns = t
+            self._frame_arrival_ns[event.seq] = t
+
+    def _asr_in(self, event: Event, t: int) -> None:
+        if isinstance(event, SpeechEnd):
+            self.timeline.asr.start_ns = t
+
+    def _tts_in(self, event: Event, t: int) -> None:
+        if isinstance(event, Sentence):
+            self.timeline.tts.append(TtsTiming(sentence_index=event.index, start_ns=t))
+
+    def _player_in(self, event: Event, t: int) -> None:
+        if isinstance(event, AudioOut):
+            pb = self.timeline.playback
+            if pb.first_start_ns is None:
+                pb.first_start_ns = t
+            pb.sentence_start_ns.setdefault(event.sentence_index, t)
+
+    # --- outputs: the moment a stage yields an item -----------------------------
+
+    def _vad_out(self, event: Event, t: int) -> None:
+        vad = self.timeline.vad
+        if isinstance(event, SpeechStart):
+            vad.speech_start_ns = t
+            vad.speech_start_offset_ms = event.offset_ms
+        elif isinstance(event, SpeechEnd):
+            vad.end_ns = t
+            vad.speech_end_offset_ms = event.offset_ms
+            # The user stopped speaking when the frame holding the last speech arrived.
+            last_frame = max(0, (event.offset_ms - 1) // FRAME_MS)
+            vad.user_speech_end_ns = self._frame_arrival_ns.get(last_frame, t)
+
+    def _asr_out(self, event: Event, t: int) -> None:
+        if isinstance(event, Transcript):
+            self.timeline.asr.end_ns = t
+            self.timeline.asr.text = event.text
+            self.timeline.asr.language = event.language
+
+    def _llm_out(self, event: Event, t: int) -> None:
+        calls = self.timeline.calls
+        if isinstance(event, CallStart):
+            calls.append(
+                CallTiming(
+                    index=event.index,
+                    purpose=event.purpose,
+                    model=event.model,
+                    max_tokens=event.max_tokens,
+                    start_ns=t,
+                    server_address=event.server_address,
+                    input_tokens=event.input_tokens,
+                )
+            )
+        elif isinstance(event, TokenDelta) and calls:
+            call = calls[-1]
+            call.token_ns.append(t)
+            if call.first_token_ns is None and event.text.strip():
+                call.first_token_ns = t
+        elif isinstance(event, ToolCall) and calls:
+            calls[-1].tool_name = event.name
+            if calls[-1].first_token_ns is None:
+                calls[-1].first_token_ns = t
+        elif isinstance(event, CallEnd) and calls:
+            call = calls[-1]
+            call.end_ns = t
+            call.finish_reason = event.finish_reason
+            call.output_tokens = event.output_tokens
+            call.input_tokens = event.input_tokens or call.input_tokens
+            call.server_timings = event.server_timings
+        elif isinstance(event, ToolResult):
+            start = calls[-1].end_ns if calls and calls[-1].end_ns is not None else t
+            self.timeline.tools.append(ToolTiming(name=event.name, start_ns=start, end_ns=t))
+
+    def _sentences_out(self, event: Event, t: int) -> None:
+        if not isinstance(event, Sentence):
+            return
+        call = next((c for c in self.timeline.calls if c.index == event.call_index), None)
+        ref = call.start_ns if call else t
+        first = t
+        if call is not None and 0 <= event.first_token < len(call.token_ns):
+            first = call.token_ns[event.first_token]
+        same_call = [s for s in self.timeline.sentences if s.call_index == event.call_index]
+        if same_call:
+            ref = max(ref, same_call[-1].complete_ns)
+        self.timeline.sentences.append(
+            SentenceTiming(
+                index=event.index,
+                text=event.text,
+                call_index=event.call_index,
+                ref_ns=min(ref, first),
+                first_token_ns=first,
+                complete_ns=t,
+            )
+        )
+
+    def _tts_out(self, event: Event, t: int) -> None:
+        if not isinstance(event, AudioOut):
+            return
+        tts = next((x for x in reversed(self.timeline.tts) if x.sentence_index == event.sentence_index), None)
+        if tts is None:
+            return
+        if tts.first_frame_ns is None:
+            tts.first_frame_ns = t
+        tts.end_ns = t
+        tts.audio_ms += event.duration_ms
+
+    def _player_out(self, event: Event, t: int) -> None:
+        if isinstance(event, AudioOut):
+            self.timeline.playback.last_end_ns = t
+            self.timeline.playback.audio_ms += event.duration_ms

@@ -1,0 +1,151 @@
+"""A run: rounds x questions, in the same order every round, first round marked warm-up.
+
+Each finished turn becomes spans, the spans one trace line written to the trace
+file, and the line goes to the sink the entry point passed in (which turns it into a
+bench.csv row), all before the next turn starts, so a run killed mid-way keeps every
+finished turn. The run never computes a row itself: every number comes from the trace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.clock import Clock
+from pipeline.endpoints.thermal import read_temp_c
+from pipeline.run.assembly import Engines, build_stages, open_chat
+from pipeline.run.turn import run_turn
+from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
+from pipeline.settings.config import Config
+from pipeline.settings.fixtures import Question, QuestionSet
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.spans import Attributes
+from pipeline.tracing.timeline import TurnTimeline
+from stages.llm import Message
+
+Progress = Callable[[str], None]
+TraceSink = Callable[[dict[str, Any]], None]  # takes each finished turn's trace line (OTLP JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    run_id: str
+    config: Config
+    config_id: str
+    questions: QuestionSet
+    clock: Clock
+    engines: Engines
+    api_key: str | None = field(default=None, repr=False)  # for the cloud LLM only; never traced or written
+
+    @property
+    def config_json(self) -> str:
+        return json.dumps(self.config.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    def selected(self) -> tuple[Question, ...]:
+        limit = self.config.run.limit
+        return self.questions.questions[:limit] if limit else self.questions.questions
+
+
+def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> Attributes:
+    attrs: Attributes = {
+        names.SCHEMA: names.SCHEMA_VERSION,
+        names.RUN_ID: run.run_id,
+        names.CONDITION: run.config.run.condition,
+        names.CONFIG_ID: run.config_id,
+        names.CLOCK: run.clock.kind,
+        names.QUESTION_ID: question.id,
+        names.ROUND: round_no,
+        names.WARMUP: round_no == 1,
+        names.LANGUAGE: question.language,
+        names.CATEGORY: question.category,
+        names.REFERENCE_TEXT: question.text,
+        names.EXPECTED_KEYWORDS: question.keywords,
+        names.CONFIG_JSON: run.config_json,
+        names.LLM_ENDPOINT: run.engines.endpoint,
+        names.NOTE: note,
+    }
+    temp = read_temp_c() if run.clock.kind == "real" else None
+    if temp is not None:
+        attrs[names.TEMP_C] = temp
+    return attrs
+
+
+def _load_all(questions: tuple[Question, ...]) -> dict[str, LoadedAudio | BadAudio]:
+    loaded: dict[str, LoadedAudio | BadAudio] = {}
+    for q in questions:
+        try:
+            loaded[q.id] = load_audio(q.audio)
+        except BadAudio as exc:
+            loaded[q.id] = exc
+    return loaded
+
+
+async def run_session(run: Run, tracing: Tracing, sink: TraceSink, progress: Progress) -> None:
+    cfg = run.config
+    questions = run.selected()
+    audio = _load_all(questions)
+    for q in questions:
+        if isinstance(audio[q.id], BadAudio):
+            progress(f"bad audio: {audio[q.id]}")
+    tracing.start_session(
+        {
+            names.SCHEMA: names.SCHEMA_VERSION,
+            names.RUN_ID: run.run_id,
+            names.CONDITION: cfg.run.condition,
+            names.CONFIG_ID: run.config_id,
+            names.CLOCK: run.clock.kind,
+            names.CONFIG_JSON: run.config_json,
+        },
+        run.clock.now_ns(),
+    )
+    answers = {q.text: q.answer for q in questions if q.answer}
+    try:
+        async with open_chat(cfg, run.engines, run.api_key, answers):
+            await _rounds(run, questions, audio, tracing, sink)
+    finally:
+        tracing.end_session(run.clock.now_ns())
+
+
+async def _rounds(
+    run: Run,
+    questions: tuple[Question, ...],
+    audio: dict[str, LoadedAudio | BadAudio],
+    tracing: Tracing,
+    sink: TraceSink,
+) -> None:
+    cfg = run.config
+    history: list[Message] = []
+    for round_no in range(1, cfg.run.rounds + 1):
+        for index, q in enumerate(questions):
+            clip = audio[q.id]
+            if isinstance(clip, BadAudio):
+                timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
+                note = str(clip)
+            else:
+                context = tuple(history[-2 * cfg.llm.history_rounds :]) if cfg.llm.history_rounds else ()
+                stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
+                timeline = await run_turn(
+                    clip.frames,
+                    stages,
+                    run.clock,
+                    realtime=cfg.run.pacing == "realtime",
+                    timeout_s=cfg.run.turn_timeout_s,
+                )
+                note = clip.note
+                if timeline.ok:
+                    history += _exchange(timeline)
+            sink(tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note)))
+
+
+def _exchange(timeline: TurnTimeline) -> list[Message]:
+    """The turn as conversation history: what was heard and what was said."""
+    answer = " ".join(s.text for s in timeline.sentences)
+    return [Message("user", timeline.asr.text), Message("assistant", answer)]
+
+
+def _failed_timeline(clock: Clock, error_type: str, message: str) -> TurnTimeline:
+    now = clock.now_ns()
+    return TurnTimeline(start_ns=now, end_ns=now, error_type=error_type, error_message=message)

@@ -1,0 +1,1 @@
+"""Settings: TOML and command-line settings with config_id, the model registry, the question set and its audio."""

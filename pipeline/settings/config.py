@@ -1,0 +1,288 @@
+"""Frozen, validated run settings from TOML and command-line overrides; ``config_id`` (M11).
+
+``config_id`` hashes every setting that can change a latency (stage choices and
+their parameters, LLM mode and limits, pacing, clock, time limit, condition and
+the question set). Settings that cannot (output folder, run id, rounds) stay out,
+so two runs that differ only in those compare as the same configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.events import LatencyProfile
+from stages.registry import ROLES, registry
+
+CONDITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9'_-]{0,31}$")
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or out of range; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class VadConfig:
+    impl: str = "silero"  # or "energy", or "fsmn" (FunASR, needs the funasr extra)
+    model: str = "silero-vad"  # registry name or path (silero, fsmn: e.g. "fsmn-vad")
+    threshold: float = 0.5  # speech probability (silero)
+    threshold_dbfs: float = -45.0  # level (energy)
+    silence_ms: int = 600
+    min_speech_ms: int = 120
+
+
+@dataclass(frozen=True, slots=True)
+class AsrConfig:
+    impl: str = "whisper"  # or "funasr" (a local FunASR model folder), or "oracle" (reference text, scripted latency)
+    model: str = "whisper-base"  # registry name, a CTranslate2 Whisper folder, or a FunASR model folder
+    beam_size: int = 1
+    threads: int = 2
+    latency: LatencyProfile = LatencyProfile(first_ms=300, jitter_ms=40, seed=1)  # oracle only
+
+
+@dataclass(frozen=True, slots=True)
+class LlmConfig:
+    impl: str = "llama"  # in-process; or "server" (llama.cpp's server, own process), "openai" (see [cloud]), "scripted"
+    mode: str = "single"
+    model: str = "qwen2.5-0.5b"  # registry name or a GGUF path
+    max_tokens: int = 96
+    max_calls: int = 12
+    tools: bool = True
+    n_ctx: int = 2048
+    threads: int = 2
+    temperature: float = 0.0
+    seed: int = 1234
+    history_rounds: int = 0  # earlier turns kept as context (METHOD M18); 0 = every question fresh (M5)
+    latency: LatencyProfile = LatencyProfile(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)  # scripted only
+    tool_latency: LatencyProfile = LatencyProfile(first_ms=40, seed=4)
+
+
+@dataclass(frozen=True, slots=True)
+class CloudConfig:
+    """Where an OpenAI-compatible LLM is ([llm] impl = "openai"): a real endpoint or the emulated cloud."""
+
+    base_url: str = ""  # up to the version, e.g. https://dashscope.aliyuncs.com/compatible-mode/v1
+    api_key_env: str = ""  # the NAME of the variable holding the key; the key itself is never written anywhere
+    emulator: str = ""  # "" = the real endpoint at base_url; else a compute profile: fast-70b-api, busy, instant
+    emulator_answers: bool = True  # the emulator answers fixture questions with the manifest's answer column
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
+    retries: int = 0  # counted and visible (lab.llm.server.attempts), never hidden
+    retry_backoff_ms: float = 500.0
+    continuation: str = "plain"  # per-sentence mode: plain, partial (DashScope), prefix (DeepSeek), vllm
+    sentence_stops: str = "。|！|？|；|. |! |? "  # "|"-separated
+    keepalive_s: float = 60.0
+    stream_usage: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """The emulated link between the pipeline and the LLM endpoint (METHOD M14)."""
+
+    profile: str = "none"  # none, loopback, lan, multi-hop, internet
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceConfig:
+    first_cut_at_comma: bool = True
+    min_first_chars: int = 4
+    max_chars: int = 80
+
+
+@dataclass(frozen=True, slots=True)
+class TtsConfig:
+    impl: str = "espeak"  # or "piper" (English only) or "stub"
+    voice: str = "piper-joe"  # piper: registry name or voice folder
+    words_per_minute: int = 160  # espeak
+    first_frame: LatencyProfile = LatencyProfile(first_ms=180, jitter_ms=30, seed=3)  # stub only
+    real_time_factor: float = 0.15  # stub only
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    condition: str = "B"
+    rounds: int = 2
+    pacing: str = "realtime"  # "realtime" or "fast"
+    clock: str = "real"  # "real" or "virtual" (scripted stages only)
+    turn_timeout_s: float = 60.0
+    limit: int = 0  # 0 = every question
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    cloud: CloudConfig = field(default_factory=CloudConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    sentences: SentenceConfig = field(default_factory=SentenceConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def config_id(self, questions_digest: str, models: dict[str, str] | None = None) -> str:
+        """A stable 12-hex-digit hash of everything that can change a latency.
+
+        ``models`` identifies the model files actually loaded (name, quantisation, size),
+        so a different file under the same path changes the id too.
+        """
+        identity = dataclasses.asdict(self)
+        for key in ("rounds", "limit"):
+            identity["run"].pop(key)
+        identity["questions"] = questions_digest
+        identity["models"] = models or {}
+        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_CHOICES = {
+    ("run", "pacing"): ("realtime", "fast"),
+    ("run", "clock"): ("real", "virtual"),
+    ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
+    ("llm", "mode"): ("single", "per-sentence"),
+}
+
+
+def choices() -> dict[tuple[str, str], tuple[str, ...]]:
+    """Every setting with a fixed set of values; each role's ``impl`` names come from the stage registry."""
+    found = registry()
+    return {**{(role, "impl"): found.names(role) for role in ROLES}, **_CHOICES}
+
+
+def validate(cfg: Config) -> None:
+    for (section, key), allowed in choices().items():
+        value = getattr(getattr(cfg, section), key)
+        if value not in allowed:
+            raise ConfigError(f"[{section}] {key} = {value!r}: choose one of {', '.join(allowed)}")
+    if not CONDITION_RE.match(cfg.run.condition):
+        raise ConfigError(f"[run] condition = {cfg.run.condition!r}: use letters, digits, ' _ - (e.g. A, B, B')")
+    positive = {
+        "[run] rounds": cfg.run.rounds,
+        "[run] turn_timeout_s": cfg.run.turn_timeout_s,
+        "[vad] silence_ms": cfg.vad.silence_ms,
+        "[vad] min_speech_ms": cfg.vad.min_speech_ms,
+        "[llm] max_tokens": cfg.llm.max_tokens,
+        "[llm] max_calls": cfg.llm.max_calls,
+        "[llm] n_ctx": cfg.llm.n_ctx,
+        "[llm] threads": cfg.llm.threads,
+        "[asr] beam_size": cfg.asr.beam_size,
+        "[asr] threads": cfg.asr.threads,
+        "[tts] words_per_minute": cfg.tts.words_per_minute,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{name} = {value}: must be positive")
+    _validate_cloud(cfg)
+    if cfg.llm.history_rounds < 0:
+        raise ConfigError(f"[llm] history_rounds = {cfg.llm.history_rounds}: must be >= 0")
+    if not 0 < cfg.vad.threshold < 1:
+        raise ConfigError(f"[vad] threshold = {cfg.vad.threshold}: a speech probability between 0 and 1")
+    if cfg.run.limit < 0:
+        raise ConfigError(f"[run] limit = {cfg.run.limit}: must be 0 (all) or positive")
+    if cfg.sentences.max_chars < 8:
+        raise ConfigError(f"[sentences] max_chars = {cfg.sentences.max_chars}: must be at least 8")
+    if cfg.tts.real_time_factor < 0:
+        raise ConfigError(f"[tts] real_time_factor = {cfg.tts.real_time_factor}: must be >= 0")
+    if cfg.run.clock == "virtual" and cfg.run.pacing != "realtime":
+        raise ConfigError("[run] clock = 'virtual' simulates real time: use pacing = 'realtime'")
+    found = registry()
+    real = [
+        f"[{s}] impl = {getattr(cfg, s).impl!r}"
+        for s in ("asr", "llm", "tts")
+        if not found.get(s, getattr(cfg, s).impl).scripted
+    ]
+    if cfg.run.clock == "virtual" and real:
+        raise ConfigError(f"[run] clock = 'virtual' needs simulated stages; real ones set: {', '.join(real)}")
+
+
+def _validate_cloud(cfg: Config) -> None:
+    cloud = cfg.cloud
+    if cfg.llm.impl == "openai" and not cloud.emulator and not cloud.base_url.startswith(("http://", "https://")):
+        raise ConfigError("[llm] impl = 'openai' needs [cloud] base_url (http:// or https://) or [cloud] emulator")
+    if cfg.network.profile != "none" and cfg.llm.impl != "openai":
+        raise ConfigError(f"[network] profile = {cfg.network.profile!r} applies to [llm] impl = 'openai' only")
+    if cloud.connect_timeout_s <= 0 or cloud.read_timeout_s <= 0:
+        raise ConfigError("[cloud] connect_timeout_s and read_timeout_s must be positive")
+    if cloud.retries < 0 or cloud.retry_backoff_ms < 0 or cloud.keepalive_s < 0:
+        raise ConfigError("[cloud] retries, retry_backoff_ms and keepalive_s must be >= 0")
+
+
+def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"[{where}] must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"[{where}] unknown setting(s): {', '.join(unknown)}; known: {', '.join(fields)}")
+    kwargs: dict[str, Any] = {}
+    defaults = cls()
+    for name, value in data.items():
+        current = getattr(defaults, name)
+        if dataclasses.is_dataclass(current):
+            kwargs[name] = _build(type(current), value, f"{where}.{name}")
+        else:
+            kwargs[name] = _coerce(value, current, f"{where}] {name}")
+    if cls is LatencyProfile and min(kwargs.get(k, 0.0) for k in ("first_ms", "per_item_ms", "jitter_ms")) < 0:
+        raise ConfigError(f"[{where}] latencies must be >= 0")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"[{where} = {value!r}: expected true or false")
+        return value
+    if isinstance(default, int) and not isinstance(value, bool) and isinstance(value, int):
+        return value
+    if isinstance(default, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(default, str) and isinstance(value, str):
+        return value
+    raise ConfigError(f"[{where} = {value!r}: expected {type(default).__name__}")
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    unknown = sorted(set(data) - set(sections))
+    if unknown:
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)}; known: {', '.join(sections)}")
+    defaults = Config()
+    kwargs = {name: _build(type(getattr(defaults, name)), value, name) for name, value in data.items()}
+    return Config(**kwargs)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_config(paths: Path | list[Path] | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Settings from TOML files (later ones override earlier ones), then command-line overrides."""
+    files = [paths] if isinstance(paths, Path) else list(paths or [])
+    data: dict[str, Any] = {}
+    for path in files:
+        try:
+            data = _merge(data, tomllib.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    data = _merge(data, overrides or {})
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        names = ", ".join(str(p) for p in files)
+        raise ConfigError(f"{names}: {exc}" if files else str(exc)) from None

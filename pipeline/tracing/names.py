@@ -1,0 +1,80 @@
+"""Span names, event names and attribute keys: the vocabulary shared by tracing and analysis.
+
+This module imports nothing, so analysis can read traces without the tracing
+machinery. LLM calls follow the OpenTelemetry GenAI semantic conventions.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = "1"  # bump when span shapes change; analysis refuses unknown versions
+STATUS_ERROR = 2  # OTLP StatusCode.ERROR, as trace files carry it
+
+# span names
+SESSION = "session"
+TURN = "turn"
+VAD = "vad"
+ASR = "asr"
+LLM_CALL = "llm.call"
+TOOL = "tool"
+SENTENCE = "sentence"
+TTS = "tts"
+PLAYBACK = "playback"
+
+# span event names
+EV_USER_SPEECH_END = "user_speech_end"
+EV_SPEECH_START = "speech_start"
+EV_FIRST_TOKEN = "first_token"
+EV_FIRST_CHUNK = "first_chunk"  # the first streamed chunk of a call, often role-only with no text
+EV_FIRST_FRAME = "first_frame"
+EV_SENTENCE_AUDIO = "sentence_audio_start"
+
+# session / turn attributes
+SCHEMA = "lab.schema_version"
+RUN_ID = "lab.run_id"
+CONDITION = "lab.condition"
+CONFIG_ID = "lab.config_id"
+CLOCK = "lab.clock"
+QUESTION_ID = "lab.question_id"
+ROUND = "lab.round"
+WARMUP = "lab.warmup"
+LANGUAGE = "lab.language"
+CATEGORY = "lab.category"
+OK = "lab.ok"
+ERROR_TYPE = "error.type"
+ERROR_MESSAGE = "lab.error_message"
+NOTE = "lab.note"
+TEMP_C = "lab.temp_c"
+REFERENCE_TEXT = "lab.reference_text"
+EXPECTED_KEYWORDS = "lab.expected_keywords"  # ";"-separated groups of "|"-separated alternatives
+LLM_ENDPOINT = "lab.llm.endpoint"  # "in-process llama.cpp", "emulated cloud, profile X; network Y", ...
+CONFIG_JSON = "lab.config_json"  # every setting of the run, so a report can say what differs
+SCRIPTED = "lab.scripted_stages"
+IMPL_PREFIX = "lab.impl."  # + role: "lab.impl.llm" = "scripted"
+
+# stage attributes
+STAGE_IMPL = "lab.stage.impl"
+STAGE_SCRIPTED = "lab.stage.scripted"
+SPEECH_START_MS = "lab.vad.speech_start_offset_ms"
+SPEECH_END_MS = "lab.vad.speech_end_offset_ms"
+TRANSCRIPT = "lab.asr.text"
+SENTENCE_INDEX = "lab.sentence.index"
+SENTENCE_TEXT = "lab.sentence.text"
+SENTENCE_CALL = "lab.sentence.call_index"
+CALL_INDEX = "lab.llm.call_index"
+CALL_PURPOSE = "lab.llm.purpose"
+SERVER_TIMING_PREFIX = "lab.llm.server."  # + timing name, e.g. prompt_ms
+# server-side timings an LLM server may report (llama.cpp `timings`, our emulated cloud)
+SERVER_QUEUE_MS = SERVER_TIMING_PREFIX + "queue_ms"
+SERVER_PROMPT_MS = SERVER_TIMING_PREFIX + "prompt_ms"  # first-token inference (prompt processing)
+SERVER_PREDICTED_MS = SERVER_TIMING_PREFIX + "predicted_ms"  # generation
+TOOL_NAME = "gen_ai.tool.name"
+AUDIO_MS = "lab.audio_ms"
+
+# GenAI semantic conventions
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_MODEL = "gen_ai.request.model"
+GEN_AI_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_FINISH = "gen_ai.response.finish_reasons"
+SERVER_ADDRESS = "server.address"

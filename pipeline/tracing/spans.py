@@ -1,0 +1,128 @@
+"""A turn's timeline -> OpenTelemetry spans: the turn span and one child per stage activity.
+
+Spans are built from the recorder's stamps with explicit start and end times, so
+the tracer never sits on the hot path and virtual-clock runs export exact times.
+Children end before their parent, so every exporter sees a complete turn.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Span
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from pipeline.tracing import names
+from pipeline.tracing.timeline import TurnTimeline
+
+Attributes = dict[str, AttributeValue]
+
+
+def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimeline, attributes: Attributes) -> None:
+    """Create the turn span and one child per stage activity, with the recorder's times."""
+    end = tl.end_ns if tl.end_ns is not None else tl.start_ns
+    attrs: Attributes = dict(attributes)
+    attrs[names.OK] = tl.ok
+    if not tl.ok:
+        attrs[names.ERROR_TYPE] = tl.error_type
+        attrs[names.ERROR_MESSAGE] = tl.error_message
+    scripted = sorted(role for role, info in tl.stages.items() if info.scripted)
+    attrs[names.SCRIPTED] = ",".join(scripted)
+    for role, info in tl.stages.items():
+        attrs[names.IMPL_PREFIX + role] = info.impl
+    turn = tracer.start_span(names.TURN, context=parent, attributes=attrs, start_time=tl.start_ns)
+    if tl.vad.user_speech_end_ns is not None:
+        turn.add_event(names.EV_USER_SPEECH_END, timestamp=tl.vad.user_speech_end_ns)
+    if not tl.ok:
+        turn.set_status(Status(StatusCode.ERROR, tl.error_type))
+    ctx = trace.set_span_in_context(turn)
+
+    # Children end before their parent, so every exporter sees a complete turn.
+    pending: list[tuple[Span, int]] = []
+
+    def child(name: str, start: int, stop: int | None, role: str, extra: Attributes | None = None) -> Span:
+        info = tl.stages.get(role)
+        span_attrs: Attributes = dict(extra or {})
+        if info is not None:
+            span_attrs[names.STAGE_IMPL] = info.impl
+            span_attrs[names.STAGE_SCRIPTED] = info.scripted
+            for key, value in info.attributes:
+                span_attrs["lab." + key] = value
+        span = tracer.start_span(name, context=ctx, attributes=span_attrs, start_time=start)
+        assert isinstance(span, Span)
+        if stop is None:
+            span.set_status(Status(StatusCode.ERROR, "unfinished"))
+        pending.append((span, end if stop is None else stop))
+        return span
+
+    vad = tl.vad
+    if vad.first_frame_ns is not None:
+        extra: Attributes = {}
+        if vad.speech_start_offset_ms is not None:
+            extra[names.SPEECH_START_MS] = vad.speech_start_offset_ms
+        if vad.speech_end_offset_ms is not None:
+            extra[names.SPEECH_END_MS] = vad.speech_end_offset_ms
+        span = child(names.VAD, vad.first_frame_ns, vad.end_ns, "vad", extra)
+        if vad.speech_start_ns is not None:
+            span.add_event(names.EV_SPEECH_START, timestamp=vad.speech_start_ns)
+        if vad.user_speech_end_ns is not None:
+            span.add_event(names.EV_USER_SPEECH_END, timestamp=vad.user_speech_end_ns)
+    if tl.asr.start_ns is not None:
+        child(names.ASR, tl.asr.start_ns, tl.asr.end_ns, "asr", {names.TRANSCRIPT: tl.asr.text})
+    for call in tl.calls:
+        extra = {
+            names.GEN_AI_OPERATION: "chat",
+            names.GEN_AI_MODEL: call.model,
+            names.GEN_AI_MAX_TOKENS: call.max_tokens,
+            names.GEN_AI_INPUT_TOKENS: call.input_tokens,
+            names.GEN_AI_OUTPUT_TOKENS: call.output_tokens,
+            names.CALL_INDEX: call.index,
+            names.CALL_PURPOSE: call.purpose,
+        }
+        if call.finish_reason:
+            extra[names.GEN_AI_FINISH] = [call.finish_reason]
+        if call.server_address:
+            extra[names.SERVER_ADDRESS] = call.server_address
+        if call.tool_name:
+            extra[names.TOOL_NAME] = call.tool_name
+        for key, value in call.server_timings:
+            extra[names.SERVER_TIMING_PREFIX + key] = value
+        span = child(names.LLM_CALL, call.start_ns, call.end_ns, "llm", extra)
+        if call.token_ns:
+            span.add_event(names.EV_FIRST_CHUNK, timestamp=call.token_ns[0])
+        if call.first_token_ns is not None:
+            span.add_event(names.EV_FIRST_TOKEN, timestamp=call.first_token_ns)
+    for tool in tl.tools:
+        child(names.TOOL, tool.start_ns, tool.end_ns, "llm", {names.TOOL_NAME: tool.name})
+    for sentence in tl.sentences:
+        span = child(
+            names.SENTENCE,
+            sentence.ref_ns,
+            sentence.complete_ns,
+            "sentences",
+            {
+                names.SENTENCE_INDEX: sentence.index,
+                names.SENTENCE_TEXT: sentence.text,
+                names.SENTENCE_CALL: sentence.call_index,
+            },
+        )
+        span.add_event(names.EV_FIRST_TOKEN, timestamp=sentence.first_token_ns)
+    for tts in tl.tts:
+        span = child(
+            names.TTS,
+            tts.start_ns,
+            tts.end_ns,
+            "tts",
+            {names.SENTENCE_INDEX: tts.sentence_index, names.AUDIO_MS: tts.audio_ms},
+        )
+        if tts.first_frame_ns is not None:
+            span.add_event(names.EV_FIRST_FRAME, timestamp=tts.first_frame_ns)
+    pb = tl.playback
+    if pb.first_start_ns is not None:
+        span = child(names.PLAYBACK, pb.first_start_ns, pb.last_end_ns, "player", {names.AUDIO_MS: pb.audio_ms})
+        for index, t in sorted(pb.sentence_start_ns.items()):
+            span.add_event(names.EV_SENTENCE_AUDIO, attributes={names.SENTENCE_INDEX: index}, timestamp=t)
+    for span, stop in pending:
+        span.end(end_time=stop)
+    turn.end(end_time=end)

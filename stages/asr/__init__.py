@@ -1,0 +1,7 @@
+"""Speech recognition: one module per implementation, whole-utterance engines sharing one base."""
+
+from stages.asr import funasr, oracle, whisper
+
+IMPLEMENTATIONS = (whisper.IMPLEMENTATION, funasr.IMPLEMENTATION, oracle.IMPLEMENTATION)
+
+__all__ = ["IMPLEMENTATIONS"]

@@ -1,0 +1,60 @@
+"""FunASR ASR (SenseVoiceSmall, Paraformer...) on a user's local model folder.
+
+No FunASR ASR model ships in a registry package, so the user points at a folder
+(``[asr] model = "/path/to/SenseVoiceSmall"``). Loading goes through
+``funasr.AutoModel`` with ``disable_update=True``; a folder holding another kind
+of model (a VAD, say) is refused before the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.events import StageInfo
+from stages.asr.utterance import UtteranceAsr, UtteranceEngine
+from stages.funasr_loader import load_automodel
+from stages.registry import Implementation, Loaded, Models, TurnInputs
+
+FUNASR_LANGUAGES = ("zh", "en")
+
+
+class FunAsrEngine(UtteranceEngine):
+    def __init__(self, model_dir: Path) -> None:
+        self.model: Any = load_automodel(model_dir)
+        kind = type(self.model.model).__name__
+        if "VAD" in kind.upper() or "PUNC" in kind.upper():
+            raise ValueError(f"{model_dir}: a {kind} model, not a FunASR speech recognition model")
+        super().__init__(model_dir.name)
+
+    def decode(self, audio: np.ndarray, language: str) -> str:
+        from funasr.utils.postprocess_utils import rich_transcription_postprocess
+
+        result = self.model.generate(input=audio, language=language, use_itn=True, disable_pbar=True)
+        return str(rich_transcription_postprocess(result[0]["text"])).strip() if result else ""
+
+
+class FunAsr(UtteranceAsr):
+    def __init__(self, engine: FunAsrEngine, language: str) -> None:
+        info = StageInfo(role="asr", impl="funasr", attributes=(("asr.model", engine.name),))
+        super().__init__(engine, language, info, FUNASR_LANGUAGES)
+
+
+@dataclass(frozen=True, slots=True)
+class FunAsrSettings:
+    model: str = "whisper-base"
+
+
+def _load(s: FunAsrSettings, models: Models) -> Loaded:
+    path = models.resolve(s.model)
+    return Loaded(FunAsrEngine(path), models.identity(s.model, path))
+
+
+def _build(_s: FunAsrSettings, engine: FunAsrEngine, turn: TurnInputs) -> FunAsr:
+    return FunAsr(engine, turn.language)
+
+
+IMPLEMENTATION = Implementation("asr", "funasr", FunAsrSettings, _build, load=_load, languages=FUNASR_LANGUAGES)

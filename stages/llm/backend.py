@@ -1,0 +1,57 @@
+"""The chat-backend contract: what the LLM stage asks a model for, and what a model answers.
+
+A backend (in-process llama.cpp, an OpenAI-compatible endpoint, the scripted one) takes a
+``ChatRequest`` and yields the call's events in the contract's vocabulary: ``TokenDelta``
+per piece of output, at most one ``ToolCall``, and one final ``CallEnd``. The LLM stage
+passes them on unchanged, so the recorder times exactly what the backend produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from pipeline.events import CallEnd, TokenDelta, ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str  # "system", "user", "assistant", "tool"
+    content: str
+    tool_name: str = ""
+    tool_arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    messages: tuple[Message, ...]
+    max_tokens: int
+    stop_at_sentence: bool = False  # per-sentence mode: end the call at the first sentence end
+    tools: tuple[ToolSpec, ...] = ()
+    assistant_prefix: str = ""  # per-sentence mode: the answer so far, to be continued
+
+
+Chunk: TypeAlias = TokenDelta | ToolCall | CallEnd
+
+
+class ChatBackend(Protocol):
+    model: str
+    server_address: str
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[Chunk]: ...
+
+
+class ToolExecutor(Protocol):
+    async def execute(self, name: str, arguments: str) -> str: ...
+
+
+class LlmError(RuntimeError):
+    """The backend broke its contract (e.g. a stream that ended without ``CallEnd``)."""

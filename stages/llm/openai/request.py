@@ -1,0 +1,107 @@
+"""The request side of an OpenAI-compatible call: the client's settings and the JSON body.
+
+``continuation`` says how a provider marks a trailing assistant message to be continued
+(per-sentence mode): plain, DashScope's ``partial``, DeepSeek's ``prefix`` or vLLM's flags.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from yarl import URL
+
+from stages.llm.backend import ChatRequest, Message
+
+SENTENCE_STOPS = ("。", "！", "？", "；", ". ", "! ", "? ")
+Continuation = Literal["plain", "partial", "prefix", "vllm"]
+CONTINUATIONS: tuple[Continuation, ...] = ("plain", "partial", "prefix", "vllm")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAISettings:
+    base_url: str  # up to and including the version, e.g. https://api.deepseek.com/v1
+    model: str
+    api_key_env: str = ""  # name of the variable holding the key ("" = the endpoint needs none)
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0  # longest silence allowed: before the headers and between chunks
+    retries: int = 0  # extra attempts on 429, 5xx, timeouts and broken connections, before any output
+    retry_backoff_ms: float = 500.0  # doubled per retry; a Retry-After header (capped at 10 s) wins
+    temperature: float | None = 0.0
+    seed: int | None = None
+    stream_usage: bool = True  # stream_options.include_usage
+    sentence_stops: tuple[str, ...] = SENTENCE_STOPS  # OpenAI itself accepts at most 4
+    continuation: Continuation = "plain"  # how a trailing assistant message is marked for continuation
+    keepalive_s: float = 60.0  # 0 = a new connection for every call
+
+    def __post_init__(self) -> None:
+        url = URL(self.base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url {self.base_url!r}: expected http(s)://host[:port]/path")
+        if not self.model:
+            raise ValueError("model must be given")
+        if self.retries < 0 or self.retry_backoff_ms < 0 or self.keepalive_s < 0:
+            raise ValueError("retries, retry_backoff_ms and keepalive_s must be >= 0")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ValueError("connect_timeout_s and read_timeout_s must be positive")
+        if self.continuation not in CONTINUATIONS:
+            raise ValueError(f"continuation {self.continuation!r}: choose one of {', '.join(CONTINUATIONS)}")
+
+
+# --- request --------------------------------------------------------------------------------
+
+
+def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our messages in the OpenAI chat format; tool calls get ids and their results refer to them."""
+    out: list[dict[str, Any]] = []
+    call_id = ""
+    for m in messages:
+        if m.role == "assistant" and m.tool_name:
+            call_id = f"call_{len(out)}"
+            function = {"name": m.tool_name, "arguments": m.tool_arguments or "{}"}
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+                }
+            )
+        elif m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": call_id or "call_0", "content": m.content})
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def request_body(settings: OpenAISettings, request: ChatRequest) -> dict[str, Any]:
+    messages = openai_messages(request.messages)
+    body: dict[str, Any] = {"model": settings.model, "stream": True, "max_tokens": request.max_tokens}
+    if settings.stream_usage:
+        body["stream_options"] = {"include_usage": True}
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.seed is not None:
+        body["seed"] = settings.seed
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": json.loads(t.parameters_json)},
+            }
+            for t in request.tools
+        ]
+    if request.stop_at_sentence and settings.sentence_stops:
+        body["stop"] = list(settings.sentence_stops)
+    if request.assistant_prefix:
+        prefix: dict[str, Any] = {"role": "assistant", "content": request.assistant_prefix}
+        if settings.continuation == "partial":  # DashScope
+            prefix["partial"] = True
+        elif settings.continuation == "prefix":  # DeepSeek (beta)
+            prefix["prefix"] = True
+        elif settings.continuation == "vllm":
+            body["continue_final_message"], body["add_generation_prompt"] = True, False
+        messages.append(prefix)
+    body["messages"] = messages
+    return body

@@ -1,0 +1,123 @@
+"""The LLM stage: turns a transcript into streamed calls, in the configured call mode.
+
+Modes (METHOD M3 counts every call of a turn):
+- ``single``: one streamed call; the sentence splitter cuts its output.
+- ``per-sentence``: one generation call per sentence, each continuing the answer so far.
+- tool calls (either mode, when tools are offered): a call that returns a tool call,
+  the tool's execution, then a follow-up call with its result.
+
+The model itself is a ``ChatBackend`` (scripted, llama.cpp, a cloud endpoint); this
+stage owns the mode logic, announces each call with ``CallStart`` and passes the
+backend's own events on as they come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from pipeline.events import CallEnd, CallStart, Event, StageInfo, TokenDelta, ToolCall, ToolResult, Transcript
+from stages.llm.backend import ChatBackend, ChatRequest, LlmError, Message, ToolExecutor, ToolSpec
+
+Mode = Literal["single", "per-sentence"]
+MODES: tuple[Mode, ...] = ("single", "per-sentence")
+
+
+@dataclass(frozen=True, slots=True)
+class LlmSettings:
+    mode: Mode = "single"
+    max_tokens: int = 128
+    max_calls: int = 12  # bounds per-sentence and tool loops
+    system_prompt: str = "Answer in one to three short spoken sentences, in the user's language."
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown LLM mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.max_tokens < 1 or self.max_calls < 1:
+            raise ValueError("max_tokens and max_calls must be at least 1")
+
+
+class LlmStage:
+    def __init__(
+        self,
+        backend: ChatBackend,
+        settings: LlmSettings,
+        tools: tuple[ToolSpec, ...] = (),
+        executor: ToolExecutor | None = None,
+        impl: str = "scripted",
+        scripted: bool = True,
+        history: tuple[Message, ...] = (),
+    ) -> None:
+        if tools and executor is None:
+            raise ValueError("tools were offered without a tool executor")
+        self.backend = backend
+        self.settings = settings
+        self.tools = tools
+        self.executor = executor
+        self.history = history
+        self.info = StageInfo(
+            role="llm",
+            impl=impl,
+            scripted=scripted,
+            attributes=(("llm.mode", settings.mode), ("llm.model", backend.model)),
+        )
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        async for event in events:
+            if isinstance(event, Transcript):
+                async for out in self._answer(event.text):
+                    yield out
+                return
+
+    async def _answer(self, text: str) -> AsyncIterator[Event]:
+        messages: tuple[Message, ...] = (
+            Message("system", self.settings.system_prompt),
+            *self.history,
+            Message("user", text),
+        )
+        answer = ""
+        after_tool = False
+        for index in range(self.settings.max_calls):
+            per_sentence = self.settings.mode == "per-sentence"
+            request = ChatRequest(
+                messages=messages,
+                max_tokens=self.settings.max_tokens,
+                stop_at_sentence=per_sentence,
+                tools=self.tools,
+                assistant_prefix=answer if per_sentence else "",
+            )
+            purpose = "after_tool" if after_tool else ("sentence" if per_sentence else "answer")
+            after_tool = False
+            yield CallStart(
+                index=index,
+                purpose=purpose,
+                model=self.backend.model,
+                max_tokens=self.settings.max_tokens,
+                server_address=self.backend.server_address,
+            )
+            done: CallEnd | None = None
+            tool: ToolCall | None = None
+            async for chunk in self.backend.stream(request):
+                yield chunk
+                if isinstance(chunk, TokenDelta):
+                    answer += chunk.text
+                elif isinstance(chunk, ToolCall):
+                    tool = chunk
+                else:
+                    done = chunk
+                    break
+            if done is None:
+                raise LlmError(f"LLM backend {self.backend.model!r} ended call {index} without finishing")
+            if tool is not None and self.executor is not None:
+                result = await self.executor.execute(tool.name, tool.arguments)
+                yield ToolResult(name=tool.name, result=result)
+                messages = (
+                    *messages,
+                    Message("assistant", "", tool_name=tool.name, tool_arguments=tool.arguments),
+                    Message("tool", result, tool_name=tool.name),
+                )
+                after_tool = True
+                continue
+            if not per_sentence or done.answer_complete or done.finish_reason == "length":
+                return

