@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 APT_PACKAGES := espeak-ng strace chromium nftables
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint bench bench-stages experiment report system clean
+.PHONY: demo test lint bench bench-stages bench-llm experiment report system clean
 
 system:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -44,6 +44,9 @@ bench: $(STAMP)
 
 bench-stages: system $(STAMP)
 	$(PY) scripts/bench_stages.py
+
+bench-llm: $(STAMP)
+	$(PY) scripts/bench_llm.py
 
 experiment: system $(STAMP)
 	$(PY) -m pipeline.experiment audio_fixtures/ --out experiments/latest

@@ -7,8 +7,8 @@ single timing wrapper when it sees an event pass, so "first token" means the
 same thing for every stage implementation.
 
 An LLM call is told in one vocabulary from the model to the recorder: a chat
-backend yields ``TokenDelta``, ``ToolCall`` and ``CallEnd`` and the LLM stage
-passes them on unchanged between its own ``CallStart`` and the next one.
+backend yields ``TokenDelta``, ``OutputStart``, ``ToolCallDelta``, ``ToolCall`` and ``CallEnd`` and
+the LLM stage passes them on unchanged between its own ``CallStart`` and the next one.
 """
 
 from __future__ import annotations
@@ -80,6 +80,19 @@ class TokenDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputStart:
+    """The current call's first output exists but is held back until the backend knows whether it is
+    text or a tool call (M1: the first output of any kind is the first token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call as it streams; the first one is the call's first output (M1)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """The current call asks for a tool, its arguments complete."""
 
@@ -99,7 +112,8 @@ class CallEnd:
 
     finish_reason: str  # "stop", "length", "tool_calls"
     output_tokens: int
-    input_tokens: int = 0
+    input_tokens: int = 0  # prompt tokens
+    cached_tokens: int | None = None  # prompt tokens served from a cache (None: the backend does not say)
     answer_complete: bool = True  # per-sentence mode: no further sentence follows
     server_timings: tuple[tuple[str, float], ...] = ()
 
@@ -148,6 +162,8 @@ Event: TypeAlias = (
     | Transcript
     | CallStart
     | TokenDelta
+    | OutputStart
+    | ToolCallDelta
     | ToolCall
     | ToolResult
     | CallEnd

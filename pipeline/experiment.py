@@ -18,6 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.analysis.bench_csv import bench_run_ids
+
 ROOT = Path(__file__).resolve().parent.parent
 CONDITIONS = ("A", "B", "B'")
 
@@ -33,17 +35,29 @@ def emulated_cloud(folder: Path, network: str, profile: str) -> Path:
     return path
 
 
+def run_ids(args: argparse.Namespace) -> dict[str, str]:
+    return {"A": f"{args.name}-A", "B": f"{args.name}-B", "B'": f"{args.name}-Bp"}
+
+
+def existing_runs(args: argparse.Namespace, wanted: Sequence[str]) -> list[str]:
+    """This experiment's run ids that the folder already holds (a trace file or bench.csv rows)."""
+    held = bench_run_ids(args.out / "bench.csv")
+    ids = [run_ids(args)[c] for c in wanted]
+    return [i for i in ids if i in held or (args.out / "traces" / f"{i}.jsonl").is_file()]
+
+
 def commands(args: argparse.Namespace) -> dict[str, list[str]]:
     configs = [item for path in args.config for item in ("--config", str(path))]
     common = [*configs, "--rounds", str(args.rounds), "--limit", str(args.limit), "--out", str(args.out)]
     common += ["--quiet"] + (["--model-cache", str(args.model_cache)] if args.model_cache else [])
+    common += ["--append"] if args.append else []
     cloud = args.cloud or emulated_cloud(args.out, args.network, args.emulator)
     replay = [sys.executable, "-m", "pipeline.replay", str(args.fixtures)]
     offline = [sys.executable, "-m", "pipeline.offline", str(args.fixtures)]
     return {
-        "A": [*replay, *common, "--config", str(cloud), "--condition", "A", "--run-id", f"{args.name}-A"],
-        "B": [*replay, *common, "--condition", "B", "--run-id", f"{args.name}-B"],
-        "B'": [*offline, *common, "--run-id", f"{args.name}-Bp"],
+        "A": [*replay, *common, "--config", str(cloud), "--condition", "A", "--run-id", run_ids(args)["A"]],
+        "B": [*replay, *common, "--condition", "B", "--run-id", run_ids(args)["B"]],
+        "B'": [*offline, *common, "--run-id", run_ids(args)["B'"]],
     }
 
 
@@ -60,6 +74,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=6)
     p.add_argument("--conditions", default=",".join(CONDITIONS))
     p.add_argument("--model-cache", type=Path)
+    p.add_argument("--append", action="store_true", help="add turns to runs of the same --name already in --out")
     args = p.parse_args(argv)
     args.config = args.config or [ROOT / "configs" / "local.toml"]
     return args
@@ -67,11 +82,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
     wanted = [c.strip() for c in args.conditions.split(",") if c.strip()]
     unknown = [c for c in wanted if c not in CONDITIONS]
     if unknown:
         print(f"error: unknown condition(s) {', '.join(unknown)}; choose from {', '.join(CONDITIONS)}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    found = existing_runs(args, wanted)
+    if found and not args.append:
+        print(
+            f"error: {args.out} already holds run(s) {', '.join(found)}: a second experiment would merge into them. "
+            "Give a fresh --name (new run ids in the same folder), another --out, or --append.",
+            file=sys.stderr,
+        )
         return 2
     codes = {}
     for condition in wanted:
@@ -79,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         codes[condition] = subprocess.run(commands(args)[condition], cwd=ROOT).returncode
     report = subprocess.run([sys.executable, "-m", "pipeline.report", str(args.out), "--out", str(args.out / "report")])
     for condition, code in codes.items():
-        print(f"condition {condition}: exit code {code}" + ("  (3 = something reached out)" if code == 3 else ""))
-    return 0 if all(c in (0, 3) for c in codes.values()) and report.returncode in (0, 3) else 1
+        said = {3: "  (3 = something reached out)", 4: "  (4 = the offline check could not be completed)"}
+        print(f"condition {condition}: exit code {code}" + said.get(code, ""))
+    return 0 if all(c in (0, 3, 4) for c in codes.values()) and report.returncode in (0, 3) else 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
+from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError, bench_run_ids
 from pipeline.analysis.sink import RowSink
 from pipeline.analysis.summary import summary_table
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
@@ -45,6 +45,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, help="turn time limit in seconds")
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
+    p.add_argument("--append", action="store_true", help="add turns to a run id that --out already holds")
     p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
     p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
@@ -91,6 +92,20 @@ def otlp_from_env(env: Mapping[str, str]) -> OtlpSettings | None:
     return OtlpSettings(endpoint=endpoint, protocol=protocol, timeout_s=min(timeout, 10.0))
 
 
+class RunExists(ValueError):
+    """The output folder already holds this run id; appending would merge two runs silently."""
+
+
+def refuse_existing_run(out: Path, run_id: str, append: bool) -> None:
+    trace = out / "traces" / f"{run_id}.jsonl"
+    found = trace.is_file() or run_id in bench_run_ids(out / "bench.csv")
+    if found and not append:
+        raise RunExists(
+            f"{out} already holds run {run_id!r} ({trace if trace.is_file() else out / 'bench.csv'}): "
+            "give another --run-id (or none for a fresh one), another --out, or --append to add turns to it"
+        )
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
@@ -127,22 +142,23 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         guard.install(args.net_audit)  # first, so attempts made while loading models are seen too
     say = _quiet if args.quiet else _to_stderr
     engines: Engines | None = None
+    run_id = args.run_id or new_run_id()
     try:
+        refuse_existing_run(args.out, run_id, args.append)
         cfg = load_config(args.config, overrides(args))
         questions = load_questions(args.fixtures)
         otlp = otlp_from_env(env)
         check_languages(cfg, questions.questions[: cfg.run.limit or None])
         quiet_native_telemetry(env)
-        engines = load_engines(cfg, model_cache(args, env))
+        engines = load_engines(cfg, model_cache(args, env), env)
         bench = BenchCsv(args.out / "bench.csv")
-    except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, ValueError) as exc:
+    except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         if engines is not None:
             engines.close()  # a llama-server already started must not outlive a refused run
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for warning in questions.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    run_id = args.run_id or new_run_id()
     clock = make_clock(cfg)
     config_id = cfg.config_id(questions.digest(), engines.identity)
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None

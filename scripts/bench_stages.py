@@ -1,14 +1,10 @@
 """Benchmark of the real stages, side by side in one run.
 
-1. Local LLM: the pipeline's LLM stage (LlmStage + LlamaBackend, timed by the
-   pipeline's own recorder) against direct llama-cpp-python streaming of the same
-   request (prompt rendered with the model's template, tokenised, generated), same
-   loaded model, on the same thread (llama.cpp's OpenMP team belongs to its calling
-   thread; two teams slow each other), prefix cache cleared before each call.
-   First-token ratio (goal <= 1.03) and tokens/s ratio (goal >= 0.97).
-2. ASR real-time factor (Whisper decode time / audio duration) on the fixtures.
-3. VAD cost per 60 ms frame (Silero).
-4. End of speech -> first audio, against the sum of the stages on its critical
+(The local LLM against llama-cpp-python, the prompt cache and streaming: scripts/bench_llm.py.)
+
+1. ASR real-time factor (Whisper decode time / audio duration) on the fixtures.
+2. VAD cost per 60 ms frame (Silero).
+3. End of speech -> first audio, against the sum of the stages on its critical
    path (VAD end-point, ASR, LLM first token, first sentence complete, TTS first
    frame), from real replay traces: streaming should make them nearly equal.
 
@@ -18,13 +14,11 @@ Run: ``python scripts/bench_stages.py [--questions N] [--turns N]``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
 import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
@@ -33,17 +27,11 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.numbers import median  # noqa: E402
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file  # noqa: E402
-from pipeline.clock import RealClock  # noqa: E402
-from pipeline.events import Event, Transcript  # noqa: E402
 from pipeline.replay import main as replay  # noqa: E402
-from pipeline.run.recorder import TurnRecorder  # noqa: E402
 from pipeline.settings.audio import load_audio  # noqa: E402
 from pipeline.settings.models import default_cache, resolve  # noqa: E402
 from pipeline.tracing import names  # noqa: E402
 from stages.asr.whisper import WhisperEngine  # noqa: E402
-from stages.llm import ChatRequest, LlmSettings, LlmStage, Message  # noqa: E402
-from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.llm.prompts import SYSTEM_PROMPTS  # noqa: E402
 from stages.vad.silero import SileroClassifier, SileroModel  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
@@ -54,78 +42,6 @@ MAX_TOKENS = 48
 def questions(n: int) -> list[tuple[str, str, str]]:
     with (FIXTURES / "manifest.csv").open(encoding="utf-8") as fh:
         return [(r["id"], r["language"], r["text"]) for r in csv.DictReader(fh)][:n]
-
-
-def direct(engine: LlamaEngine, request: ChatRequest) -> tuple[float, float]:
-    """Seconds to the first non-empty token and tokens/s after it, straight from llama-cpp-python."""
-    return engine.thread.submit(_direct, engine, request).result()
-
-
-def _direct(engine: LlamaEngine, request: ChatRequest) -> tuple[float, float]:
-    llm = engine._llm
-    llm.reset()
-    t0 = time.perf_counter()
-    prompt = engine.prompt(request)
-    tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-    first = last = 0.0
-    count = 0
-    for chunk in llm.create_completion(tokens, max_tokens=MAX_TOKENS, temperature=0.0, stop=engine._stops, stream=True):
-        now = time.perf_counter()
-        if not first and (chunk["choices"][0].get("text") or "").strip():
-            first = now
-        if first:
-            count += 1
-            last = now
-    return first - t0, (count - 1) / (last - first) if count > 1 and last > first else 0.0
-
-
-async def via_pipeline(engine: LlamaEngine, language: str, text: str) -> tuple[float, float]:
-    """The same, through LlmStage + LlamaBackend, timed by the pipeline's recorder."""
-    engine.thread.submit(engine._llm.reset).result()
-    stage = LlmStage(
-        LlamaBackend(engine, "bench"),
-        LlmSettings(max_tokens=MAX_TOKENS, system_prompt=SYSTEM_PROMPTS[language]),
-        impl="llama",
-        scripted=False,
-    )
-    recorder = TurnRecorder(RealClock())
-
-    async def source() -> AsyncIterator[Event]:
-        yield Transcript(text, language)
-
-    async for _ in recorder.wrap("llm", stage, source()):
-        pass
-    [call] = recorder.timeline.calls
-    assert call.first_token_ns is not None
-    stamps = [t for t in call.token_ns if t >= call.first_token_ns]
-    rate = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9) if len(stamps) > 1 else 0.0
-    return (call.first_token_ns - call.start_ns) / 1e9, rate
-
-
-def bench_llm(n: int) -> None:
-    engine = LlamaEngine(resolve("qwen2.5-0.5b", CACHE), LlamaSettings(threads=2))
-    firsts_d, firsts_p, rates_d, rates_p = [], [], [], []
-    for i, (_qid, lang, text) in enumerate(questions(n)):
-        request = ChatRequest(
-            messages=(Message("system", SYSTEM_PROMPTS[lang]), Message("user", text)), max_tokens=MAX_TOKENS
-        )
-        for order in (0, 1) if i % 2 else (1, 0):  # alternate which goes first
-            if order == 0:
-                f, r = direct(engine, request)
-                firsts_d.append(f)
-                rates_d.append(r)
-            else:
-                f, r = asyncio.run(via_pipeline(engine, lang, text))
-                firsts_p.append(f)
-                rates_p.append(r)
-    fd, fp = median(firsts_d), median(firsts_p)
-    rd, rp = median(rates_d), median(rates_p)
-    print(f"local LLM (qwen2.5-0.5b, {len(firsts_d)} prompts, max_tokens {MAX_TOKENS}, prefix cache cleared)")
-    print(
-        f"  first token median   direct {1000 * fd:8.1f} ms   pipeline {1000 * fp:8.1f} ms"
-        f"   ratio {fp / fd:.3f}x (goal <= 1.03)"
-    )
-    print(f"  tokens/s median      direct {rd:8.1f}      pipeline {rp:8.1f}      ratio {rp / rd:.3f}x (goal >= 0.97)")
 
 
 def bench_asr(n: int) -> None:
@@ -201,10 +117,9 @@ def bench_critical_path(turns: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", type=int, default=12, help="prompts / clips for the LLM and ASR parts")
+    parser.add_argument("--questions", type=int, default=12, help="clips for the ASR part")
     parser.add_argument("--turns", type=int, default=4, help="questions for the critical-path part (2 rounds)")
     args = parser.parse_args()
-    bench_llm(args.questions)
     bench_asr(args.questions)
     bench_vad()
     bench_critical_path(args.turns)

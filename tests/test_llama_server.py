@@ -13,30 +13,37 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.llama_server import LlamaServer
-from pipeline.events import Event, Transcript
+from pipeline.events import CallEnd, Event, LatencyProfile, ToolCall, Transcript
 from pipeline.run.endpoints import llama_server_settings
 from pipeline.run.recorder import TurnRecorder
 from pipeline.settings.config import load_config
 from pipeline.settings.models import resolve
 from stages.llm import LlmSettings, LlmStage
 from stages.llm.openai import OpenAIChatBackend
-from stages.llm.prompts import SYSTEM_PROMPTS
-from tests.real_models import CACHE
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
+from stages.llm.scripted import ScriptedTools
+from tests.real_models import CACHE, ROOT
 
 MEDIAN_MARGIN_MS = 20.0
 CALL_MARGIN_MS = 100.0
 QUESTIONS = ["What is the capital of France?", "Why is the sky blue?", "Name a fruit.", "How many legs has a cat?"]
 
 
-async def gaps(base_url: str) -> list[tuple[float, float]]:
+async def gaps(server: LlamaServer) -> list[tuple[float, float]]:
     """(client first token ms, server prompt ms) per call."""
     cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "max_tokens": 16}})
     out = []
-    async with OpenAIChatBackend(llama_server_settings(cfg, base_url)) as backend:
+    async with OpenAIChatBackend(llama_server_settings(cfg, server.base_url), server.api_key) as backend:
         for question in QUESTIONS:
             stage = LlmStage(backend, LlmSettings(max_tokens=16, system_prompt=SYSTEM_PROMPTS["en"]), scripted=False)
             recorder = TurnRecorder(RealClock())
@@ -53,11 +60,83 @@ async def gaps(base_url: str) -> list[tuple[float, float]]:
     return out
 
 
-def test_client_first_token_matches_the_servers_own_timings() -> None:
-    with LlamaServer(resolve("qwen2.5-0.5b", CACHE), threads=2, n_ctx=2048, seed=1) as server:
-        measured = asyncio.run(gaps(server.base_url))
+@pytest.fixture(scope="module")
+def server() -> Iterator[LlamaServer]:
+    with LlamaServer(resolve("qwen2.5-0.5b", CACHE), threads=2, n_ctx=2048, seed=1) as running:
+        yield running
+
+
+def test_client_first_token_matches_the_servers_own_timings(server: LlamaServer) -> None:
+    measured = asyncio.run(gaps(server))
     print("client first token - server prompt_ms:", [round(c - s, 1) for c, s in measured])
     gaps_ms = [client - server_ms for client, server_ms in measured]
     assert all(server_ms > 0 for _, server_ms in measured)
     assert all(0 <= gap <= CALL_MARGIN_MS for gap in gaps_ms), measured
     assert statistics.median(gaps_ms) <= MEDIAN_MARGIN_MS, measured
+
+
+async def tool_turn(server: LlamaServer, prompt_cache: str) -> tuple[list[Event], TurnRecorder]:
+    cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "prompt_cache": prompt_cache}})
+    async with OpenAIChatBackend(llama_server_settings(cfg, server.base_url), server.api_key) as backend:
+        stage = LlmStage(
+            backend,
+            LlmSettings(max_tokens=48, system_prompt=SYSTEM_PROMPTS["en"]),
+            tools=DEVICE_TOOLS,
+            executor=ScriptedTools(LatencyProfile()),
+            scripted=False,
+        )
+        recorder = TurnRecorder(RealClock())
+
+        async def source() -> AsyncIterator[Event]:
+            yield Transcript("Please turn on the light in the kitchen.", "en")
+
+        return [e async for e in recorder.wrap("llm", stage, source())], recorder
+
+
+def test_a_tool_call_through_llama_server_is_recognised_and_timed_from_its_first_output(server: LlamaServer) -> None:
+    events, recorder = asyncio.run(tool_turn(server, "prefix"))
+    [tool] = [e for e in events if isinstance(e, ToolCall)]
+    assert tool.name == "set_light"
+    first = recorder.timeline.calls[0]
+    assert first.first_token_ns is not None and first.tool_call_ns is not None
+    assert first.first_token_ns < first.tool_call_ns
+
+
+def test_prompt_cache_off_asks_llama_server_for_a_cold_prompt(server: LlamaServer) -> None:
+    asyncio.run(tool_turn(server, "carry"))  # leaves this prompt in the server's cache
+    cold, _ = asyncio.run(tool_turn(server, "off"))
+    warm, _ = asyncio.run(tool_turn(server, "carry"))
+    first_cold = next(e for e in cold if isinstance(e, CallEnd))
+    first_warm = next(e for e in warm if isinstance(e, CallEnd))
+    assert first_cold.cached_tokens == 0
+    assert first_warm.cached_tokens is not None and first_warm.cached_tokens > 100
+
+
+def test_the_server_wants_its_own_key_and_serves_the_model_it_was_asked_for(server: LlamaServer) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{server.base_url}/models")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open(request, timeout=5)
+    assert refused.value.code == 401  # another local process cannot use it
+    server._check_model()  # /props names the file it was started with
+
+
+def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from pipeline.endpoints.llama_server import LlamaServer\n"
+        f"s = LlamaServer(Path({str(resolve('qwen2.5-0.5b', CACHE))!r}), 1, 512, 1).start()\n"
+        "print(s._proc.pid, flush=True)\n"
+        "import os; os._exit(0)  # no cleanup at all: the way a killed process goes\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    pid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        if "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[:1]:
+            break  # a zombie: dead, waiting for init to reap it
+        time.sleep(0.1)
+    alive = Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+    assert not alive, f"llama-server {pid} outlived its parent"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pipeline.endpoints.cloud import ComputeProfile
-from pipeline.events import CallEnd, TokenDelta, ToolCall
+from pipeline.events import CallEnd, TokenDelta, ToolCall, ToolCallDelta
 from stages.llm import ChatRequest, Chunk, Message, ToolSpec
 from stages.llm.openai import (
     LlmConnectionError,
@@ -176,7 +176,7 @@ def test_first_chunk_is_an_empty_delta_then_content_then_done_with_server_timing
     )
 
 
-def test_tool_call_arguments_are_accumulated() -> None:
+def test_tool_call_pieces_stream_and_the_arguments_are_accumulated() -> None:
     out = shape(
         ASK,
         chunk(
@@ -188,8 +188,10 @@ def test_tool_call_arguments_are_accumulated() -> None:
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"on": '}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "true}"}}]}, "tool_calls"),
     )
-    assert out[0] == TokenDelta("") and out[1] == ToolCall("set_light", '{"on": true}')
-    assert isinstance(out[2], CallEnd) and out[2].finish_reason == "tool_calls"
+    # each streamed piece is output (the first is the call's first token, M1); the call comes whole at the end
+    assert out[:3] == [ToolCallDelta("set_light"), ToolCallDelta('{"on": '), ToolCallDelta("true}")]
+    assert out[3] == ToolCall("set_light", '{"on": true}')
+    assert isinstance(out[4], CallEnd) and out[4].finish_reason == "tool_calls"
 
 
 SENTENCE = ChatRequest((Message("user", "hi"),), 16, stop_at_sentence=True)

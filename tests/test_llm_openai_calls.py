@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.endpoints.cloud import ComputeProfile, EmulatedCloud, get_compute_profile, pick_answer
 from pipeline.events import CallEnd, TokenDelta
 from stages.llm import ChatRequest, Chunk, Message
@@ -274,6 +275,28 @@ def test_a_tool_call_turn_against_the_emulated_cloud() -> None:
     row = asyncio.run(main())
     assert (row["ok"], row["llm_calls"]) == (1, 2)
     assert row["first_token_ms"] is not None
+
+
+def test_a_streamed_tool_call_is_timed_from_its_first_piece_and_its_completion_has_a_column() -> None:
+    """M1: first output of any kind. The emulated cloud streams the call in three pieces, 150, 190 and 230 ms
+    after the request; the row's first token is the first piece and tool_call_ms the last (virtual clock)."""
+    paced = ComputeProfile("paced", ttft_ms=150, per_token_ms=40, slots=1)
+    clock = VirtualClock()
+
+    async def main() -> Any:
+        rows = TraceRows()
+        try:
+            async with EmulatedCloud(paced) as cloud, OpenAIChatBackend(settings(cloud.base_url)) as backend:
+                timeline = await cloud_turn(backend, "Turn on the kitchen light.", tools=True, clock=clock)
+                return rows.row(timeline)
+        finally:
+            rows.close()
+
+    row = run_on_clock(main(), clock)
+    assert (row["ok"], row["llm_calls"]) == (1, 2)
+    assert row["first_token_ms"] == 150.0
+    assert row["tool_call_ms"] == 230.0
+    assert float(str(row["llm_first_token_ms_per_call"]).split(";")[0]) == 150.0
 
 
 def test_emulator_label_names_the_profile() -> None:

@@ -13,8 +13,8 @@ from pipeline.settings import models as registry
 from pipeline.settings.config import Config, load_config
 from pipeline.settings.fixtures import Question
 from pipeline.settings.models import ModelError, PackagedModel, resolve
-from stages.llm.gguf import GgufError, read_gguf
 from stages.llm.llama import check_chat_model
+from stages.llm.llama.gguf import GgufError, read_gguf
 from tests.fixture_files import make_fixtures
 from tests.gguf_writer import write_gguf
 from tests.real_models import CACHE, ROOT

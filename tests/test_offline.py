@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from pipeline.offline.run import TRACED
 from pipeline.offline.verdict import STARTUP, Attempt, parse_strace, verdict
 
 DATA = Path(__file__).resolve().parent / "data" / "offline"
@@ -78,3 +81,51 @@ def test_the_audit_hook_names_the_calling_module_and_ignores_loopback(tmp_path: 
         ("socket.getaddrinfo", "lookup.example.invalid", "__main__"),
         ("socket.connect", "192.0.2.1", "__main__"),
     ]
+
+
+# --- the verdict fails closed --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("strace_text", "audit", "exit_code", "because"),
+    [
+        (None, True, 0, "there is no strace log"),
+        ("", True, 0, "the strace log is empty"),
+        ("x", False, 0, "the replay's audit log is missing"),
+        ("x", True, 1, "the replay exited with status 1"),
+    ],
+)
+def test_without_clean_logs_and_a_finished_replay_the_verdict_is_unknown(
+    tmp_path: Path, strace_text: str | None, audit: bool, exit_code: int, because: str
+) -> None:
+    strace = tmp_path / "s.log"
+    if strace_text is not None:
+        strace.write_text(strace_text and strace_line(100, 5.0, "127.0.0.1", 80))
+    audit_log = write_audit(tmp_path / "a.jsonl", 100, 1.0, []) if audit else tmp_path / "none.jsonl"
+    v = verdict(strace, audit_log, exit_code)
+    assert v.fully_local is None and v.word == "unknown"
+    assert any(because in reason for reason in v.unknown_because)
+    assert v.text().startswith("fully local: UNKNOWN")
+
+
+def test_a_datagram_to_a_non_loopback_address_is_an_attempt() -> None:
+    address = '{sa_family=AF_INET, sin_port=htons(9), sin_addr=inet_addr("192.0.2.7")}'
+    lines = [
+        f'7<python> 1.000000 sendto(3<UDP:[0.0.0.0:1234]>, "x", 1, 0, {address}, 16) = -1 ENETUNREACH\n',
+        '7<python> 1.100000 sendto(5<UNIX-STREAM:[9]>, "\\0", 1, 0, NULL, 0) = 1\n',  # asyncio's self-pipe
+    ]
+    [attempt] = parse_strace(lines)
+    assert (attempt.kind, attempt.destination) == ("datagram", "192.0.2.7:9")
+
+
+def test_a_native_datagram_send_is_seen_by_the_offline_trace(tmp_path: Path) -> None:
+    """A bare UDP sendto, no connect: the call an earlier trace set never stopped on."""
+    code = (
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "try: s.sendto(b'x', ('192.0.2.7', 9))\nexcept OSError: pass\n"
+    )
+    log = tmp_path / "strace.log"
+    traced = ["strace", "-f", "-qq", "-Y", "-ttt", "--seccomp-bpf", "-e", f"trace={TRACED}", "-o", str(log)]
+    subprocess.run(["unshare", "--net", *traced, sys.executable, "-c", code], check=True, timeout=60)
+    attempts = parse_strace(log.read_text().splitlines())
+    assert [(a.kind, a.destination) for a in attempts] == [("datagram", "192.0.2.7:9")]

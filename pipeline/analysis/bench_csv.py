@@ -14,12 +14,22 @@ class BenchCsvError(ValueError):
     pass
 
 
+# A text cell starting with one of these is read as a formula by spreadsheets (CSV injection):
+# it is written with a leading apostrophe, which read_bench_csv takes off again.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.3f}".rstrip("0").rstrip(".")
-    return str(value)
+    text = str(value)
+    return "'" + text if isinstance(value, str) and text.startswith(FORMULA_START) else text
+
+
+def _text(value: str) -> str:
+    return value[1:] if value.startswith("'") and value[1:].startswith(FORMULA_START) else value
 
 
 class BenchCsv:
@@ -48,6 +58,14 @@ class BenchCsv:
             fh.flush()
 
 
+def bench_run_ids(path: Path) -> set[str]:
+    """The run ids a bench.csv already holds (none when it does not exist)."""
+    if not path.is_file():
+        return set()
+    with path.open(encoding="utf-8", newline="") as fh:
+        return {row.get("run_id") or "" for row in csv.DictReader(fh)}
+
+
 def read_bench_csv(path: Path) -> list[Row]:
     """Rows as strings, numbers parsed where they look like numbers."""
     out: list[Row] = []
@@ -55,7 +73,7 @@ def read_bench_csv(path: Path) -> list[Row]:
         for raw in csv.DictReader(fh):
             row: Row = {}
             for key, value in raw.items():
-                row[key] = _parse(value) if key in NUMERIC else (value or "")
+                row[key] = _parse(value) if key in NUMERIC else _text(value or "")
             out.append(row)
     return out
 
@@ -74,6 +92,10 @@ NUMERIC = frozenset(
         "llm_calls",
         "sentences",
         "turn_start_ns",
+        "prompt_tokens",
+        "prompt_cached_tokens",
+        "load_avg_1m",
+        "other_cpu_share",
         "asr_error_rate",
         "answer_quality",
     )

@@ -42,6 +42,13 @@ COLUMNS = (
     "tts_first_frame_ms",
     "llm_first_chunk_ms",
     "llm_generation_ms",
+    "tool_call_ms",
+    "prompt_tokens",
+    "prompt_cached_tokens",
+    "leftover_wait_ms",
+    "other_cpu_ms",
+    "other_cpu_share",
+    "load_avg_1m",
     "server_queue_ms",
     "server_prompt_ms",
     "server_generation_ms",
@@ -69,7 +76,19 @@ def _int(value: AttrValue, default: int = 0) -> int:
     return int(value) if isinstance(value, (int, float, bool)) else default
 
 
-def _temp(value: AttrValue) -> float | None:
+def _optional_int(value: AttrValue) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _share(other_cpu_ms: float | None, turn: SpanRecord) -> float | None:
+    """Cores other processes kept busy on average during the turn (0.25 = a quarter of one core)."""
+    duration_ms = (turn.end_ns - turn.start_ns) / 1e6
+    if other_cpu_ms is None or duration_ms <= 0:
+        return None
+    return round(other_cpu_ms / duration_ms, 3)
+
+
+def _float(value: AttrValue) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -145,8 +164,12 @@ def turn_row(t: TurnSpans) -> Row:
         "tokens": sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
         "ok": int(ok),
         "error": "" if ok else _str(a.get(names.ERROR_TYPE)) or "unknown",
-        "temp_c": _temp(a.get(names.TEMP_C)),
+        "temp_c": _float(a.get(names.TEMP_C)),
         "note": _str(a.get(names.NOTE)),
+        "leftover_wait_ms": _float(a.get(names.LEFTOVER_WAIT_MS)),
+        "other_cpu_ms": _float(a.get(names.HOST_OTHER_CPU_MS)),
+        "other_cpu_share": _share(_float(a.get(names.HOST_OTHER_CPU_MS)), t.turn),
+        "load_avg_1m": _float(a.get(names.HOST_LOAD_AVG_1M)),
         "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok else None,
         "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
         "vad_endpoint_ms": _ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
@@ -183,6 +206,9 @@ def _llm_segments(calls: list[SpanRecord]) -> Row:
     return {
         "llm_first_chunk_ms": _ms(calls[0].start_ns, calls[0].event_ns(names.EV_FIRST_CHUNK)) if calls else None,
         "llm_generation_ms": round(sum(known), 3) if known else None,
+        "tool_call_ms": next((_ms(c.start_ns, t) for c in calls if (t := c.event_ns(names.EV_TOOL_CALL))), None),
+        "prompt_tokens": _optional_int(calls[0].attributes.get(names.GEN_AI_INPUT_TOKENS)) if calls else None,
+        "prompt_cached_tokens": _optional_int(calls[0].attributes.get(names.PROMPT_CACHED_TOKENS)) if calls else None,
         "server_queue_ms": _server_sum(calls, names.SERVER_QUEUE_MS),
         "server_prompt_ms": _server_sum(calls, names.SERVER_PROMPT_MS),
         "server_generation_ms": _server_sum(calls, names.SERVER_PREDICTED_MS),

@@ -7,6 +7,7 @@ exporter. Lines that cannot be read are reported, not fatal.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +49,18 @@ class ReadProblems:
         self.messages.append(message)
 
 
+def _finite(number: float) -> float:
+    if not math.isfinite(number):
+        raise ValueError(f"non-finite number {number!r} in a trace")
+    return number
+
+
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not a number a trace may hold")
+
+
 def any_value(value: dict[str, Any]) -> AttrValue:
-    """Decode an OTLP JSON ``AnyValue``."""
+    """Decode an OTLP JSON ``AnyValue``; a non-finite number makes the line unreadable."""
     if "stringValue" in value:
         return str(value["stringValue"])
     if "boolValue" in value:
@@ -57,7 +68,7 @@ def any_value(value: dict[str, Any]) -> AttrValue:
     if "intValue" in value:
         return int(value["intValue"])
     if "doubleValue" in value:
-        return float(value["doubleValue"])
+        return _finite(float(value["doubleValue"]))
     if "arrayValue" in value:
         return [any_value(v) for v in value["arrayValue"].get("values", [])]
     return None
@@ -103,7 +114,7 @@ def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[SpanRecord]:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
+                data = json.loads(line, parse_constant=_no_constants)
                 yield from spans_from_traces_data(data)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 problems.add(f"{path}:{number}: unreadable trace line ({type(exc).__name__}: {exc})")

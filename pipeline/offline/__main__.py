@@ -3,7 +3,8 @@
 Runs ``pipeline.replay`` in a network namespace with only loopback, under strace and a
 Python audit hook, and prints whether anything tried to reach beyond loopback and which
 component it was (as root, or with unprivileged user namespaces enabled).
-Exit status: the replay's, or 3 when it ran but something reached out.
+Exit status: the replay's, or 3 when it ran but something reached out, or 4 when it ran but the
+check could not be completed (a log missing or unreadable: the verdict is unknown, never assumed clean).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in result.problems:
         print(f"warning: {problem}", file=sys.stderr)
     print(f"verdict: {logs / 'verdict.json'}")
-    return code if code else (0 if result.fully_local else 3)
+    if code:
+        return code
+    return {True: 0, False: 3, None: 4}[result.fully_local]
 
 
 if __name__ == "__main__":

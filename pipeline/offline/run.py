@@ -22,6 +22,7 @@ from pathlib import Path
 from pipeline.offline.verdict import Verdict, verdict
 
 TOOLS = {"unshare": "util-linux", "strace": "strace", "ip": "iproute2"}
+TRACED = "connect,sendto,sendmsg,sendmmsg,clone,clone3"
 
 
 def boot(audit_log: Path) -> str:
@@ -43,7 +44,9 @@ def command(fixtures: str, out: Path, extra: Sequence[str]) -> list[str]:
     logs = out / "offline"
     replay = [sys.executable, "-S", "-c", boot(logs / "audit.jsonl"), fixtures]
     replay += ["--condition", "B'", "--out", str(out), *extra]
-    traced = ["strace", "-f", "-qq", "-Y", "-ttt", "-k", "--seccomp-bpf", "-e", "trace=connect,clone,clone3"]
+    # connects and datagram sends (a native sendto to a name server needs no connect), and thread/process
+    # creation to fold threads into processes; --seccomp-bpf stops the process only on these calls
+    traced = ["strace", "-f", "-qq", "-Y", "-ttt", "-k", "--seccomp-bpf", "-e", f"trace={TRACED}"]
     traced += ["-o", str(logs / "strace.log")]
     inner = "ip link set lo up && exec " + shlex.join([*traced, "--", *replay])
     return ["unshare", "--net", "--", "sh", "-c", inner]
@@ -58,9 +61,11 @@ def run_offline(
     for old in ("audit.jsonl", "strace.log"):
         (logs / old).unlink(missing_ok=True)
     code = subprocess.run(command(fixtures, out, extra), cwd=cwd, env=dict(env)).returncode
-    result = verdict(logs / "strace.log", logs / "audit.jsonl")
+    result = verdict(logs / "strace.log", logs / "audit.jsonl", code)
     report = {
         "fully_local": result.fully_local,
+        "verdict": result.word,
+        "unknown_because": result.unknown_because,
         "components": sorted(result.by_component()),
         "attempts": [asdict(a) for a in result.attempts],
         "problems": result.problems,

@@ -21,7 +21,8 @@ from pathlib import Path
 from pipeline.offline.guard import is_loopback
 
 _CALL = re.compile(
-    r"^(?P<pid>\d+)(?:<(?P<comm>[^>]*)>)? (?P<time>\d+\.\d+) (?P<call>connect|sendto|sendmsg|clone3?)\((?P<args>.*)$"
+    r"^(?P<pid>\d+)(?:<(?P<comm>[^>]*)>)? (?P<time>\d+\.\d+) "
+    r"(?P<call>connect|sendto|sendmsg|sendmmsg|clone3?)\((?P<args>.*)$"
 )
 _HEAD = re.compile(r"^(?P<pid>\d+)(?:<[^>]*>)? \d+\.\d+ (?P<rest>.*)$")
 _RESUMED = re.compile(r"^<\.\.\. \w+ resumed>")
@@ -54,10 +55,19 @@ class Attempt:
 class Verdict:
     attempts: list[Attempt] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unknown_because: list[str] = field(default_factory=list)  # why "no attempt seen" does not prove "fully local"
 
     @property
-    def fully_local(self) -> bool:
-        return not self.attempts
+    def fully_local(self) -> bool | None:
+        """False: something reached out. True: the logs were read cleanly, the replay ran to its end, and
+        nothing reached out. None: unknown (what was not recorded or not run was not checked)."""
+        if self.attempts:
+            return False
+        return None if self.unknown_because else True
+
+    @property
+    def word(self) -> str:
+        return {True: "yes", False: "no", None: "unknown"}[self.fully_local]
 
     def by_component(self) -> dict[str, list[Attempt]]:
         out: dict[str, list[Attempt]] = {}
@@ -68,6 +78,8 @@ class Verdict:
     def text(self) -> str:
         if self.fully_local:
             return "fully local: yes (no process tried to reach beyond loopback or to look up a host name)"
+        if self.fully_local is None:
+            return "fully local: UNKNOWN (nothing was seen reaching out, but " + "; ".join(self.unknown_because) + ")"
         lines = ["fully local: NO; these components reached out:"]
         for name, attempts in sorted(self.by_component().items()):
             kinds = sorted({f"{a.kind} {a.destination}" for a in attempts})
@@ -106,14 +118,15 @@ class _Call:
         )
 
 
-def _outbound(args: str) -> tuple[str, str] | None:
-    """(kind, destination) when a connect's address leaves loopback or asks for a name lookup."""
+def _outbound(args: str, call: str = "connect") -> tuple[str, str] | None:
+    """(kind, destination) when a connect's or a datagram's address leaves loopback or asks for a name lookup."""
     inet = _INET.search(args)
     if inet:
         host = inet.group("v4") or inet.group("v6") or ""
         if is_loopback(host):
             return None
-        return ("name lookup" if inet.group("port") == "53" else "connect"), f"{host}:{inet.group('port')}"
+        kind = "name lookup" if inet.group("port") == "53" else ("connect" if call == "connect" else "datagram")
+        return kind, f"{host}:{inet.group('port')}"
     unix = _UNIX.search(args)
     if unix and unix.group("path") in NAME_LOOKUP_SOCKETS:
         return "name lookup", unix.group("path")
@@ -154,7 +167,7 @@ def parse_strace(lines: Iterable[str]) -> list[Attempt]:
             if child:
                 group[int(child.group("child"))] = pid if "CLONE_THREAD" in args else int(child.group("child"))
             continue
-        out = _outbound(args)
+        out = _outbound(args, call.group("call"))
         if out is None:
             continue
         record = _Call(call.group("comm") or "?", pid, out[0], out[1], float(call.group("time")))
@@ -197,22 +210,38 @@ def parse_audit(lines: Iterable[str], problems: list[str]) -> list[Attempt]:
     return attempts
 
 
-def verdict(strace_log: Path, audit_log: Path) -> Verdict:
+def verdict(strace_log: Path, audit_log: Path, replay_exit_code: int = 0) -> Verdict:
     """Both logs together: native attempts named by library, the replay's Python ones by module.
 
     Python-level attempts of the replay process (the audit log's writer) are taken from
     the audit log, which names the module; those of any other process stay as strace saw them.
+    The verdict fails closed: without both logs read cleanly and a replay that ran to its end,
+    seeing no attempt proves nothing, and the verdict is unknown.
     """
     v = Verdict()
     seen: list[Attempt] = []
-    if strace_log.is_file():
+    if strace_log.is_file() and strace_log.stat().st_size > 0:
         with strace_log.open(encoding="utf-8", errors="replace") as fh:
             seen = parse_strace(fh)
+    elif strace_log.is_file():
+        v.problems.append(f"{strace_log}: empty strace log: native attempts could not be checked")
+        v.unknown_because.append("the strace log is empty")
     else:
         v.problems.append(f"{strace_log}: no strace log: native attempts could not be checked")
+        v.unknown_because.append("there is no strace log")
     audit_lines = audit_log.read_text(encoding="utf-8").splitlines() if audit_log.is_file() else []
+    unreadable = len(v.problems)
     audit = parse_audit(audit_lines, v.problems)
+    if len(v.problems) > unreadable:
+        v.unknown_because.append("the audit log has unreadable lines")
     start = audit_start(audit_lines)
+    if start is None:
+        v.problems.append(f"{audit_log}: no audit log of the replay: its Python attempts could not be checked")
+        v.unknown_because.append("the replay's audit log is missing")
+    if replay_exit_code != 0:
+        v.unknown_because.append(
+            f"the replay exited with status {replay_exit_code}, so what it did not run was not checked"
+        )
     for a in seen:
         ours = start is not None and a.pid == start[0]
         if a.component != "python" or not ours:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -92,7 +93,7 @@ def normalise(data: dict[str, Any]) -> dict[str, Any]:
 
 def documents(body: str) -> Iterator[dict[str, Any]]:
     """The JSON documents of a streamed answer, one after another."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=_no_constants)
     pos = 0
     while True:
         while pos < len(body) and body[pos].isspace():
@@ -128,18 +129,42 @@ def _error_text(error: object) -> str:
     return str(error)
 
 
-def http_get(url: str, timeout_s: float) -> bytes:
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not a number a trace may hold")
+
+
+MAX_ANSWER_BYTES = 1 << 30  # 1 GiB: far beyond any search depth here, short of filling the memory
+
+
+def _read_limited(answer: Any, url: str, limit: int) -> bytes:
+    """The whole body, in pieces, refusing one over ``limit`` and one that breaks off before its length."""
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while chunk := answer.read(1 << 20):
+            total += len(chunk)
+            if total > limit:
+                raise LoadError(f"{url}: Jaeger's answer is larger than {limit} bytes; narrow --start/--end")
+            chunks.append(chunk)
+    except http.client.IncompleteRead:
+        raise LoadError(f"{url}: Jaeger's answer broke off after {total} bytes") from None
+    declared = (answer.headers or {}).get("Content-Length")
+    if declared is not None and declared.isdigit() and total < int(declared):
+        raise LoadError(f"{url}: Jaeger's answer broke off after {total} of {declared} bytes")
+    return b"".join(chunks)
+
+
+def http_get(url: str, timeout_s: float, limit: int = MAX_ANSWER_BYTES) -> bytes:
     """GET ``url``; an HTTP error status still returns its body (Jaeger's 404 means "no traces")."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as answer:
-            body: bytes = answer.read()
-            return body
+            return _read_limited(answer, url, limit)
     except urllib.error.HTTPError as exc:
-        body = exc.read()
+        body = _read_limited(exc, url, limit)
         if body:
             return body
         raise LoadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise LoadError(f"{url}: cannot reach Jaeger ({exc})") from None
 
 

@@ -34,6 +34,7 @@ class RunInfo:
     config_ids: tuple[str, ...]
     config_json: str | None  # None: the traces do not record the settings (older format)
     config_jsons: int  # distinct settings recorded for this run (more than 1 is an inconsistency)
+    question_count: int | None = None  # questions per round, as the run recorded it
 
 
 @dataclass(slots=True)
@@ -65,9 +66,13 @@ def _run_infos(turns: Sequence[TurnSpans]) -> dict[str, RunInfo]:
     condition: dict[str, str] = {}
     config_ids: dict[str, dict[str, None]] = {}
     configs: dict[str, dict[str, None]] = {}
+    counts: dict[str, int] = {}
     for t in turns:
         a = t.turn.attributes
         run_id = str(a.get(names.RUN_ID) or "")
+        count = a.get(names.QUESTION_COUNT)
+        if isinstance(count, int) and not isinstance(count, bool):
+            counts.setdefault(run_id, count)
         condition.setdefault(run_id, str(a.get(names.CONDITION) or ""))
         config_ids.setdefault(run_id, {})[str(a.get(names.CONFIG_ID) or "")] = None
         recorded = a.get(names.CONFIG_JSON)
@@ -80,6 +85,7 @@ def _run_infos(turns: Sequence[TurnSpans]) -> dict[str, RunInfo]:
             config_ids=tuple(config_ids[run_id]),
             config_json=next(iter(configs[run_id])) if run_id in configs else None,
             config_jsons=len(configs.get(run_id, {})),
+            question_count=counts.get(run_id),
         )
         for run_id in condition
     }
@@ -186,8 +192,12 @@ def _offline_verdicts(folder: Path, problems: list[str]) -> list[str]:
     for path in sorted(folder.rglob("offline/verdict.json")):
         try:
             v = json.loads(path.read_text(encoding="utf-8"))
-            if v["fully_local"]:
+            if v["fully_local"] is True:
                 out.append(f"{path}: fully local: yes, nothing tried to reach beyond loopback (strace + audit)")
+                continue
+            if v["fully_local"] is None:
+                why = "; ".join(v.get("unknown_because") or ["the check was not completed"])
+                out.append(f"{path}: fully local: UNKNOWN ({why}): not shown to run offline")
                 continue
             reached = sorted({f"{a['component']} ({a['kind']} {a['destination']})" for a in v["attempts"]})
             out.append(f"{path}: fully local: NO; reached out: {'; '.join(reached[:8])}")

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import re
+
 from pipeline.report.document import WARNING, Block, Bullets, Document, Figure, Heading, Paragraph, Table
 
 PLOTS_DIR = "plots"
 
 
+# What would turn text (run ids, error messages, settings) into markup: code, emphasis, HTML and
+# autolinks, links and images (only where "](" would close a link text), tables' pipes. Underscores
+# only where they could open or close emphasis, so setting names stay readable.
+_MARKUP = re.compile(r"([\\`*<|~])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=\()")
+
+
+def escape(text: str) -> str:
+    """Text as Markdown shows it, never as markup; one line."""
+    escaped = _MARKUP.sub(lambda m: "\\" + m.group(0), text.replace("\n", " "))
+    return "\\" + escaped if escaped.startswith(("#", "-", "+", ">", "=")) else escaped
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return escape(text)
 
 
 def table(t: Table) -> str:
@@ -20,22 +34,22 @@ def table(t: Table) -> str:
     if not t.rows:
         lines.append("| " + " | ".join(["(none)", *[""] * (len(t.headers) - 1)]) + " |")
     if t.caption:
-        lines.extend(["", f"*{t.caption}*"])
+        lines.extend(["", f"*{escape(t.caption)}*"])
     return "\n".join(lines)
 
 
 def block(b: Block) -> str:
     if isinstance(b, Heading):
-        return f"{'#' * b.level} {b.text}"
+        return f"{'#' * b.level} {escape(b.text)}"
     if isinstance(b, Paragraph):
-        return f"> **Warning:** {b.text}" if b.tone == WARNING else b.text
+        return f"> **Warning:** {escape(b.text)}" if b.tone == WARNING else escape(b.text)
     if isinstance(b, Bullets):
         prefix = "- **Warning:** " if b.tone == WARNING else "- "
-        return "\n".join(prefix + item for item in b.items)
+        return "\n".join(prefix + escape(item) for item in b.items)
     if isinstance(b, Table):
         return table(b)
     if isinstance(b, Figure):
-        return f"![{b.alt}]({PLOTS_DIR}/{b.key}.png)\n\n*{b.caption}*"
+        return f"![{escape(b.alt)}]({PLOTS_DIR}/{b.key}.png)\n\n*{escape(b.caption)}*"
     raise TypeError(f"unknown block {b!r}")
 
 

@@ -57,6 +57,11 @@ def thin(values: np.ndarray, points: int) -> np.ndarray:
     return values[np.linspace(0, len(values) - 1, points).astype(np.int64)]
 
 
+def plain(text: str) -> str:
+    """Data shown as itself: matplotlib reads ``$...$`` as mathematics."""
+    return text.replace("$", r"\$")
+
+
 def cdf_plot(conds: Sequence[Condition]) -> bytes:
     labels = [c.label for c in conds]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -68,7 +73,7 @@ def cdf_plot(conds: Sequence[Condition]) -> bytes:
             idx = thin(np.arange(len(values)), CDF_POINTS)
             x = np.concatenate(([values[0]], values[idx]))
             y = np.concatenate(([0.0], (idx + 1) / len(values)))
-            label = f"{title(cond.label)} (n={len(values)})"
+            label = plain(f"{title(cond.label)} (n={len(values)})")
             ax.step(x, y, where="post", color=colour(cond.label, labels), label=label)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("share of turns")
@@ -97,10 +102,10 @@ def waterfall_plot(w: Waterfall) -> bytes:
         if bar.mark_ms is not None:
             ax.plot([bar.mark_ms], [y], marker="o", color="black", markersize=4)
     ax.axvline(0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_yticks(range(len(lanes)), labels=lanes)
+    ax.set_yticks(range(len(lanes)), labels=[plain(lane) for lane in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("ms from the end of user speech (dot: first token / first audio frame)")
-    ax.set_title(w.title)
+    ax.set_title(plain(w.title))
     ax.grid(True, axis="x", alpha=0.3)
     return png(fig)
 
@@ -126,7 +131,7 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
                 markersize=3,
                 linewidth=0.8,
                 color=colour(label, labels),
-                label=f"{run_id} ({label}){tag}",
+                label=plain(f"{run_id} ({label}){tag}"),
             )
             if warm:
                 ax.plot(
@@ -177,7 +182,7 @@ def sentence_box_plot(conds: Sequence[Condition]) -> bytes:
             patch.set_alpha(0.6)
         ax.set_xticks(
             range(1, len(with_values) + 1),
-            labels=[f"{title(c.label)}\n{len(c.sentence_ms)} sentences" for c in with_values],
+            labels=[plain(f"{title(c.label)}\n{len(c.sentence_ms)} sentences") for c in with_values],
         )
     else:
         ax.text(0.5, 0.5, "no sentence was measured", ha="center", va="center", transform=ax.transAxes)

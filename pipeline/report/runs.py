@@ -40,6 +40,8 @@ def _median(rows: Sequence[Row], metric: str) -> float | None:
 
 
 def _expected(run: RunInfo | None, questions: int) -> int | None:
+    """Turns the run's settings ask for: rounds x the questions it recorded asking (else those found,
+    at most --limit: a limit beyond the question set asks for no more questions than there are)."""
     if run is None or run.config_json is None:
         return None
     try:
@@ -47,7 +49,9 @@ def _expected(run: RunInfo | None, questions: int) -> int | None:
         rounds, limit = int(settings["rounds"]), int(settings.get("limit", 0))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return rounds * (limit or questions)
+    if run.question_count is not None:
+        return rounds * run.question_count
+    return rounds * (min(limit, questions) if limit else questions)
 
 
 def run_facts(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunFacts]:
@@ -99,3 +103,48 @@ def temperature_bands(cond: Condition, metric: str = "whole_turn_ms") -> list[tu
         if t is not None and v is not None:
             bands.setdefault(math.floor(t / TEMP_BAND_C) * TEMP_BAND_C, []).append(v)
     return [(band, median(v), len(v)) for band, v in sorted(bands.items())]
+
+
+def duplicate_turns(rows: Sequence[Row]) -> list[tuple[str, str, object, int]]:
+    """(run, question, round, rows) for every turn found more than once: two runs merged into one run id."""
+    counts: dict[tuple[str, str, object], int] = {}
+    for r in rows:
+        key = (str(r.get("run_id")), str(r.get("question_id")), r.get("round"))
+        counts[key] = counts.get(key, 0) + 1
+    return [(run, question, rnd, n) for (run, question, rnd), n in counts.items() if n > 1]
+
+
+BUSY_SHARE = 0.10  # other processes kept a tenth of a core busy on average during the turn
+
+
+@dataclass(frozen=True, slots=True)
+class RunLoad:
+    run_id: str
+    turns: int  # measured turns with a reading
+    busy: int  # of those, measured on a busy machine
+    median_share: float | None
+    max_share: float | None
+    max_load_avg: float | None
+
+
+def run_loads(rows: Sequence[Row]) -> list[RunLoad]:
+    """Per run, how much other work the machine did during its measured turns (empty reading: virtual clock)."""
+    by_run: dict[str, list[Row]] = {}
+    for r in rows:
+        if measured(r):
+            by_run.setdefault(str(r.get("run_id")), []).append(r)
+    out = []
+    for run_id, rr in by_run.items():
+        shares = [v for r in rr if (v := number(r.get("other_cpu_share"))) is not None]
+        loads = [v for r in rr if (v := number(r.get("load_avg_1m"))) is not None]
+        out.append(
+            RunLoad(
+                run_id,
+                len(shares),
+                sum(1 for v in shares if v >= BUSY_SHARE),
+                median(shares) if shares else None,
+                max(shares) if shares else None,
+                max(loads) if loads else None,
+            )
+        )
+    return out

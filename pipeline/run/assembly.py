@@ -69,8 +69,10 @@ class Engines:
             self.llm_endpoint.close()
 
 
-def load_engines(cfg: Config, cache: Path) -> Engines:
-    """Every model the configuration names, loaded; on any failure nothing is left running."""
+def load_engines(cfg: Config, cache: Path, env: Mapping[str, str] | None = None) -> Engines:
+    """Every model the configuration names, loaded; on any failure nothing is left running.
+
+    ``env`` is the environment a server process the run starts inherits (the entry point's)."""
     engines = Engines()
     models = CacheModels(cache)
     try:
@@ -84,7 +86,7 @@ def load_engines(cfg: Config, cache: Path) -> Engines:
         llm = implementation(cfg, "llm")
         engines.endpoint = llm.label
         if llm.endpoint:
-            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, models)
+            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, models, env or {})
             engines.identity.update(engines.llm_endpoint.identity)
             engines.endpoint = engines.llm_endpoint.label
     except BaseException:

@@ -17,7 +17,7 @@ from typing import Protocol
 from pipeline.endpoints.cloud import get_compute_profile, serve_endpoint
 from pipeline.endpoints.link import get_profile
 from pipeline.endpoints.llama_server import LlamaServer
-from pipeline.settings.config import Config
+from pipeline.settings.config import Config, public_url
 from stages.llm import ChatBackend
 from stages.llm.llama import check_chat_model
 from stages.llm.openai import OpenAIChatBackend, OpenAISettings
@@ -63,7 +63,8 @@ def llama_server_settings(cfg: Config, base_url: str) -> OpenAISettings:
     """llama-server drops idle kept-alive connections between streamed answers (seen here as
     ServerDisconnected on the next call), so each call opens its own: on loopback that costs
     well under a millisecond."""
-    return dataclasses.replace(openai_settings(cfg, base_url), keepalive_s=0.0)
+    cache = cfg.llm.prompt_cache != "off"  # prefix and carry: llama-server keeps prompts in its own cache
+    return dataclasses.replace(openai_settings(cfg, base_url), keepalive_s=0.0, cache_prompt=cache)
 
 
 class LlamaServerEndpoint:
@@ -71,17 +72,18 @@ class LlamaServerEndpoint:
 
     scripted = False
 
-    def __init__(self, cfg: Config, models: Models) -> None:
+    def __init__(self, cfg: Config, models: Models, env: Mapping[str, str]) -> None:
         path = models.resolve(cfg.llm.model)
         info = check_chat_model(path)
         self.cfg = cfg
-        self.server = LlamaServer(path, cfg.llm.threads, cfg.llm.n_ctx, cfg.llm.seed).start()
+        self.server = LlamaServer(path, cfg.llm.threads, cfg.llm.n_ctx, cfg.llm.seed, env=env).start()
         self.identity = {"llm": f"{models.identity(cfg.llm.model, path)} {info.quantisation}"}
         self.label = f"llama.cpp server (local process), {cfg.llm.model}"
 
     @contextlib.asynccontextmanager
     async def open(self, api_key: str | None, answers: Mapping[str, str]) -> AsyncIterator[ChatBackend]:
-        async with OpenAIChatBackend(llama_server_settings(self.cfg, self.server.base_url)) as client:
+        settings = llama_server_settings(self.cfg, self.server.base_url)
+        async with OpenAIChatBackend(settings, self.server.api_key) as client:
             yield client
 
     def close(self) -> None:
@@ -94,7 +96,7 @@ class CloudEndpoint:
     Unknown profile names fail here, before the run.
     """
 
-    def __init__(self, cfg: Config, _models: Models) -> None:
+    def __init__(self, cfg: Config, _models: Models, _env: Mapping[str, str]) -> None:
         self.cfg = cfg
         try:
             network = get_profile(cfg.network.profile).as_dict() if cfg.network.profile != "none" else {}
@@ -107,8 +109,8 @@ class CloudEndpoint:
             self.identity["llm"] = json.dumps(dataclasses.asdict(compute), sort_keys=True)
             self.label = f"emulated cloud, profile {compute.name}"
         else:
-            self.identity["llm"] = f"{cfg.cloud.base_url} {cfg.llm.model}"
-            self.label = f"cloud {cfg.cloud.base_url}"
+            self.identity["llm"] = f"{public_url(cfg.cloud.base_url)} {cfg.llm.model}"
+            self.label = f"cloud {public_url(cfg.cloud.base_url)}"
         if cfg.network.profile != "none":
             self.label += f"; network {cfg.network.profile}"
 
@@ -124,7 +126,7 @@ class CloudEndpoint:
         pass
 
 
-ENDPOINTS: dict[str, Callable[[Config, Models], LlmEndpoint]] = {
+ENDPOINTS: dict[str, Callable[[Config, Models, Mapping[str, str]], LlmEndpoint]] = {
     "llama-server": LlamaServerEndpoint,
     "cloud": CloudEndpoint,
 }

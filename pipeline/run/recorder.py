@@ -19,12 +19,14 @@ from pipeline.events import (
     CallEnd,
     CallStart,
     Event,
+    OutputStart,
     Sentence,
     SpeechEnd,
     SpeechStart,
     Stage,
     TokenDelta,
     ToolCall,
+    ToolCallDelta,
     ToolResult,
     Transcript,
 )
@@ -40,6 +42,7 @@ class TurnRecorder:
         self._clock = clock
         self.timeline = TurnTimeline(start_ns=clock.now_ns())
         self._frame_arrival_ns: dict[int, int] = {}
+        self._leftover_from = self.timeline.start_ns
         self._inputs: dict[str, Handler] = {
             "asr": self._asr_in,
             "tts": self._tts_in,
@@ -74,6 +77,14 @@ class TurnRecorder:
         if not self.timeline.error_type:
             self.timeline.error_type = error_type
             self.timeline.error_message = message
+
+    def leftover_started(self) -> None:
+        """The turn is over (or cancelled); what its stages still run is waited for from now."""
+        self._leftover_from = self._clock.now_ns()
+
+    def leftover_done(self) -> None:
+        """Nothing of this turn runs any more: the next turn starts clean (its stage times hold no leftover)."""
+        self.timeline.leftover_ns = self._clock.now_ns() - self._leftover_from
 
     def finish(self) -> TurnTimeline:
         tl = self.timeline
@@ -145,8 +156,13 @@ class TurnRecorder:
             call.token_ns.append(t)
             if call.first_token_ns is None and event.text.strip():
                 call.first_token_ns = t
+        elif isinstance(event, (ToolCallDelta, OutputStart)) and calls:
+            # M1: a tool call's first piece is the call's first output, as a first token is
+            if calls[-1].first_token_ns is None:
+                calls[-1].first_token_ns = t
         elif isinstance(event, ToolCall) and calls:
             calls[-1].tool_name = event.name
+            calls[-1].tool_call_ns = t
             if calls[-1].first_token_ns is None:
                 calls[-1].first_token_ns = t
         elif isinstance(event, CallEnd) and calls:
@@ -155,6 +171,7 @@ class TurnRecorder:
             call.finish_reason = event.finish_reason
             call.output_tokens = event.output_tokens
             call.input_tokens = event.input_tokens or call.input_tokens
+            call.cached_tokens = event.cached_tokens
             call.server_timings = event.server_timings
         elif isinstance(event, ToolResult):
             start = calls[-1].end_ns if calls and calls[-1].end_ns is not None else t

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.clock import Clock
+from pipeline.endpoints.load import LoadProbe, TurnLoad
 from pipeline.endpoints.thermal import read_temp_c
 from pipeline.run.assembly import Engines, build_stages, open_chat
 from pipeline.run.turn import run_turn
@@ -49,7 +50,7 @@ class Run:
         return self.questions.questions[:limit] if limit else self.questions.questions
 
 
-def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> Attributes:
+def _turn_attributes(run: Run, question: Question, round_no: int, note: str, load: TurnLoad | None) -> Attributes:
     attrs: Attributes = {
         names.SCHEMA: names.SCHEMA_VERSION,
         names.RUN_ID: run.run_id,
@@ -57,6 +58,7 @@ def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> 
         names.CONFIG_ID: run.config_id,
         names.CLOCK: run.clock.kind,
         names.QUESTION_ID: question.id,
+        names.QUESTION_COUNT: len(run.selected()),
         names.ROUND: round_no,
         names.WARMUP: round_no == 1,
         names.LANGUAGE: question.language,
@@ -70,6 +72,10 @@ def _turn_attributes(run: Run, question: Question, round_no: int, note: str) -> 
     temp = read_temp_c() if run.clock.kind == "real" else None
     if temp is not None:
         attrs[names.TEMP_C] = temp
+    if load is not None:
+        attrs[names.HOST_OTHER_CPU_MS] = load.other_cpu_ms
+        if load.load_avg_1m is not None:
+            attrs[names.HOST_LOAD_AVG_1M] = load.load_avg_1m
     return attrs
 
 
@@ -118,14 +124,16 @@ async def _rounds(
 ) -> None:
     cfg = run.config
     history: list[Message] = []
+    probe = LoadProbe() if run.clock.kind == "real" else None  # other load means nothing in simulated time
     for round_no in range(1, cfg.run.rounds + 1):
         for index, q in enumerate(questions):
             clip = audio[q.id]
+            before = probe.sample() if probe else None
             if isinstance(clip, BadAudio):
                 timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
                 note = str(clip)
             else:
-                context = tuple(history[-2 * cfg.llm.history_rounds :]) if cfg.llm.history_rounds else ()
+                context = tuple(history)
                 stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
                 timeline = await run_turn(
                     clip.frames,
@@ -136,8 +144,14 @@ async def _rounds(
                 )
                 note = clip.note
                 if timeline.ok:
-                    history += _exchange(timeline)
-            sink(tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note)))
+                    history = _keep(history + _exchange(timeline), cfg.llm.history_rounds)
+            load = probe.between(before, probe.sample()) if probe else None
+            sink(tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note, load)))
+
+
+def _keep(history: list[Message], rounds: int) -> list[Message]:
+    """The last ``rounds`` exchanges: only those are ever sent, so only those are kept."""
+    return history[-2 * rounds :] if rounds else []
 
 
 def _exchange(timeline: TurnTimeline) -> list[Message]:

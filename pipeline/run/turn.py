@@ -40,8 +40,14 @@ async def _pump(source: AsyncIterator[Event], queue: asyncio.Queue[object]) -> N
         close(queue)
 
 
-async def serve_turn(stages: ServerStages, recorder: TurnRecorder, link: Link) -> None:
-    """The server side: chain the stages, each in its own task, and send the audio down."""
+async def serve_turn(
+    stages: ServerStages, recorder: TurnRecorder, link: Link, tasks: list[asyncio.Task[None]] | None = None
+) -> None:
+    """The server side: chain the stages, each in its own task, and send the audio down.
+
+    The stage tasks are added to ``tasks`` so that whoever runs the turn can wait for all of
+    them after a cancellation (a stage may still be finishing its engine's work).
+    """
     received: asyncio.Queue[object] = asyncio.Queue()
     # audio keeps arriving after the end-point; the turn does not wait for the device to stop
     receiver = asyncio.create_task(_pump(recorder.receive(link.uplink()), received))
@@ -51,6 +57,8 @@ async def serve_turn(stages: ServerStages, recorder: TurnRecorder, link: Link) -
         queue: asyncio.Queue[object] = asyncio.Queue()
         pumps.append(asyncio.create_task(_pump(recorder.wrap(role, getattr(stages, role), source), queue)))
         source = drain(queue)
+    if tasks is not None:
+        tasks += [receiver, *pumps]
     try:
         async for event in source:
             await link.send_down(event)
@@ -78,8 +86,9 @@ async def run_turn(
     recorder = TurnRecorder(clock)
     link = InProcessLink()
     uplink = asyncio.create_task(stream_audio(frames, link, realtime))
+    stage_tasks: list[asyncio.Task[None]] = []
     work = [
-        asyncio.create_task(serve_turn(stages, recorder, link)),
+        asyncio.create_task(serve_turn(stages, recorder, link, stage_tasks)),
         asyncio.create_task(play_turn(player or Player(), recorder, link)),
     ]
     try:
@@ -93,11 +102,26 @@ async def run_turn(
     except Exception as exc:  # a failing stage fails its turn, never the run (M7)
         recorder.fail(type(exc).__name__, str(exc) or type(exc).__name__)
     finally:
-        for task in [uplink, *work]:
+        everything = [uplink, *work, *stage_tasks]
+        for task in everything:
             task.cancel()
-        await asyncio.gather(uplink, *work, return_exceptions=True)
+        recorder.leftover_started()
+        await asyncio.gather(*everything, return_exceptions=True)  # a stage's engine work finishes here
+        recorder.leftover_done()
     _check_complete(recorder)
     return recorder.finish()
+
+
+# The least audio a sentence can take, per spoken character: a quarter of fast speech (about
+# 20 Latin characters or 6 Chinese characters a second), so only audio that is really missing fails.
+MIN_MS_PER_LATIN = 12.5
+MIN_MS_PER_CJK = 40.0
+
+
+def min_audio_ms(text: str) -> float:
+    cjk = sum(1 for ch in text if "\u3400" <= ch <= "\u9fff")
+    latin = sum(1 for ch in text if ch.isalnum()) - cjk
+    return cjk * MIN_MS_PER_CJK + latin * MIN_MS_PER_LATIN
 
 
 def _check_complete(recorder: TurnRecorder) -> None:
@@ -111,3 +135,22 @@ def _check_complete(recorder: TurnRecorder) -> None:
         recorder.fail("empty_transcript", "the ASR returned no text")
     elif tl.playback.last_end_ns is None:
         recorder.fail("no_audio_out", "the turn produced no audio")
+    else:
+        _check_tts(recorder)
+
+
+def _check_tts(recorder: TurnRecorder) -> None:
+    """Every sentence handed to TTS must come back as audio of a plausible length for its text."""
+    texts = {s.index: s.text for s in recorder.timeline.sentences}
+    for tts in recorder.timeline.tts:
+        text = texts.get(tts.sentence_index, "")
+        if tts.audio_ms == 0:
+            recorder.fail("tts_no_audio", f"TTS produced no audio for sentence {tts.sentence_index}: {text!r}")
+            return
+        if tts.audio_ms < min_audio_ms(text):
+            recorder.fail(
+                "tts_short_audio",
+                f"TTS produced {tts.audio_ms} ms of audio for sentence {tts.sentence_index} ({text!r}), "
+                f"at least {min_audio_ms(text):.0f} ms expected",
+            )
+            return

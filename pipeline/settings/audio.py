@@ -41,6 +41,8 @@ def load_audio(path: Path) -> LoadedAudio:
         raise BadAudio(f"{path}: unsupported WAV format ({channels} channels, {8 * width}-bit, {rate} Hz)")
     if len(raw) < channels * width:
         raise BadAudio(f"{path}: no audio samples")
+    if len(raw) % (channels * width):
+        raise BadAudio(f"{path}: truncated WAV ({len(raw)} bytes of data is not a whole number of samples)")
     samples = _to_float(raw, width).reshape(-1, channels)
     notes = []
     mono = samples.mean(axis=1)

@@ -16,11 +16,24 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.events import LatencyProfile
 from stages.registry import ROLES, registry
 
 CONDITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9'_-]{0,31}$")
+
+
+def public_url(url: str) -> str:
+    """``url`` without user, password, query or fragment: a token there must not reach a trace or a row."""
+    if not url:
+        return url
+    parsed = urlsplit(url)
+    host = parsed.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parsed.port is not None:
+        netloc += f":{parsed.port}"
+    return urlunsplit((parsed.scheme, netloc, parsed.path, "", ""))
 
 
 class ConfigError(ValueError):
@@ -59,6 +72,7 @@ class LlmConfig:
     temperature: float = 0.0
     seed: int = 1234
     history_rounds: int = 0  # earlier turns kept as context (METHOD M18); 0 = every question fresh (M5)
+    prompt_cache: str = "prefix"  # off: every call cold; prefix: system prompt + tools kept; carry: whatever was left
     latency: LatencyProfile = LatencyProfile(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)  # scripted only
     tool_latency: LatencyProfile = LatencyProfile(first_ms=40, seed=4)
 
@@ -134,7 +148,7 @@ class Config:
         ``models`` identifies the model files actually loaded (name, quantisation, size),
         so a different file under the same path changes the id too.
         """
-        identity = dataclasses.asdict(self)
+        identity = self.as_dict()
         for key in ("rounds", "limit"):
             identity["run"].pop(key)
         identity["questions"] = questions_digest
@@ -143,7 +157,10 @@ class Config:
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every setting, with credentials taken out of URLs: what traces and reports may record."""
+        data = dataclasses.asdict(self)
+        data["cloud"]["base_url"] = public_url(self.cloud.base_url)
+        return data
 
 
 _CHOICES = {
@@ -151,6 +168,7 @@ _CHOICES = {
     ("run", "clock"): ("real", "virtual"),
     ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
     ("llm", "mode"): ("single", "per-sentence"),
+    ("llm", "prompt_cache"): ("off", "prefix", "carry"),
 }
 
 

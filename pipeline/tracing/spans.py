@@ -24,6 +24,7 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
     end = tl.end_ns if tl.end_ns is not None else tl.start_ns
     attrs: Attributes = dict(attributes)
     attrs[names.OK] = tl.ok
+    attrs[names.LEFTOVER_WAIT_MS] = round(tl.leftover_ns / 1e6, 3)
     if not tl.ok:
         attrs[names.ERROR_TYPE] = tl.error_type
         attrs[names.ERROR_MESSAGE] = tl.error_message
@@ -86,6 +87,8 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
             extra[names.SERVER_ADDRESS] = call.server_address
         if call.tool_name:
             extra[names.TOOL_NAME] = call.tool_name
+        if call.cached_tokens is not None:
+            extra[names.PROMPT_CACHED_TOKENS] = call.cached_tokens
         for key, value in call.server_timings:
             extra[names.SERVER_TIMING_PREFIX + key] = value
         span = child(names.LLM_CALL, call.start_ns, call.end_ns, "llm", extra)
@@ -93,6 +96,8 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
             span.add_event(names.EV_FIRST_CHUNK, timestamp=call.token_ns[0])
         if call.first_token_ns is not None:
             span.add_event(names.EV_FIRST_TOKEN, timestamp=call.first_token_ns)
+        if call.tool_call_ns is not None:
+            span.add_event(names.EV_TOOL_CALL, timestamp=call.tool_call_ns)
     for tool in tl.tools:
         child(names.TOOL, tool.start_ns, tool.end_ns, "llm", {names.TOOL_NAME: tool.name})
     for sentence in tl.sentences:

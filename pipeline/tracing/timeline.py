@@ -38,8 +38,10 @@ class CallTiming:
     start_ns: int
     server_address: str = ""
     input_tokens: int = 0
-    first_token_ns: int | None = None
+    first_token_ns: int | None = None  # the first output of any kind: text or a tool call's first piece (M1)
+    tool_call_ns: int | None = None  # the tool call complete
     end_ns: int | None = None
+    cached_tokens: int | None = None  # prompt tokens served from a cache; None: unknown
     output_tokens: int = 0
     finish_reason: str = ""
     tool_name: str = ""
@@ -93,6 +95,7 @@ class TurnTimeline:
     tts: list[TtsTiming] = field(default_factory=list)
     playback: PlaybackTiming = field(default_factory=PlaybackTiming)
     end_ns: int | None = None
+    leftover_ns: int = 0  # after the turn ended or was cancelled: waiting for its stages' engine work to finish
     error_type: str = ""
     error_message: str = ""
 

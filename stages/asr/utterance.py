@@ -9,7 +9,6 @@ to float samples) lives in ``UtteranceEngine``; an engine only decodes.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from pipeline.events import AudioFrame, Event, SpeechEnd, StageInfo, Transcript
+from stages.threads import on_thread
 
 
 class UtteranceEngine:
@@ -55,7 +55,6 @@ class UtteranceAsr:
             if isinstance(event, AudioFrame):
                 pcm += event.pcm
             elif isinstance(event, SpeechEnd):
-                loop = asyncio.get_running_loop()
-                text = await loop.run_in_executor(self.engine.thread, self.engine.transcribe, bytes(pcm), self.language)
+                text = await on_thread(self.engine.thread, self.engine.transcribe, bytes(pcm), self.language)
                 yield Transcript(text=text, language=self.language)
                 return

@@ -104,7 +104,7 @@ class LlmStage:
                     answer += chunk.text
                 elif isinstance(chunk, ToolCall):
                     tool = chunk
-                else:
+                elif isinstance(chunk, CallEnd):
                     done = chunk
                     break
             if done is None:

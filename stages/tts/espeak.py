@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.events import AudioOut, Event, Sentence, StageInfo
 from stages.registry import Implementation, TurnInputs
+from stages.threads import finished
 from stages.tts.frames import Framer, StreamResampler
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -56,9 +57,10 @@ class EspeakTts:
 
     async def _speak(self, sentence: Sentence) -> AsyncIterator[AudioOut]:
         voice, text = voice_and_text(sentence.text)
-        command = [self.binary, "-v", voice, "-s", str(self.words_per_minute), "--stdout", text]
+        # the text goes on stdin: as an argument, a sentence starting with "-" would be read as options
+        command = [self.binary, "-v", voice, "-s", str(self.words_per_minute), "--stdout", "--stdin"]
         resampler, framer, seq = StreamResampler(ESPEAK_RATE), Framer(), 0
-        body = _skip_header(_stream_stdout(command))
+        body = _skip_header(_stream_stdout(command, text.encode("utf-8")))
         async for data in body:
             for pcm in framer.feed(resampler.feed(np.frombuffer(data, dtype="<i2"))):
                 yield AudioOut(sentence_index=sentence.index, seq=seq, pcm=pcm)
@@ -67,8 +69,12 @@ class EspeakTts:
             yield AudioOut(sentence_index=sentence.index, seq=seq, pcm=pcm)
 
 
-async def _stream_stdout(command: list[str]) -> AsyncIterator[bytes]:
-    """A child's stdout, chunk by chunk as it is written.
+class EspeakError(RuntimeError):
+    """espeak-ng failed: its exit status and what it said on stderr."""
+
+
+async def _stream_stdout(command: list[str], stdin: bytes) -> AsyncIterator[bytes]:
+    """A child's stdout, chunk by chunk as it is written; a failing child raises ``EspeakError``.
 
     Read by a plain ``subprocess`` in a worker thread rather than asyncio's
     subprocess support, whose child watcher logs spurious "unknown child" warnings
@@ -76,30 +82,40 @@ async def _stream_stdout(command: list[str]) -> AsyncIterator[bytes]:
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    errors: list[bytes] = []
 
     def pump() -> None:
-        assert proc.stdout is not None
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
             while chunk := proc.stdout.read(4096):
                 loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            errors.append(proc.stderr.read())
             loop.call_soon_threadsafe(queue.put_nowait, None)
         except BaseException as exc:  # handed to the event loop
             loop.call_soon_threadsafe(queue.put_nowait, exc)
 
     reader = loop.run_in_executor(None, pump)
+    completed = False
     try:
         while (item := await queue.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
             yield item
+        completed = True
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None and not completed:
             proc.kill()
-        await asyncio.shield(reader)
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        await finished(reader)
+        code = proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    if code != 0:
+        said = b"".join(errors).decode("utf-8", "replace").strip()
+        raise EspeakError(f"espeak-ng exited with status {code}" + (f": {said[:200]}" if said else ""))
 
 
 async def _skip_header(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -6,10 +6,10 @@ at once.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.events import AudioOut, Event, Sentence, StageInfo
 from stages.registry import Implementation, Loaded, Models, TurnInputs
+from stages.threads import on_thread
 from stages.tts.frames import Framer, StreamResampler
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -38,6 +39,7 @@ class PiperEngine:
         self.rate = int(self._voice.config.sample_rate)
         self.name = models[0].stem
         self._lock = threading.Lock()
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts")
 
     def synthesize(self, text: str) -> list[np.ndarray]:
         with self._lock:
@@ -56,7 +58,7 @@ class PiperTts:
             if _CJK.search(event.text):
                 raise ValueError(f"piper voice {self.engine.name} cannot speak Chinese: {event.text!r}")
             resampler, framer, seq = StreamResampler(self.engine.rate), Framer(), 0
-            for chunk in await asyncio.to_thread(self.engine.synthesize, event.text):
+            for chunk in await on_thread(self.engine.thread, self.engine.synthesize, event.text):
                 for pcm in framer.feed(resampler.feed(chunk)):
                     yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
                     seq += 1

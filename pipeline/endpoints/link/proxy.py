@@ -62,8 +62,10 @@ class LinkEmulator:
         listen_port: int = 0,
         seed: int | None = None,
         spin_ms: float = SPIN_MS,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         self.profile = profile
+        self.connect_timeout_s = connect_timeout_s
         self.spin_ms = spin_ms
         self.target = (target_host, target_port)
         self.listen = (listen_host, listen_port)
@@ -111,8 +113,9 @@ class LinkEmulator:
         accepted = loop.time()
         self._writers.add(client_w)
         try:
-            server_r, server_w = await asyncio.open_connection(*self.target)
-        except OSError:
+            connecting = asyncio.open_connection(*self.target)
+            server_r, server_w = await asyncio.wait_for(connecting, self.connect_timeout_s)
+        except (OSError, TimeoutError):
             client_w.transport.abort()  # the far end is unreachable: the client sees its connection die
             self._writers.discard(client_w)
             return

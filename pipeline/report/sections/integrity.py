@@ -9,7 +9,15 @@ from pipeline.report import cells
 from pipeline.report.conditions import title
 from pipeline.report.document import NOTE, WARNING, Block, Bullets, Heading, Paragraph, Table
 from pipeline.report.drift import Drift
-from pipeline.report.runs import RunFacts, temperature_bands, temperatures
+from pipeline.report.runs import (
+    BUSY_SHARE,
+    RunFacts,
+    RunLoad,
+    duplicate_turns,
+    run_loads,
+    temperature_bands,
+    temperatures,
+)
 from pipeline.report.sections.base import Conditions, Context
 from pipeline.report.sections.result import temperature_cell
 from pipeline.report.settings import SettingsCheck
@@ -138,8 +146,10 @@ def section(ctx: Context) -> list[Block]:
                     WARNING,
                 )
             )
+    out.extend(_duplicates(ctx))
     out.append(warmup_table(ctx.facts))
     out.extend(_settings_blocks(ctx))
+    out.extend(_machine_load(ctx))
     out.append(Heading(3, "Temperature and drift (M9, M20)"))
     out.append(temperature_table(ctx.labels, ctx.conds))
     if not any(temperatures(c) for c in ctx.conds.values()):
@@ -157,6 +167,59 @@ def section(ctx: Context) -> list[Block]:
             )
     out.extend(_problems(ctx))
     return out
+
+
+def load_table(loads: Sequence[RunLoad]) -> Table:
+    rows = []
+    for x in loads:
+        share = "-" if x.median_share is None else f"{x.median_share:.3f} (max {x.max_share:.3f})"
+        load = "-" if x.max_load_avg is None else f"{x.max_load_avg:.2f}"
+        busy = f"{x.busy} of {x.turns}" if x.turns else "no reading"
+        rows.append((x.run_id, busy, share, load))
+    headers = (
+        "run",
+        f"turns on a busy machine (others >= {BUSY_SHARE:g} core)",
+        "cores other processes kept busy, median (measured)",
+        "load average (1 min), highest",
+    )
+    return Table(
+        "load", headers, tuple(rows), "From /proc: the machine's CPU time during each turn minus this run's own."
+    )
+
+
+def _machine_load(ctx: Context) -> list[Block]:
+    loads = run_loads(ctx.data.rows)
+    out: list[Block] = [Heading(3, "Other load on the machine (M9)"), load_table(loads)]
+    for x in loads:
+        if x.busy:
+            out.append(
+                Paragraph(
+                    f"Run {x.run_id}: {x.busy} of {x.turns} measured turns ran while other processes kept at least "
+                    f"{BUSY_SHARE:g} of a core busy: their latencies include that contention (llama.cpp with "
+                    "threads = cores slows several-fold beside other work). Re-run on a quiet machine (no builds, "
+                    "tests or other benchmarks running), or compare only runs without busy turns.",
+                    WARNING,
+                )
+            )
+    return out
+
+
+def _duplicates(ctx: Context) -> list[Block]:
+    found = duplicate_turns(ctx.data.rows)
+    if not found:
+        return []
+    ctx.incomplete.append(f"{len(found)} turn(s) recorded more than once")
+    listed = tuple(f"run {run}, {question}, round {rnd}: {n} rows" for run, question, rnd, n in found[:MAX_PROBLEMS])
+    more = (f"... and {len(found) - MAX_PROBLEMS} more",) if len(found) > MAX_PROBLEMS else ()
+    return [
+        Paragraph(
+            "INTEGRITY FAILURE: the same (run, question, round) appears more than once: two runs were written under "
+            "one run id, so their turns are mixed in every figure of that run. Re-run into a fresh folder or with a "
+            "fresh --run-id / --name.",
+            WARNING,
+        ),
+        Bullets((*listed, *more), WARNING),
+    ]
 
 
 def _settings_blocks(ctx: Context) -> list[Block]:

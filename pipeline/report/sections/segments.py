@@ -116,6 +116,34 @@ def segment_tables(labels: Sequence[str], conds: Conditions) -> tuple[Table, Tab
     )
 
 
+def _tokens(cond: Condition, metric: str) -> str:
+    values = cond.values(metric)
+    if len(values) == 0:
+        return f"{cells.NOT_MEASURED} (not reported)"
+    return f"{float(np.median(values)):.0f} · {cells.count(len(values), len(cond.measured))}"
+
+
+def _evaluated(cond: Condition) -> str:
+    column = cond.column("prompt_tokens") - cond.column("prompt_cached_tokens")
+    known = column[~np.isnan(column)]
+    return f"{float(np.median(known)):.0f}" if len(known) else f"{cells.NOT_MEASURED} (not reported)"
+
+
+def prompt_table(labels: Sequence[str], conds: Conditions) -> Table:
+    """The state that decides a first token: how much of the prompt was already in the cache."""
+    rows = (
+        row("first token, median (ms)", labels, conds, lambda c: cells.stat(stat(c, "first_token_ms")), MEASURED),
+        row("prompt tokens, median", labels, conds, lambda c: _tokens(c, "prompt_tokens"), MEASURED),
+        row("of which cached, median", labels, conds, lambda c: _tokens(c, "prompt_cached_tokens"), MEASURED),
+        row("of which evaluated, median", labels, conds, _evaluated, MEASURED),
+    )
+    caption = (
+        "The first LLM call of each measured successful turn: cached prompt tokens were not evaluated again "
+        "([llm] prompt_cache: off, prefix or carry; a cloud reports its own cache, or nothing)."
+    )
+    return Table("prompt-cache", header("prompt (first call)", labels), rows, caption)
+
+
 def section(ctx: Context) -> list[Block]:
     out: list[Block] = [Heading(2, "2. Four segments (M2)")]
     if ctx.refused(out):
@@ -128,6 +156,7 @@ def section(ctx: Context) -> list[Block]:
         )
     )
     out.extend(segment_tables(ctx.labels, ctx.conds))
+    out.append(prompt_table(ctx.labels, ctx.conds))
     without = [title(c) for c, cond in ctx.conds.items() if cond.ok and not has_server_timings(cond)]
     if without:
         out.append(

@@ -93,7 +93,8 @@ class OpenAIChatBackend:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
-        return f"OpenAIChatBackend(model={self.model!r}, url={self._url!r})"
+        public = URL(self._url).with_user(None).with_password(None).with_query(None)
+        return f"OpenAIChatBackend(model={self.model!r}, url={str(public)!r})"
 
     async def __aenter__(self) -> OpenAIChatBackend:
         return self
@@ -144,6 +145,7 @@ class OpenAIChatBackend:
                 last = shaper.finish(attempts)
                 break
             except CloudLlmError as exc:
+                exc.args = (redact(str(exc), self._key),)  # parser errors quote the stream, which may echo the key
                 exc.attempts = attempts
                 if shaper.produced or attempts > self.settings.retries or not retryable(exc):
                     if attempts > 1:

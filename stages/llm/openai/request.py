@@ -35,6 +35,7 @@ class OpenAISettings:
     sentence_stops: tuple[str, ...] = SENTENCE_STOPS  # OpenAI itself accepts at most 4
     continuation: Continuation = "plain"  # how a trailing assistant message is marked for continuation
     keepalive_s: float = 60.0  # 0 = a new connection for every call
+    cache_prompt: bool | None = None  # llama-server's prompt cache, per request (None: not sent)
 
     def __post_init__(self) -> None:
         url = URL(self.base_url)
@@ -84,6 +85,8 @@ def request_body(settings: OpenAISettings, request: ChatRequest) -> dict[str, An
         body["temperature"] = settings.temperature
     if settings.seed is not None:
         body["seed"] = settings.seed
+    if settings.cache_prompt is not None:
+        body["cache_prompt"] = settings.cache_prompt
     if request.tools:
         body["tools"] = [
             {

@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.events import CallEnd, TokenDelta, ToolCall
+from pipeline.events import CallEnd, TokenDelta, ToolCall, ToolCallDelta
 from stages.llm.backend import ChatRequest, Chunk
 from stages.llm.openai.errors import LlmConnectionError, LlmProtocolError, LlmServerError
+from stages.llm.toolcall import OutputSorter
 
 SENTENCE_ENDS = "。！？；….!?;"
 SERVER_TIMINGS = ("queue_ms", "prompt_ms", "predicted_ms", "cache_n", "prompt_n", "predicted_n")
@@ -41,11 +42,16 @@ class StreamShaper:
     timings: dict[str, float] = field(default_factory=dict)
     tools: dict[int, _ToolParts] = field(default_factory=dict)
     finished: bool = False  # [DONE] seen
+    sorter: OutputSorter = field(init=False)  # a tool call a server passes on as content (bare JSON)
+    held_output: bool = False  # output was held back: a retry would repeat what the client already saw
+
+    def __post_init__(self) -> None:
+        self.sorter = OutputSorter(t.name for t in self.request.tools)
 
     @property
     def produced(self) -> bool:
-        """Whether any text has been handed on (the empty first-chunk delta does not count)."""
-        return self.deltas > 0
+        """Whether any output has been handed on (the empty first-chunk delta does not count)."""
+        return self.deltas > 0 or self.held_output or bool(self.tools)
 
     def feed(self, payload: dict[str, Any] | None) -> list[Chunk]:
         if payload is None:
@@ -80,11 +86,17 @@ class StreamShaper:
         out: list[Chunk] = []
         content = delta.get("content")
         if isinstance(content, str) and content:
-            self.text += content
-            self.deltas += 1
-            out.append(TokenDelta(content))
+            events, speech = self.sorter.feed(content)
+            out += events
+            self.held_output = self.held_output or bool(events)
+            if speech:
+                self.text += speech
+                self.deltas += 1
+                out.append(TokenDelta(speech))
         for call in delta.get("tool_calls") or []:
-            self._tool_part(call)
+            piece = self._tool_part(call)
+            if piece:
+                out.append(ToolCallDelta(piece))
         if choice.get("finish_reason"):
             self.finish_reason = str(choice["finish_reason"])
             if "stop_reason" in choice:  # vLLM and the emulated cloud name the stop sequence hit
@@ -93,13 +105,16 @@ class StreamShaper:
                 self.stop_reason = reason if isinstance(reason, str) else None
         return out
 
-    def _tool_part(self, call: Any) -> None:
+    def _tool_part(self, call: Any) -> str:
+        """Accumulate a streamed piece of a tool call; returns what it added (its name or arguments)."""
         if not isinstance(call, dict):
             raise LlmProtocolError(f"malformed tool call delta: {call!r:.120}")
         parts = self.tools.setdefault(int(call.get("index", 0)), _ToolParts())
         function = call.get("function") or {}
-        parts.name += str(function.get("name") or "")
-        parts.arguments += str(function.get("arguments") or "")
+        name, arguments = str(function.get("name") or ""), str(function.get("arguments") or "")
+        parts.name += name
+        parts.arguments += arguments
+        return name + arguments
 
     def finish(self, attempts: int) -> list[Chunk]:
         """The call's last chunks: a stop sequence put back, a tool call, then CallEnd."""
@@ -108,7 +123,15 @@ class StreamShaper:
         out: list[Chunk] = []
         finish = self.finish_reason or "stop"
         complete = finish != "length"
-        if self.tools:
+        content_call, leftover = self.sorter.finish()
+        if leftover.strip():
+            self.text += leftover
+            self.deltas += 1
+            out.append(TokenDelta(leftover))
+        if content_call is not None and not self.tools:
+            out.append(content_call)
+            finish = "tool_calls"
+        elif self.tools:
             first = self.tools[min(self.tools)]  # the stage runs one tool per call
             if not first.name:
                 raise LlmProtocolError("a tool call without a function name")
@@ -127,11 +150,19 @@ class StreamShaper:
                 finish,
                 output_tokens=output_tokens,
                 input_tokens=_int(self.usage.get("prompt_tokens"), 0),
+                cached_tokens=self._cached_tokens(),
                 answer_complete=complete,
                 server_timings=tuple(timings),
             )
         )
         return out
+
+    def _cached_tokens(self) -> int | None:
+        """Prompt tokens the server served from its cache: OpenAI's usage field, or llama.cpp's ``cache_n``."""
+        details = self.usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and _number(details.get("cached_tokens")):
+            return int(details["cached_tokens"])
+        return int(self.timings["cache_n"]) if "cache_n" in self.timings else None
 
     def _stop_hit(self) -> tuple[bool, str]:
         """Whether a stop sequence ended this call, and the punctuation to put back.

@@ -1,0 +1,85 @@
+"""Other load on the machine during a turn: CPU time other processes used, and the load average.
+
+llama.cpp with threads = cores slows several-fold when any other process runs, so a turn
+measured beside other work describes the machine's load, not the voice chain. The probe
+reads ``/proc/stat`` (CPU time of the whole machine) and the CPU time of this process and
+its descendants (llama-server, espeak-ng; children that exited count through ``cutime``),
+at the start and end of each turn; the difference is what everything else used.
+Where ``/proc`` cannot be read there is no figure, never an invented one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    machine_ticks: int  # busy CPU time of all cores (user, nice, system, irq, softirq, steal)
+    tree_ticks: int  # CPU time of this process, its descendants and its reaped children
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLoad:
+    other_cpu_ms: float  # CPU time other processes used during the turn
+    load_avg_1m: float | None
+
+
+class LoadProbe:
+    def __init__(self, proc: Path = PROC, pid: int | None = None) -> None:
+        self.proc = proc
+        self.pid = pid if pid is not None else os.getpid()
+        self.tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+
+    def sample(self) -> CpuSample | None:
+        try:
+            return CpuSample(self._machine(), self._tree())
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def load_avg(self) -> float | None:
+        try:
+            return float((self.proc / "loadavg").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def between(self, start: CpuSample | None, end: CpuSample | None) -> TurnLoad | None:
+        if start is None or end is None:
+            return None
+        other = (end.machine_ticks - start.machine_ticks) - (end.tree_ticks - start.tree_ticks)
+        return TurnLoad(round(max(0, other) * self.tick_ms, 1), self.load_avg())
+
+    def _machine(self) -> int:
+        first = (self.proc / "stat").read_text().splitlines()[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+        return user + nice + system + irq + softirq + steal
+
+    def _tree(self) -> int:
+        stats = {}
+        for entry in self.proc.iterdir():
+            if entry.name.isdigit():
+                try:
+                    stats[int(entry.name)] = _fields(entry / "stat")
+                except (OSError, ValueError, IndexError):
+                    continue  # a process that ended meanwhile
+        children: dict[int, list[int]] = {}
+        for pid, fields in stats.items():
+            children.setdefault(int(fields[1]), []).append(pid)
+        total, todo = 0, [self.pid]
+        while todo:
+            pid = todo.pop()
+            if pid in stats:
+                utime, stime, cutime, cstime = (int(stats[pid][i]) for i in (11, 12, 13, 14))
+                total += utime + stime + cutime + cstime
+            todo += children.get(pid, [])
+        return total
+
+
+def _fields(path: Path) -> list[str]:
+    """A /proc/PID/stat line after the command name (which may hold spaces): state, ppid, ..."""
+    text = path.read_text()
+    return text[text.rindex(")") + 2 :].split()
