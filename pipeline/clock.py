@@ -10,6 +10,8 @@ ten-second turn takes milliseconds to simulate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import select
 import selectors
 import time
@@ -130,9 +132,30 @@ class FineTimerSelector(selectors.EpollSelector):
         return super().select(timeout)
 
 
+class RealEventLoop(asyncio.SelectorEventLoop):
+    """asyncio's loop with timers to the microsecond, woken by threads with ``write`` instead of ``send``.
+
+    A worker thread (llama.cpp's tokens, a decoder finishing) wakes the loop through its
+    self-pipe. asyncio writes it with ``send``, which Linux makes a ``sendto`` system call:
+    the very call condition B' must trace to catch a native datagram, so under B' every
+    token stopped the process for strace. ``write`` on the same socket is the same wake-up
+    without the traced call.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(FineTimerSelector())
+
+    def _write_to_self(self) -> None:
+        csock = getattr(self, "_csock", None)
+        if csock is None:
+            return
+        with contextlib.suppress(OSError):  # the pipe is full (the loop wakes anyway) or already closed
+            os.write(csock.fileno(), b"\0")
+
+
 def real_event_loop() -> asyncio.AbstractEventLoop:
     """The event loop for real-clock runs (Linux): asyncio's own, with timers to the microsecond."""
-    return asyncio.SelectorEventLoop(FineTimerSelector())
+    return RealEventLoop()
 
 
 def run_on_clock(coro: Coroutine[Any, Any, T], clock: Clock) -> T:

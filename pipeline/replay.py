@@ -37,6 +37,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--config", type=Path, action="append", help="TOML settings (repeatable: later files override earlier ones)"
     )
     p.add_argument("--condition", help="condition label, e.g. A, B or B'")
+    p.add_argument("--language", default="", help="language of questions that name none (default: the ASR detects it)")
     p.add_argument("--rounds", type=int, help="rounds over the question set (the first is a warm-up)")
     p.add_argument("--limit", type=int, help="use only the first N questions (0 = all)")
     p.add_argument("--mode", choices=("single", "per-sentence"), help="LLM call mode")
@@ -146,7 +147,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         refuse_existing_run(args.out, run_id, args.append)
         cfg = load_config(args.config, overrides(args))
-        questions = load_questions(args.fixtures)
+        questions = load_questions(args.fixtures, args.language)
         otlp = otlp_from_env(env)
         check_languages(cfg, questions.questions[: cfg.run.limit or None])
         quiet_native_telemetry(env)

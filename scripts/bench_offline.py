@@ -1,8 +1,10 @@
-"""What the B' proof costs: condition B and B' (the same replay in a network namespace, under strace and
-the audit hook) with the same settings, side by side in one run: first token, TTS first frame, whole turn.
+"""What the B' proof costs: condition B, and B' (the same replay in a network namespace, under strace and
+the audit hook), with the same settings, side by side in one run: first token, TTS first frame, whole turn.
 
-The two alternate (B, B', B, B', ...) so that a slow spell of the machine does not land on one of
-them; each figure is the median over all measured successful turns of that condition.
+B' is run as by default (strace without stacks) and with ``--stacks`` (strace -k, which names the
+library behind a native attempt): the variants alternate (B, B', B' --stacks, B, ...) so that a slow
+spell of the machine does not land on one of them; each figure is the median over all measured
+successful turns of that variant.
 
 Run on a quiet machine, as root: ``python scripts/bench_offline.py [--limit N] [--rounds N] [--repeats N]``.
 """
@@ -23,19 +25,23 @@ from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
 from pipeline.analysis.numbers import Row, measured_ok, median  # noqa: E402
 
 METRICS = ("first_token_ms", "tts_first_frame_ms", "whole_turn_ms", "asr_ms")
+VARIANTS = {
+    "B": ["-m", "pipeline.replay", "--condition", "B"],
+    "Bp": ["-m", "pipeline.offline"],
+    "Bp-stacks": ["-m", "pipeline.offline", "--stacks"],
+}
 
 
-def run(condition: str, out: Path, run_id: str, args: argparse.Namespace) -> None:
-    common = ["audio_fixtures", "--limit", str(args.limit), "--rounds", str(args.rounds), "--out", str(out)]
-    common += ["--run-id", run_id, "--quiet"]
-    entry = ["-m", "pipeline.offline"] if condition == "B'" else ["-m", "pipeline.replay", "--condition", "B"]
-    done = subprocess.run([sys.executable, *entry, *common], cwd=ROOT, env=os.environ.copy(), capture_output=True)
+def run(variant: str, out: Path, repeat: int, args: argparse.Namespace) -> None:
+    common = ["audio_fixtures", "--limit", str(args.limit), "--rounds", str(args.rounds), "--out", str(out / variant)]
+    common += ["--run-id", f"{variant}-{repeat}", "--quiet"]
+    done = subprocess.run([sys.executable, *VARIANTS[variant], *common], cwd=ROOT, env=os.environ.copy())
     if done.returncode not in (0, 3):
-        raise SystemExit(f"{condition} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-2000:]}")
+        raise SystemExit(f"{variant} failed with exit status {done.returncode}")
 
 
-def values(rows: list[Row], condition: str, metric: str) -> list[float]:
-    return [float(v) for r in rows if r["condition"] == condition and measured_ok(r) if (v := r[metric]) is not None]
+def values(rows: list[Row], metric: str) -> list[float]:
+    return [float(v) for r in rows if measured_ok(r) and isinstance((v := r[metric]), (int, float))]
 
 
 def main() -> None:
@@ -44,21 +50,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    rows: dict[str, list[Row]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        for i in range(args.repeats):
-            for condition in ("B", "B'"):
-                run(condition, out, ("Bp" if condition == "B'" else "B") + f"-{i}", args)
-        rows = read_bench_csv(out / "bench.csv")
-    b_turns, bp_turns = (len([r for r in rows if r["condition"] == c and measured_ok(r)]) for c in ("B", "B'"))
+        for repeat in range(args.repeats):
+            for variant in VARIANTS:
+                run(variant, Path(tmp), repeat, args)
+        for variant in VARIANTS:
+            rows[variant] = read_bench_csv(Path(tmp) / variant / "bench.csv")
     print(f"B vs B' (same settings, {args.limit} questions x {args.rounds} rounds x {args.repeats} repeats each)")
-    print(f"  measured successful turns: B {b_turns}, B' {bp_turns}")
-    heads = ("metric", "B median", "B' median", "B'/B")
-    print(f"  {heads[0]:<22}{heads[1]:>12}{heads[2]:>12}{heads[3]:>9}")
+    print(
+        "  measured successful turns: " + ", ".join(f"{v} {len(values(r, 'whole_turn_ms'))}" for v, r in rows.items())
+    )
+    heads = ("median", "B", "B'", "B' --stacks", "B'/B", "stacks/B")
+    print(f"  {heads[0]:<20}{heads[1]:>10}{heads[2]:>10}{heads[3]:>13}{heads[4]:>8}{heads[5]:>10}")
     for metric in METRICS:
-        b, bp = values(rows, "B", metric), values(rows, "B'", metric)
-        if b and bp:
-            print(f"  {metric:<22}{median(b):>10.1f}ms{median(bp):>10.1f}ms{median(bp) / median(b):>8.3f}x")
+        b, bp, bk = (values(rows[v], metric) for v in VARIANTS)
+        if b and bp and bk:
+            mb, mp, mk = median(b), median(bp), median(bk)
+            print(f"  {metric:<20}{mb:>8.1f}ms{mp:>8.1f}ms{mk:>11.1f}ms{mp / mb:>7.3f}x{mk / mb:>9.3f}x")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ class Implementation:
     build: Build
     load: Load | None = None
     languages: tuple[str, ...] | None = None  # None: any language
+    detects_language: bool = False  # an ASR that can tell a question's language when none is given
     scripted: bool = False  # its latencies are data, not measurements
     endpoint: str = ""  # an LLM behind an endpoint the run starts and opens: "llama-server", "cloud"
     label: str = ""  # what rows say the LLM endpoint is ("in-process llama.cpp"); endpoints name themselves

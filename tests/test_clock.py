@@ -2,7 +2,10 @@ import asyncio
 import select
 import selectors
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +104,25 @@ def test_fine_timer_selector_loses_no_event() -> None:
         selector.close()
         a.close()
         b.close()
+
+
+def test_a_thread_wakes_the_real_loop_without_a_sendto_the_offline_run_would_trace(tmp_path: Path) -> None:
+    code = (
+        "import asyncio, threading\n"
+        "from pipeline.clock import RealClock, run_on_clock\n"
+        "async def main():\n"
+        "    loop = asyncio.get_running_loop(); done = loop.create_future()\n"
+        "    threading.Thread(target=lambda: loop.call_soon_threadsafe(done.set_result, 'woken')).start()\n"
+        "    print(await asyncio.wait_for(done, 5))\n"
+        "run_on_clock(main(), RealClock())\n"
+    )
+    log = tmp_path / "strace.log"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=sendto", "-o", str(log), sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "woken"
+    assert "sendto" not in log.read_text()

@@ -27,9 +27,9 @@ class SlowEngine(UtteranceEngine):
         super().__init__("slow")
         self.seconds = seconds
 
-    def decode(self, audio: np.ndarray, language: str) -> str:
+    def decode(self, audio: np.ndarray, language: str) -> tuple[str, str]:
         time.sleep(self.seconds.pop(0))
-        return "hello"
+        return "hello", language
 
 
 def stages(engine: SlowEngine) -> ServerStages:

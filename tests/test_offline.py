@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.offline.run import TRACED
-from pipeline.offline.verdict import STARTUP, Attempt, parse_strace, verdict
+from pipeline.offline.verdict import NATIVE, STARTUP, Attempt, parse_strace, verdict
 
 DATA = Path(__file__).resolve().parent / "data" / "offline"
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,3 +129,28 @@ def test_a_native_datagram_send_is_seen_by_the_offline_trace(tmp_path: Path) -> 
     subprocess.run(["unshare", "--net", *traced, sys.executable, "-c", code], check=True, timeout=60)
     attempts = parse_strace(log.read_text().splitlines())
     assert [(a.kind, a.destination) for a in attempts] == [("datagram", "192.0.2.7:9")]
+
+
+def test_without_stacks_a_native_attempt_of_the_replay_is_still_an_attempt(tmp_path: Path) -> None:
+    strace = tmp_path / "s.log"
+    strace.write_text(strace_line(100, 20.0) + strace_line(100, 30.0, "192.0.2.9", 443))
+    seen_by_python = {"event": "socket.connect", "host": "192.0.2.9", "port": 443, "component": "stages.x",
+                      "thread": "MainThread", "time": 30.001}  # fmt: skip
+    v = verdict(strace, write_audit(tmp_path / "a.jsonl", 100, 10.0, [seen_by_python]))
+    assert sorted((a.component, a.destination) for a in v.attempts) == [
+        (NATIVE, "10.255.255.53:53"),  # a name lookup no Python code made: native code, found without a stack
+        ("stages.x", "192.0.2.9:443"),  # its strace twin folds into the module the audit log names
+    ]
+
+
+def test_a_native_lookup_inside_the_replay_process_is_caught_without_stacks(tmp_path: Path) -> None:
+    audit, log = tmp_path / "audit.jsonl", tmp_path / "strace.log"
+    code = (
+        f"from pipeline.offline import guard; guard.install({str(audit)!r})\n"
+        "import ctypes; libc = ctypes.CDLL(None); res = ctypes.c_void_p()\n"
+        "libc.getaddrinfo(b'native.example.invalid', b'443', None, ctypes.byref(res))  # below the audit hook\n"
+    )
+    traced = ["strace", "-f", "-qq", "-Y", "-ttt", "--seccomp-bpf", "-e", f"trace={TRACED}", "-o", str(log)]
+    subprocess.run(["unshare", "--net", *traced, sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    v = verdict(log, audit)
+    assert v.fully_local is False and {a.component for a in v.attempts} == {NATIVE}, v.attempts

@@ -1,11 +1,16 @@
 import pytest
 
-from pipeline.analysis.textmetrics import edit_distance, error_rate, keyword_score
+from pipeline.analysis.textmetrics import error_rate, keyword_score
 
 
-def test_edit_distance() -> None:
-    assert edit_distance(list("kitten"), list("sitting")) == 3
-    assert edit_distance([], ["a"]) == 1
+def test_traditional_characters_and_numerals_are_not_recognition_errors() -> None:
+    assert error_rate("熊猫喜欢吃什么？", "熊貓喜歡吃什麼?", "zh") == (0.0, "cer")
+    assert error_rate("现在三点了。", "现在3点了", "zh") == (0.0, "cer")
+    assert error_rate("kitten", "sitting", "en") == (1.0, "wer")
+
+
+def test_nothing_recognised_is_every_unit_missed() -> None:
+    assert error_rate("打开灯", "", "zh") == (1.0, "cer")
 
 
 def test_chinese_is_scored_by_characters_without_punctuation() -> None:

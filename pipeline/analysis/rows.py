@@ -132,6 +132,13 @@ def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[Tur
     return out
 
 
+def turn_language(t: TurnSpans) -> str:
+    """The question's language, or the one the ASR detected when the question had none."""
+    asr = t.first(names.ASR)
+    detected = _str(asr.attributes.get(names.ASR_LANGUAGE)) if asr is not None else ""
+    return _str(t.turn.attributes.get(names.LANGUAGE)) or detected
+
+
 def sentence_first_tokens(t: TurnSpans) -> tuple[float, ...]:
     """Each sentence's first-token time (ms, from the moment it could start), in sentence order (M3)."""
     sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
@@ -184,7 +191,7 @@ def turn_row(t: TurnSpans) -> Row:
         **_llm_segments(calls),
         "llm_endpoint": _str(a.get(names.LLM_ENDPOINT)),
         **_quality(t, a),
-        "language": _str(a.get(names.LANGUAGE)),
+        "language": turn_language(t),
         "category": _str(a.get(names.CATEGORY)),
         "scripted": _str(a.get(names.SCRIPTED)),
         "clock": _str(a.get(names.CLOCK)),
@@ -222,7 +229,7 @@ def _quality(t: TurnSpans, a: dict[str, AttrValue]) -> Row:
     scored = None
     if asr is not None and asr.status_code != names.STATUS_ERROR:
         scored = error_rate(
-            _str(a.get(names.REFERENCE_TEXT)), _str(asr.attributes.get(names.TRANSCRIPT)), _str(a.get(names.LANGUAGE))
+            _str(a.get(names.REFERENCE_TEXT)), _str(asr.attributes.get(names.TRANSCRIPT)), turn_language(t)
         )
     sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
     answer = " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)

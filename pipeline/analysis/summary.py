@@ -43,9 +43,24 @@ def summary_table(rows: Sequence[Row]) -> str:
                 f"  {metric:<32}{_fmt(s.median, metric):>10}{_fmt(s.p90, metric):>10}"
                 f"{_fmt(s.minimum, metric):>10}{_fmt(s.maximum, metric):>10}{n:>8}"
             )
+        by_language = _error_rates(group)
+        if by_language:
+            lines.append("  asr_error_rate by language (median): " + ", ".join(by_language))
         if any(summarize(group, m).partial for m in HEADLINE_METRICS):
             lines.append(
                 "  * computed over fewer than all measured turns (failed turns have no latency;"
                 " questions without expected keywords have no answer_quality)"
             )
     return "\n".join(lines)
+
+
+def _error_rates(rows: Sequence[Row]) -> list[str]:
+    """The recognition error rate per language: CER for Chinese, WER otherwise (measured turns with a reference)."""
+    out = []
+    for language in sorted({str(r.get("language")) for r in rows if r.get("language")}):
+        same = [r for r in rows if r.get("language") == language]
+        s = summarize(same, "asr_error_rate")
+        if s.median is not None:
+            metric = next((str(r.get("asr_error_metric")) for r in same if r.get("asr_error_metric")), "")
+            out.append(f"{language} {metric.upper()} {s.median:.2f} ({s.n}/{s.turns})")
+    return out

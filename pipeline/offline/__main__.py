@@ -24,12 +24,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.offline", description=__doc__.splitlines()[0])
     parser.add_argument("fixtures")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stacks", action="store_true", help="record stacks: name the library a native attempt used")
     args, extra = parser.parse_known_args(argv)
     missing = missing_tools()
     if missing:
         print(f"error: not installed: {', '.join(missing)}", file=sys.stderr)
         return 2
-    code, result = run_offline(args.fixtures, args.out, extra, ROOT, os.environ)
+    code, result = run_offline(args.fixtures, args.out, extra, ROOT, os.environ, args.stacks)
     logs = args.out / "offline"
     if code != 0 and not (logs / "strace.log").exists():
         print("error: could not enter a network namespace (needs root or user namespaces)", file=sys.stderr)

@@ -76,6 +76,7 @@ class NetGuard:
             "port": target[1],
             "component": who,
             "thread": threading.current_thread().name,
+            "time": time.time(),  # to pair it with the system call strace saw
         }
         with self._lock:
             self._out.write(json.dumps(entry) + "\n")

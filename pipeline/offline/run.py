@@ -40,27 +40,34 @@ def missing_tools() -> list[str]:
     return [f"{tool} (Debian: {package})" for tool, package in TOOLS.items() if shutil.which(tool) is None]
 
 
-def command(fixtures: str, out: Path, extra: Sequence[str]) -> list[str]:
+def command(fixtures: str, out: Path, extra: Sequence[str], stacks: bool = False) -> list[str]:
+    """The replay in a namespace with only loopback, under strace and the audit hook.
+
+    strace stops on connects and datagram sends (a native sendto to a name server needs no
+    connect) and on thread and process creation (to fold threads into processes); with
+    ``--seccomp-bpf`` on nothing else. Stacks (``-k``) name the library that reached out, but
+    cost about 45 ms at every process start (espeak-ng starts once per sentence), so they are
+    asked for only when wanted: without them a native attempt is still found, by its process.
+    """
     logs = out / "offline"
     replay = [sys.executable, "-S", "-c", boot(logs / "audit.jsonl"), fixtures]
     replay += ["--condition", "B'", "--out", str(out), *extra]
-    # connects and datagram sends (a native sendto to a name server needs no connect), and thread/process
-    # creation to fold threads into processes; --seccomp-bpf stops the process only on these calls
-    traced = ["strace", "-f", "-qq", "-Y", "-ttt", "-k", "--seccomp-bpf", "-e", f"trace={TRACED}"]
+    traced = ["strace", "-f", "-qq", "-Y", "-ttt", *(["-k"] if stacks else []), "--seccomp-bpf"]
+    traced += ["-e", f"trace={TRACED}"]
     traced += ["-o", str(logs / "strace.log")]
     inner = "ip link set lo up && exec " + shlex.join([*traced, "--", *replay])
     return ["unshare", "--net", "--", "sh", "-c", inner]
 
 
 def run_offline(
-    fixtures: str, out: Path, extra: Sequence[str], cwd: Path, env: Mapping[str, str]
+    fixtures: str, out: Path, extra: Sequence[str], cwd: Path, env: Mapping[str, str], stacks: bool = False
 ) -> tuple[int, Verdict]:
     """Run the replay offline; returns its exit status and the verdict, written to ``out/offline/verdict.json``."""
     logs = out / "offline"
     logs.mkdir(parents=True, exist_ok=True)
     for old in ("audit.jsonl", "strace.log"):
         (logs / old).unlink(missing_ok=True)
-    code = subprocess.run(command(fixtures, out, extra), cwd=cwd, env=dict(env)).returncode
+    code = subprocess.run(command(fixtures, out, extra, stacks), cwd=cwd, env=dict(env)).returncode
     result = verdict(logs / "strace.log", logs / "audit.jsonl", code)
     report = {
         "fully_local": result.fully_local,

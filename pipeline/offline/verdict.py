@@ -49,6 +49,7 @@ class Attempt:
     source: str  # "strace" or "audit"
     time: float = 0.0
     pid: int = 0  # the process (thread group), not the thread
+    port: str = ""
 
 
 @dataclass(slots=True)
@@ -204,7 +205,11 @@ def parse_audit(lines: Iterable[str], problems: list[str]) -> list[Attempt]:
                 continue
             kind = "name lookup" if e["event"] == "socket.getaddrinfo" else e["event"].removeprefix("socket.")
             where = f"{e['host']}:{e['port']}" if e.get("port") is not None else str(e["host"])
-            attempts.append(Attempt(str(e["component"]), f"python thread {e['thread']}", kind, where, "audit"))
+            when = float(e.get("time", 0.0))
+            port = "" if e.get("port") is None else str(e["port"])
+            attempts.append(
+                Attempt(str(e["component"]), f"python thread {e['thread']}", kind, where, "audit", when, port=port)
+            )
         except (ValueError, KeyError, TypeError) as exc:
             problems.append(f"audit log line {number}: unreadable ({exc})")
     return attempts
@@ -248,5 +253,25 @@ def verdict(strace_log: Path, audit_log: Path, replay_exit_code: int = 0) -> Ver
             v.attempts.append(a)
         elif start is not None and a.time < start[1]:
             v.attempts.append(dataclasses.replace(a, component=STARTUP))
+        elif not _explained(a, audit):
+            v.attempts.append(dataclasses.replace(a, component=NATIVE))
     v.attempts += audit
     return v
+
+
+NATIVE = "native code (no stack recorded: python -m pipeline.offline --stacks names the library)"
+PAIR_S = 5.0  # a Python call and the system call it makes lie this close at most (a slow name lookup included)
+
+
+def _explained(seen: Attempt, audit: list[Attempt]) -> bool:
+    """Whether a system call of the replay process is one the audit log saw Python make (and names)."""
+    for a in audit:
+        if a.time and abs(a.time - seen.time) > PAIR_S:
+            continue
+        if seen.kind == "name lookup" and a.kind == "name lookup":
+            return True
+        port = seen.destination.rsplit(":", 1)[-1]
+        same_kind = seen.kind == a.kind or (seen.kind == "datagram" and a.kind == "sendto")
+        if same_kind and (not a.port or a.port == port):
+            return True
+    return False

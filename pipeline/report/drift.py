@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import rankdata, spearmanr
 
 from pipeline.analysis.numbers import Row, measured_ok, median
 from pipeline.report.conditions import number
@@ -43,25 +44,14 @@ class Drift:
 
 def ranks(values: np.ndarray) -> np.ndarray:
     """1-based ranks, ties averaged."""
-    if len(values) == 0:
-        return np.asarray([], dtype=np.float64)
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    group = np.cumsum(np.concatenate(([True], ordered[1:] != ordered[:-1]))) - 1
-    counts = np.bincount(group)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    average = starts + (counts + 1) / 2.0
-    ranked = np.empty(len(values), dtype=np.float64)
-    ranked[order] = average[group]
-    return ranked
+    return np.asarray(rankdata(values, method="average"), dtype=np.float64)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    rx, ry = ranks(x), ranks(y)
-    sx, sy = rx.std(), ry.std()
-    if sx == 0 or sy == 0:
+    """Spearman's rank correlation (scipy); None when either side does not vary."""
+    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return None
-    return float(((rx - rx.mean()) * (ry - ry.mean())).mean() / (sx * sy))
+    return float(spearmanr(x, y).statistic)
 
 
 def _order(row: Row) -> int:

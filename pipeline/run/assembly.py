@@ -19,10 +19,10 @@ from pipeline.events import Stage
 from pipeline.run.endpoints import ENDPOINTS, LlmEndpoint, SetupError
 from pipeline.run.turn import ServerStages
 from pipeline.settings.config import Config
-from pipeline.settings.fixtures import Question
+from pipeline.settings.fixtures import AUTO, Question
 from pipeline.settings.models import REGISTRY, resolve
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
-from stages.llm.prompts import DEVICE_TOOLS, system_prompt
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, system_prompt
 from stages.llm.scripted import ScriptedTools
 from stages.registry import ROLES, Implementation, Loaded, TurnInputs, registry
 from stages.sentences import SentenceSplitter, SplitRules
@@ -113,11 +113,16 @@ async def open_chat(
 
 def check_languages(cfg: Config, questions: Sequence[Question]) -> None:
     """Refuse, before the run, questions in a language a configured stage cannot handle."""
+    unknown = [q for q in questions if q.language == AUTO]
+    asr = implementation(cfg, "asr")
+    if unknown and not asr.detects_language:
+        ids = ", ".join(q.id for q in unknown[:8])
+        raise SetupError(f"[asr] impl = {asr.name!r} cannot tell a language; give --language for: {ids}")
     for role in ROLES:
         impl = implementation(cfg, role)
         if impl.languages is None:
             continue
-        bad = [q for q in questions if q.language not in impl.languages]
+        bad = [q for q in questions if q.language != AUTO and q.language not in impl.languages]
         if bad:
             ids = ", ".join(f"{q.id} ({q.language})" for q in bad[:8])
             raise SetupError(
@@ -145,6 +150,8 @@ def _llm(cfg: Config, engines: Engines, turn: TurnInputs, history: tuple[Message
         max_tokens=cfg.llm.max_tokens,
         max_calls=cfg.llm.max_calls,
         system_prompt=system_prompt(turn.language),
+        # a question of unknown language: the prompt follows the language the ASR detected
+        system_prompts=() if turn.language else tuple(SYSTEM_PROMPTS.items()),
     )
     tools = DEVICE_TOOLS if cfg.llm.tools else ()
     executor = ScriptedTools(cfg.llm.tool_latency.salted(turn.salt)) if tools else None

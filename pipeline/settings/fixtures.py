@@ -1,20 +1,30 @@
-"""Reads a fixtures folder: the question manifest and the audio of each question.
+"""Reads a fixtures folder: the questions and the audio of each.
 
 ``manifest.csv`` columns: ``id, language, category, text`` (required) and
 ``audio`` (default ``<id>.wav``), ``answer``, ``tool``, ``tool_arguments``
 (used by the scripted LLM) and ``keywords`` (what a good answer contains).
-Audio is read by ``pipeline.settings.audio``.
+``manifest.jsonl`` holds the same fields, one JSON object per line (``id`` and
+``audio`` or an ``<id>.wav`` beside it are enough; a missing language is the
+default one). A folder without a manifest is a question per audio file, its
+file stem the id, no reference text (so no error rate: never invented) and the
+default language, which may be ``AUTO``: the ASR detects it and records it.
+Audio files are found by extension and read by ``pipeline.settings.audio``.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.settings.audio import audio_extensions
+
 MANIFEST = "manifest.csv"
+MANIFEST_JSONL = "manifest.jsonl"
 REQUIRED = ("id", "language", "category", "text")
+AUTO = ""  # no language given: the ASR detects it
 OPTIONAL = ("audio", "answer", "tool", "tool_arguments", "keywords")
 
 
@@ -51,27 +61,84 @@ class QuestionSet:
         return h.hexdigest()[:16]
 
 
-def load_questions(folder: Path) -> QuestionSet:
+def load_questions(folder: Path, language: str = AUTO) -> QuestionSet:
+    """The folder's questions; ``language`` is the default for questions that do not name one."""
     if not folder.exists():
         raise FixtureError(f"{folder}: folder not found")
     if not folder.is_dir():
         raise FixtureError(f"{folder}: not a folder")
+    extensions = audio_extensions()
+    audio = sorted(p for p in folder.iterdir() if p.suffix.lower() in extensions and p.is_file())
+    if not audio:
+        raise FixtureError(f"{folder}: no audio files ({', '.join(sorted(extensions))})")
     manifest = folder / MANIFEST
-    wavs = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".wav")
-    if not manifest.is_file():
-        raise FixtureError(f"{manifest}: no question manifest (columns: {', '.join(REQUIRED)})")
-    if not wavs:
-        raise FixtureError(f"{folder}: no audio files (*.wav)")
-    questions = _read_manifest(manifest, folder)
+    jsonl = folder / MANIFEST_JSONL
     warnings = []
+    if manifest.is_file():
+        questions = _read_manifest(manifest, folder)
+    elif jsonl.is_file():
+        manifest = jsonl
+        questions = _read_jsonl(jsonl, folder, language)
+    else:
+        questions = [Question(p.stem, language, "", "", p) for p in audio]
+        said = language or "detected by the ASR"
+        warnings.append(f"{folder}: no manifest: one question per audio file, language {said}, no reference text")
+        return QuestionSet(folder, _unique(questions, folder), tuple(warnings))
     listed = {q.audio.resolve() for q in questions}
-    for wav in wavs:
-        if wav.resolve() not in listed:
-            warnings.append(f"{wav}: audio file has no manifest entry; not run")
+    for path in audio:
+        if path.resolve() not in listed:
+            warnings.append(f"{path}: audio file has no manifest entry; not run")
     for q in questions:
         if not q.audio.is_file():
             warnings.append(f"{manifest}: question {q.id!r} has no audio file {q.audio.name}; recorded as bad_audio")
     return QuestionSet(folder, tuple(questions), tuple(warnings))
+
+
+def _unique(questions: list[Question], folder: Path) -> tuple[Question, ...]:
+    seen: dict[str, Path] = {}
+    for q in questions:
+        if q.id in seen:
+            raise FixtureError(f"{folder}: {seen[q.id].name} and {q.audio.name} would both be question {q.id!r}")
+        seen[q.id] = q.audio
+    return tuple(questions)
+
+
+def _read_jsonl(manifest: Path, folder: Path, language: str) -> list[Question]:
+    questions: list[Question] = []
+    try:
+        lines = manifest.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise FixtureError(f"{manifest}: not UTF-8 text ({exc})") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise FixtureError(f"{manifest}:{number}: not a JSON object ({exc})") from None
+        if not isinstance(row, dict):
+            raise FixtureError(f"{manifest}:{number}: not a JSON object")
+        questions.append(_question({k: str(v) for k, v in row.items()}, folder, f"{manifest}:{number}", language))
+    if not questions:
+        raise FixtureError(f"{manifest}: no questions")
+    return list(_unique(questions, folder))
+
+
+def _question(row: dict[str, str], folder: Path, where: str, language: str) -> Question:
+    qid = (row.get("id") or "").strip()
+    if not qid:
+        raise FixtureError(f"{where}: empty id")
+    return Question(
+        id=qid,
+        language=(row.get("language") or "").strip() or language,
+        category=(row.get("category") or "").strip(),
+        text=(row.get("text") or "").strip(),
+        audio=folder / ((row.get("audio") or "").strip() or f"{qid}.wav"),
+        answer=(row.get("answer") or "").strip(),
+        tool=(row.get("tool") or "").strip(),
+        tool_arguments=(row.get("tool_arguments") or "").strip() or "{}",
+        keywords=(row.get("keywords") or "").strip(),
+    )
 
 
 def _read_manifest(manifest: Path, folder: Path) -> list[Question]:
@@ -97,19 +164,7 @@ def _read_manifest(manifest: Path, folder: Path) -> list[Question]:
         language = (row.get("language") or "").strip()
         if not language:
             raise FixtureError(f"{manifest}:{line}: question {qid!r} has no language")
-        questions.append(
-            Question(
-                id=qid,
-                language=language,
-                category=(row.get("category") or "").strip(),
-                text=(row.get("text") or "").strip(),
-                audio=folder / ((row.get("audio") or "").strip() or f"{qid}.wav"),
-                answer=(row.get("answer") or "").strip(),
-                tool=(row.get("tool") or "").strip(),
-                tool_arguments=(row.get("tool_arguments") or "").strip() or "{}",
-                keywords=(row.get("keywords") or "").strip(),
-            )
-        )
+        questions.append(_question(row, folder, f"{manifest}:{line}", language))
     if not questions:
         raise FixtureError(f"{manifest}: no questions")
     return questions

@@ -62,6 +62,7 @@ STAGE_SCRIPTED = "lab.stage.scripted"
 SPEECH_START_MS = "lab.vad.speech_start_offset_ms"
 SPEECH_END_MS = "lab.vad.speech_end_offset_ms"
 TRANSCRIPT = "lab.asr.text"
+ASR_LANGUAGE = "lab.asr.language"  # the transcript's language: given, or detected when the question had none
 SENTENCE_INDEX = "lab.sentence.index"
 SENTENCE_TEXT = "lab.sentence.text"
 SENTENCE_CALL = "lab.sentence.call_index"

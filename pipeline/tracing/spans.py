@@ -70,7 +70,8 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
         if vad.user_speech_end_ns is not None:
             span.add_event(names.EV_USER_SPEECH_END, timestamp=vad.user_speech_end_ns)
     if tl.asr.start_ns is not None:
-        child(names.ASR, tl.asr.start_ns, tl.asr.end_ns, "asr", {names.TRANSCRIPT: tl.asr.text})
+        asr_attrs: Attributes = {names.TRANSCRIPT: tl.asr.text, names.ASR_LANGUAGE: tl.asr.language}
+        child(names.ASR, tl.asr.start_ns, tl.asr.end_ns, "asr", asr_attrs)
     for call in tl.calls:
         extra = {
             names.GEN_AI_OPERATION: "chat",

@@ -30,11 +30,14 @@ class FunAsrEngine(UtteranceEngine):
             raise ValueError(f"{model_dir}: a {kind} model, not a FunASR speech recognition model")
         super().__init__(model_dir.name)
 
-    def decode(self, audio: np.ndarray, language: str) -> str:
+    def decode(self, audio: np.ndarray, language: str) -> tuple[str, str]:
         from funasr.utils.postprocess_utils import rich_transcription_postprocess
 
-        result = self.model.generate(input=audio, language=language, use_itn=True, disable_pbar=True)
-        return str(rich_transcription_postprocess(result[0]["text"])).strip() if result else ""
+        asked = language or "auto"
+        result = self.model.generate(input=audio, language=asked, use_itn=True, disable_pbar=True)
+        raw = str(result[0]["text"]) if result else ""
+        found = next((tag for tag in FUNASR_LANGUAGES if f"<|{tag}|>" in raw), asked)
+        return str(rich_transcription_postprocess(raw)).strip(), found
 
 
 class FunAsr(UtteranceAsr):
@@ -57,4 +60,6 @@ def _build(_s: FunAsrSettings, engine: FunAsrEngine, turn: TurnInputs) -> FunAsr
     return FunAsr(engine, turn.language)
 
 
-IMPLEMENTATION = Implementation("asr", "funasr", FunAsrSettings, _build, load=_load, languages=FUNASR_LANGUAGES)
+IMPLEMENTATION = Implementation(
+    "asr", "funasr", FunAsrSettings, _build, load=_load, languages=FUNASR_LANGUAGES, detects_language=True
+)

@@ -31,19 +31,20 @@ class UtteranceEngine:
         self._lock = threading.Lock()
         self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
 
-    def transcribe(self, pcm: bytes, language: str) -> str:
+    def transcribe(self, pcm: bytes, language: str) -> tuple[str, str]:
         audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
         with self._lock:
             return self.decode(audio, language)
 
-    def decode(self, audio: np.ndarray, language: str) -> str:
-        """Text of ``audio`` (16 kHz mono float32 in [-1, 1])."""
+    def decode(self, audio: np.ndarray, language: str) -> tuple[str, str]:
+        """Text of ``audio`` (16 kHz mono float32 in [-1, 1]) and its language; ``language`` "" asks the
+        engine to detect it."""
         raise NotImplementedError
 
 
 class UtteranceAsr:
     def __init__(self, engine: UtteranceEngine, language: str, info: StageInfo, languages: tuple[str, ...]) -> None:
-        if language not in languages:
+        if language and language not in languages:
             raise ValueError(f"{info.impl} ASR here supports {', '.join(languages)}, not {language!r}")
         self.engine = engine
         self.language = language
@@ -55,6 +56,6 @@ class UtteranceAsr:
             if isinstance(event, AudioFrame):
                 pcm += event.pcm
             elif isinstance(event, SpeechEnd):
-                text = await on_thread(self.engine.thread, self.engine.transcribe, bytes(pcm), self.language)
-                yield Transcript(text=text, language=self.language)
+                text, language = await on_thread(self.engine.thread, self.engine.transcribe, bytes(pcm), self.language)
+                yield Transcript(text=text, language=self.language or language)
                 return

@@ -36,10 +36,10 @@ class WhisperEngine(UtteranceEngine):
         super().__init__(model_dir.name)
         self.beam_size = beam_size
 
-    def decode(self, audio: np.ndarray, language: str) -> str:
-        segments, _info = self._model.transcribe(
+    def decode(self, audio: np.ndarray, language: str) -> tuple[str, str]:
+        segments, info = self._model.transcribe(
             audio,
-            language=language,
+            language=language or None,  # None: Whisper detects it (unreliable on very short clips)
             task="transcribe",
             beam_size=self.beam_size,
             temperature=0.0,
@@ -51,7 +51,7 @@ class WhisperEngine(UtteranceEngine):
             max_new_tokens=64,
             vad_filter=False,
         )
-        return "".join(segment.text for segment in segments).strip()
+        return "".join(segment.text for segment in segments).strip(), str(language or info.language)
 
 
 class WhisperAsr(UtteranceAsr):
@@ -76,4 +76,6 @@ def _build(_s: WhisperSettings, engine: WhisperEngine, turn: TurnInputs) -> Whis
     return WhisperAsr(engine, turn.language)
 
 
-IMPLEMENTATION = Implementation("asr", "whisper", WhisperSettings, _build, load=_load, languages=WHISPER_LANGUAGES)
+IMPLEMENTATION = Implementation(
+    "asr", "whisper", WhisperSettings, _build, load=_load, languages=WHISPER_LANGUAGES, detects_language=True
+)

@@ -30,6 +30,8 @@ class LlmSettings:
     max_tokens: int = 128
     max_calls: int = 12  # bounds per-sentence and tool loops
     system_prompt: str = "Answer in one to three short spoken sentences, in the user's language."
+    # when the question's language was not known: a system prompt per language, picked by the transcript's
+    system_prompts: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -66,13 +68,19 @@ class LlmStage:
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         async for event in events:
             if isinstance(event, Transcript):
-                async for out in self._answer(event.text):
+                async for out in self._answer(event.text, self._system_prompt(event.language)):
                     yield out
                 return
 
-    async def _answer(self, text: str) -> AsyncIterator[Event]:
+    def _system_prompt(self, language: str) -> str:
+        by_language = dict(self.settings.system_prompts)
+        if not by_language:
+            return self.settings.system_prompt
+        return by_language.get(language[:2], self.settings.system_prompt)
+
+    async def _answer(self, text: str, system_prompt: str) -> AsyncIterator[Event]:
         messages: tuple[Message, ...] = (
-            Message("system", self.settings.system_prompt),
+            Message("system", system_prompt),
             *self.history,
             Message("user", text),
         )

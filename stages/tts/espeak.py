@@ -65,8 +65,9 @@ class EspeakTts:
             for pcm in framer.feed(resampler.feed(np.frombuffer(data, dtype="<i2"))):
                 yield AudioOut(sentence_index=sentence.index, seq=seq, pcm=pcm)
                 seq += 1
-        for pcm in framer.flush():
+        for pcm in [*framer.feed(resampler.flush()), *framer.flush()]:
             yield AudioOut(sentence_index=sentence.index, seq=seq, pcm=pcm)
+            seq += 1
 
 
 class EspeakError(RuntimeError):

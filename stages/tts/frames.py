@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import numpy as np
+import soxr
 
 from pipeline.events import FRAME_SAMPLES, SAMPLE_RATE
 
 
 class StreamResampler:
-    """Linear-interpolation resampling of a stream delivered in pieces, without seams."""
+    """Resampling of a stream delivered in pieces, without seams (soxr, anti-aliased).
+
+    A streaming resampler holds back a few milliseconds of audio for its filter: ``flush``
+    hands them on once the stream has ended.
+    """
 
     def __init__(self, src_rate: int, dst_rate: int = SAMPLE_RATE) -> None:
-        self.step = src_rate / dst_rate
-        self._pos = 0.0  # next output position, in input samples since the last kept sample
-        self._last: np.ndarray = np.zeros(0, dtype=np.float64)
+        self._stream = soxr.ResampleStream(src_rate, dst_rate, 1, dtype="float32", quality="HQ")
 
     def feed(self, samples: np.ndarray) -> np.ndarray:
-        x = np.concatenate([self._last, samples.astype(np.float64)])
-        if len(x) < 2:
-            self._last = x
-            return np.zeros(0, dtype=np.int16)
-        positions = np.arange(self._pos, len(x) - 1, self.step)
-        out = np.interp(positions, np.arange(len(x)), x)
-        next_pos = self._pos + len(positions) * self.step
-        keep_from = int(next_pos)
-        self._last = x[keep_from:]
-        self._pos = next_pos - keep_from
-        resampled: np.ndarray = np.clip(out, -32768, 32767).astype(np.int16)
-        return resampled
+        return self._int16(self._stream.resample_chunk(samples.astype(np.float32) / 32768.0))
+
+    def flush(self) -> np.ndarray:
+        return self._int16(self._stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+
+    @staticmethod
+    def _int16(x: np.ndarray) -> np.ndarray:
+        return np.asarray(np.clip(x * 32768.0, -32768, 32767), dtype=np.int16)
 
 
 class Framer:

@@ -62,8 +62,9 @@ class PiperTts:
                 for pcm in framer.feed(resampler.feed(chunk)):
                     yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
                     seq += 1
-            for pcm in framer.flush():
+            for pcm in [*framer.feed(resampler.flush()), *framer.flush()]:
                 yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
+                seq += 1
 
 
 @dataclass(frozen=True, slots=True)
