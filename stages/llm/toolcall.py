@@ -87,6 +87,9 @@ class OutputSorter:
             self.started = True
             events.append(OutputStart())  # stamped now, whatever the held text turns out to be
         assert self.detector is not None
+        if not self.held.strip():  # whitespace is never a tool call's start: hand it on, still undecided
+            released, self.held = self.held, ""
+            return events, released
         reading = self.detector.read(self.held)
         if reading is Reading.MAYBE:
             return events, ""
