@@ -28,6 +28,8 @@ from pipeline.settings.config import Config, ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError, load_questions
 from pipeline.settings.models import ModelError, default_cache
 from pipeline.tracing.export import OtlpSettings, Tracing
+from pipeline.transport.emulator import DeviceError, DeviceSettings, WebSocketDevice
+from stages.registry import ROLES
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -50,6 +52,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
     p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
+    device = p.add_argument_group("as a device of a xiaozhi server (audio always at real-time pace)")
+    device.add_argument("--server", help="the server's WebSocket URL, e.g. ws://127.0.0.1:8000/xiaozhi/v1/")
+    device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
+    device.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
+    device.add_argument("--listen-mode", choices=("auto", "manual"), default="auto", help="who ends the user's turn")
     return p.parse_args(argv)
 
 
@@ -107,6 +114,24 @@ def refuse_existing_run(out: Path, run_id: str, append: bool) -> None:
         )
 
 
+def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> WebSocketDevice | None:
+    """With ``--server``: this run is a device of that server, over the xiaozhi WebSocket protocol."""
+    if not args.server:
+        return None
+    if not args.server.startswith(("ws://", "wss://")):
+        raise ValueError(f"--server {args.server!r}: a ws:// or wss:// URL is expected")
+    if clock.kind != "real":
+        raise ValueError("--server needs the real clock: the server runs in real time")
+    settings = DeviceSettings(
+        url=args.server,
+        token=env.get(args.token_env, ""),
+        protocol_version=args.protocol_version,
+        listen_mode=args.listen_mode,
+        turn_timeout_s=cfg.run.turn_timeout_s,
+    )
+    return WebSocketDevice(settings, clock)
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
@@ -149,9 +174,15 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         cfg = load_config(args.config, overrides(args))
         questions = load_questions(args.fixtures, args.language)
         otlp = otlp_from_env(env)
-        check_languages(cfg, questions.questions[: cfg.run.limit or None])
+        clock = make_clock(cfg)
+        remote = device_of(args, cfg, env, clock)
+        if remote is None:
+            check_languages(cfg, questions.questions[: cfg.run.limit or None])
         quiet_native_telemetry(env)
-        engines = load_engines(cfg, model_cache(args, env), env)
+        roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends
+        engines = load_engines(cfg, model_cache(args, env), env, roles)
+        if remote is not None:
+            engines.endpoint, engines.identity["server"] = remote.label, remote.settings.url
         bench = BenchCsv(args.out / "bench.csv")
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         if engines is not None:
@@ -160,7 +191,6 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return 2
     for warning in questions.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    clock = make_clock(cfg)
     config_id = cfg.config_id(questions.digest(), engines.identity)
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     if cfg.llm.impl == "openai" and cfg.cloud.api_key_env and not api_key:
@@ -168,7 +198,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             f"warning: {cfg.cloud.api_key_env} is not set: every turn will be ok=0, error=LlmMissingApiKey",
             file=sys.stderr,
         )
-    run = Run(run_id, cfg, config_id, questions, clock, engines, api_key)
+    run = Run(run_id, cfg, config_id, questions, clock, engines, api_key, remote)
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "voice-latency-lab"), otlp)
     say(
@@ -178,6 +208,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     sink = RowSink(bench, cfg.run.rounds * len(run.selected()), say)
     try:
         run_on_clock(run_session(run, tracing, sink, say), clock)
+    except DeviceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         tracing.shutdown()
         engines.close()

@@ -25,7 +25,7 @@ from pipeline.report.build import build
 from pipeline.report.jaeger import http_get
 from pipeline.report.load import LoadError, load_paths
 from pipeline.report.markdown import render
-from pipeline.run.session import _keep
+from pipeline.run.session import keep_history as _keep
 from pipeline.settings.audio import BadAudio, load_audio
 from pipeline.settings.config import CloudConfig, Config, LlmConfig
 from stages.llm import ChatRequest, Message

@@ -19,6 +19,7 @@ ENTRY_POINTS = {
     "pipeline.cloud_emulator_main",
     "pipeline.report.__main__",
     "pipeline.offline.__main__",
+    "pipeline.serve",
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
@@ -34,6 +35,7 @@ MAY_USE = {
     "report": {"analysis", "names"},
     "endpoints": {"contract"},
     "offline": {"settings"},
+    "transport": {"contract", "clock", "run", "tracing"},  # the run's turn, over the device protocol
 }
 
 

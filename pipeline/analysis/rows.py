@@ -63,6 +63,10 @@ COLUMNS = (
     "clock",
     "trace_id",
     "turn_start_ns",
+    "transport",
+    "stt_received_ms",
+    "first_audio_received_ms",
+    "first_audible_ms",
 )
 
 
@@ -183,7 +187,7 @@ def turn_row(t: TurnSpans) -> Row:
         "asr_ms": _ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
         "llm_calls": len(calls),
         "llm_first_token_ms_per_call": ";".join("" if v is None else f"{v:g}" for v in call_ft),
-        "sentences": len(sentences),
+        "sentences": len(sentences) or _device_sentences(t),
         "sentence_first_token_min_ms": min(sentence_ft) if sentence_ft else None,
         "sentence_first_token_median_ms": round(median(sentence_ft), 3) if sentence_ft else None,
         "sentence_first_token_max_ms": max(sentence_ft) if sentence_ft else None,
@@ -197,7 +201,46 @@ def turn_row(t: TurnSpans) -> Row:
         "clock": _str(a.get(names.CLOCK)),
         "trace_id": t.turn.trace_id,
         "turn_start_ns": t.turn.start_ns,
+        **_device(t.first(names.DEVICE), speech_end),
     }
+
+
+def _device(device: SpanRecord | None, speech_end: int | None) -> Row:
+    """A device's view across a real transport, from the user's end of speech: empty in-process."""
+    if device is None:
+        return {"transport": "", "stt_received_ms": None, "first_audio_received_ms": None, "first_audible_ms": None}
+    return {
+        "transport": _str(device.attributes.get(names.TRANSPORT)),
+        "stt_received_ms": _ms(speech_end, device.event_ns(names.EV_STT)),
+        "first_audio_received_ms": _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
+        "first_audible_ms": _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
+    }
+
+
+def _device_sentences(t: TurnSpans) -> int:
+    device = t.first(names.DEVICE)
+    return sum(1 for e in device.events if e.name == names.EV_SENTENCE_START) if device is not None else 0
+
+
+def _transcript(t: TurnSpans) -> str | None:
+    """What the ASR heard: from its span, or what the device was told (``stt``) when the server is not ours."""
+    asr = t.first(names.ASR)
+    if asr is not None:
+        return None if asr.status_code == names.STATUS_ERROR else _str(asr.attributes.get(names.TRANSCRIPT))
+    device = t.first(names.DEVICE)
+    if device is None or device.event_ns(names.EV_STT) is None:
+        return None
+    return _str(device.attributes.get(names.TRANSCRIPT))
+
+
+def _answer(t: TurnSpans) -> str:
+    """The spoken answer: the sentence spans, or the sentence texts the device was sent."""
+    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    if sentences:
+        return " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
+    device = t.first(names.DEVICE)
+    said = [e for e in device.events if e.name == names.EV_SENTENCE_START] if device is not None else []
+    return " ".join(_str(e.attributes.get(names.SENTENCE_TEXT)) for e in said)
 
 
 def _server_sum(calls: list[SpanRecord], key: str) -> float | None:
@@ -225,14 +268,9 @@ def _llm_segments(calls: list[SpanRecord]) -> Row:
 
 def _quality(t: TurnSpans, a: dict[str, AttrValue]) -> Row:
     """ASR error rate against the reference text, and expected keywords in the answer (M18)."""
-    asr = t.first(names.ASR)
-    scored = None
-    if asr is not None and asr.status_code != names.STATUS_ERROR:
-        scored = error_rate(
-            _str(a.get(names.REFERENCE_TEXT)), _str(asr.attributes.get(names.TRANSCRIPT)), turn_language(t)
-        )
-    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
-    answer = " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
+    heard = _transcript(t)
+    scored = None if heard is None else error_rate(_str(a.get(names.REFERENCE_TEXT)), heard, turn_language(t))
+    answer = _answer(t)
     tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.named(names.LLM_CALL))
     quality = keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
     return {

@@ -44,4 +44,5 @@ def progress_line(done: int, total: int, rows: list[Row]) -> str:
             )
         else:
             parts.append(f"round {row['round']}{tag} {row['question_id']}: FAILED ({row['error']})")
-    return f"[{done}/{total}] " + "; ".join(parts)
+    count = f"[{done}/{total}]" if total else f"[{done}]"  # a server does not know how many turns will come
+    return f"{count} " + "; ".join(parts)

@@ -27,7 +27,7 @@ from stages.llm.scripted import ScriptedTools
 from stages.registry import ROLES, Implementation, Loaded, TurnInputs, registry
 from stages.sentences import SentenceSplitter, SplitRules
 
-__all__ = ["Engines", "SetupError", "build_stages", "check_languages", "load_engines", "open_chat"]
+__all__ = ["Engines", "SetupError", "build_stages", "build_vad", "check_languages", "load_engines", "open_chat"]
 
 
 class CacheModels:
@@ -69,14 +69,16 @@ class Engines:
             self.llm_endpoint.close()
 
 
-def load_engines(cfg: Config, cache: Path, env: Mapping[str, str] | None = None) -> Engines:
-    """Every model the configuration names, loaded; on any failure nothing is left running.
+def load_engines(
+    cfg: Config, cache: Path, env: Mapping[str, str] | None = None, roles: Sequence[str] = ROLES
+) -> Engines:
+    """Every model the configuration names for ``roles``, loaded; on any failure nothing is left running.
 
     ``env`` is the environment a server process the run starts inherits (the entry point's)."""
     engines = Engines()
     models = CacheModels(cache)
     try:
-        for role in ROLES:
+        for role in roles:
             impl = implementation(cfg, role)
             if impl.load is not None:
                 loaded = impl.load(impl.settings_from(getattr(cfg, role)), models)
@@ -84,8 +86,8 @@ def load_engines(cfg: Config, cache: Path, env: Mapping[str, str] | None = None)
                 if loaded.identity:
                     engines.identity[role] = loaded.identity
         llm = implementation(cfg, "llm")
-        engines.endpoint = llm.label
-        if llm.endpoint:
+        engines.endpoint = llm.label if "llm" in roles else ""
+        if llm.endpoint and "llm" in roles:
             engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, models, env or {})
             engines.identity.update(engines.llm_endpoint.identity)
             engines.endpoint = engines.llm_endpoint.label
@@ -171,3 +173,8 @@ def build_stages(
         sentences=SentenceSplitter(SplitRules(**dataclasses.asdict(cfg.sentences))),
         tts=_stage(cfg, engines, "tts", turn),
     )
+
+
+def build_vad(cfg: Config, engines: Engines, question: Question) -> Stage:
+    """The VAD alone: a device emulator finds where a clip's speech ends with the VAD a run would use."""
+    return _stage(cfg, engines, "vad", turn_inputs(question, 0))  # type: ignore[no-any-return]

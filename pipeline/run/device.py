@@ -12,21 +12,25 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from pipeline.events import AudioFrame, AudioOut, Event, StageInfo, TurnEnd
+from pipeline.events import AudioFrame, AudioOut, Event, SpeechEnd, Stage, StageInfo, TurnEnd
 
 _END = object()
 
 
-class Link(Protocol):
+class ServerSide(Protocol):
+    """What the server sees of a transport for one turn: audio arriving, events to send down."""
+
+    def uplink(self) -> AsyncIterator[Event]: ...
+
+    async def send_down(self, event: Event) -> None: ...
+
+
+class Link(ServerSide, Protocol):
     """A bidirectional transport between one device and the server, for one turn."""
 
     async def send_up(self, frame: AudioFrame) -> None: ...
 
     async def close_up(self) -> None: ...
-
-    def uplink(self) -> AsyncIterator[Event]: ...
-
-    async def send_down(self, event: Event) -> None: ...
 
     def downlink(self) -> AsyncIterator[Event]: ...
 
@@ -102,3 +106,17 @@ class Player:
             busy_until = max(busy_until, loop.time()) + event.duration_ms / 1000
             await asyncio.sleep(max(0.0, busy_until - loop.time()))
             yield event
+
+
+async def speech_end_ms(vad: Stage, frames: Sequence[AudioFrame]) -> int | None:
+    """Where a clip's speech ends, by the run's VAD, untimed: a device across a real transport marks
+    the user's end of speech when it sends that frame, as the in-process run marks its arrival."""
+
+    async def clip() -> AsyncIterator[Event]:
+        for frame in frames:
+            yield frame
+
+    async for event in vad.run(clip()):
+        if isinstance(event, SpeechEnd):
+            return event.offset_ms
+    return None

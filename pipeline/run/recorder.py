@@ -33,15 +33,16 @@ from pipeline.events import (
 from pipeline.tracing.timeline import CallTiming, SentenceTiming, ToolTiming, TtsTiming, TurnTimeline
 
 Handler = Callable[[Event, int], None]
+Observer = Callable[[str, Event], None]  # (role, event) for each stage output, after it is stamped
 
 
 class TurnRecorder:
     """Stamps the events of one turn into a ``TurnTimeline``."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, observer: Observer | None = None) -> None:
         self._clock = clock
+        self._observer = observer
         self.timeline = TurnTimeline(start_ns=clock.now_ns())
-        self._frame_arrival_ns: dict[int, int] = {}
         self._leftover_from = self.timeline.start_ns
         self._inputs: dict[str, Handler] = {
             "asr": self._asr_in,
@@ -64,12 +65,20 @@ class TurnRecorder:
     def wrap(self, role: str, stage: Stage, source: AsyncIterator[Event]) -> AsyncIterator[Event]:
         """Run ``stage`` on ``source``, stamping what goes in and what comes out."""
         self.timeline.stages[role] = stage.info
-        return self._tap(self._outputs.get(role), stage.run(self._tap(self._inputs.get(role), source)))
+        outputs = self._tap(self._outputs.get(role), stage.run(self._tap(self._inputs.get(role), source)))
+        return outputs if self._observer is None else self._observe(role, outputs)
 
     async def _tap(self, handler: Handler | None, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         async for event in events:
             if handler is not None:
                 handler(event, self._clock.now_ns())
+            yield event
+
+    async def _observe(self, role: str, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """Shows every stage output to the observer (a transport telling the device what happened)."""
+        assert self._observer is not None
+        async for event in events:
+            self._observer(role, event)
             yield event
 
     def fail(self, error_type: str, message: str) -> None:
@@ -100,7 +109,7 @@ class TurnRecorder:
         if isinstance(event, AudioFrame):
             if self.timeline.vad.first_frame_ns is None:
                 self.timeline.vad.first_frame_ns = t
-            self._frame_arrival_ns[event.seq] = t
+            self.timeline.vad.frame_arrival_ns[event.seq] = t
 
     def _asr_in(self, event: Event, t: int) -> None:
         if isinstance(event, SpeechEnd):
@@ -129,7 +138,7 @@ class TurnRecorder:
             vad.speech_end_offset_ms = event.offset_ms
             # The user stopped speaking when the frame holding the last speech arrived.
             last_frame = max(0, (event.offset_ms - 1) // FRAME_MS)
-            vad.user_speech_end_ns = self._frame_arrival_ns.get(last_frame, t)
+            vad.user_speech_end_ns = vad.frame_arrival_ns.get(last_frame, t)
 
     def _asr_out(self, event: Event, t: int) -> None:
         if isinstance(event, Transcript):

@@ -9,14 +9,16 @@ finished turn. The run never computes a row itself: every number comes from the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pipeline.clock import Clock
 from pipeline.endpoints.load import LoadProbe, TurnLoad
 from pipeline.endpoints.thermal import read_temp_c
-from pipeline.run.assembly import Engines, build_stages, open_chat
+from pipeline.events import AudioFrame
+from pipeline.run.assembly import Engines, build_stages, build_vad, open_chat
+from pipeline.run.device import speech_end_ms
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
 from pipeline.settings.config import Config
@@ -31,6 +33,18 @@ Progress = Callable[[str], None]
 TraceSink = Callable[[dict[str, Any]], None]  # takes each finished turn's trace line (OTLP JSON)
 
 
+class RemoteTurns(Protocol):
+    """A server reached over a real transport, as a device reaches it (``async with`` holds the session)."""
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def turn(
+        self, frames: Sequence[AudioFrame], speech_end_ms: int | None, question_id: str, round_no: int
+    ) -> TurnTimeline: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     run_id: str
@@ -40,6 +54,7 @@ class Run:
     clock: Clock
     engines: Engines
     api_key: str | None = field(default=None, repr=False)  # for the cloud LLM only; never traced or written
+    remote: RemoteTurns | None = None  # the server across a transport; None: the pipeline runs in this process
 
     @property
     def config_json(self) -> str:
@@ -50,7 +65,7 @@ class Run:
         return self.questions.questions[:limit] if limit else self.questions.questions
 
 
-def _turn_attributes(run: Run, question: Question, round_no: int, note: str, load: TurnLoad | None) -> Attributes:
+def turn_attributes(run: Run, question: Question, round_no: int, note: str, load: TurnLoad | None) -> Attributes:
     attrs: Attributes = {
         names.SCHEMA: names.SCHEMA_VERSION,
         names.RUN_ID: run.run_id,
@@ -109,8 +124,12 @@ async def run_session(run: Run, tracing: Tracing, sink: TraceSink, progress: Pro
     )
     answers = {q.text: q.answer for q in questions if q.answer}
     try:
-        async with open_chat(cfg, run.engines, run.api_key, answers):
-            await _rounds(run, questions, audio, tracing, sink)
+        if run.remote is not None:
+            async with run.remote:
+                await _rounds(run, questions, audio, tracing, sink)
+        else:
+            async with open_chat(cfg, run.engines, run.api_key, answers):
+                await _rounds(run, questions, audio, tracing, sink)
     finally:
         tracing.end_session(run.clock.now_ns())
 
@@ -132,6 +151,10 @@ async def _rounds(
             if isinstance(clip, BadAudio):
                 timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
                 note = str(clip)
+            elif run.remote is not None:  # the server keeps the conversation's history
+                speech_end = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
+                timeline = await run.remote.turn(clip.frames, speech_end, q.id, round_no)
+                note = clip.note
             else:
                 context = tuple(history)
                 stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
@@ -144,17 +167,17 @@ async def _rounds(
                 )
                 note = clip.note
                 if timeline.ok:
-                    history = _keep(history + _exchange(timeline), cfg.llm.history_rounds)
+                    history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
             load = probe.between(before, probe.sample()) if probe else None
-            sink(tracing.emit_turn(timeline, _turn_attributes(run, q, round_no, note, load)))
+            sink(tracing.emit_turn(timeline, turn_attributes(run, q, round_no, note, load)))
 
 
-def _keep(history: list[Message], rounds: int) -> list[Message]:
+def keep_history(history: list[Message], rounds: int) -> list[Message]:
     """The last ``rounds`` exchanges: only those are ever sent, so only those are kept."""
     return history[-2 * rounds :] if rounds else []
 
 
-def _exchange(timeline: TurnTimeline) -> list[Message]:
+def exchange(timeline: TurnTimeline) -> list[Message]:
     """The turn as conversation history: what was heard and what was said."""
     answer = " ".join(s.text for s in timeline.sentences)
     return [Message("user", timeline.asr.text), Message("assistant", answer)]

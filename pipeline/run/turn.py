@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pipeline.clock import Clock
 from pipeline.events import AudioFrame, Event, Stage, TurnEnd
-from pipeline.run.device import InProcessLink, Link, Player, close, drain, stream_audio
+from pipeline.run.device import InProcessLink, Link, Player, ServerSide, close, drain, stream_audio
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import TurnTimeline
 
@@ -41,7 +41,7 @@ async def _pump(source: AsyncIterator[Event], queue: asyncio.Queue[object]) -> N
 
 
 async def serve_turn(
-    stages: ServerStages, recorder: TurnRecorder, link: Link, tasks: list[asyncio.Task[None]] | None = None
+    stages: ServerStages, recorder: TurnRecorder, link: ServerSide, tasks: list[asyncio.Task[None]] | None = None
 ) -> None:
     """The server side: chain the stages, each in its own task, and send the audio down.
 
@@ -85,12 +85,25 @@ async def run_turn(
     """Run one turn over the in-process link and return what the recorder saw."""
     recorder = TurnRecorder(clock)
     link = InProcessLink()
-    uplink = asyncio.create_task(stream_audio(frames, link, realtime))
-    stage_tasks: list[asyncio.Task[None]] = []
+    others = [asyncio.create_task(stream_audio(frames, link, realtime))]  # serve_turn adds its stage tasks
     work = [
-        asyncio.create_task(serve_turn(stages, recorder, link, stage_tasks)),
+        asyncio.create_task(serve_turn(stages, recorder, link, others)),
         asyncio.create_task(play_turn(player or Player(), recorder, link)),
     ]
+    await supervise(recorder, work, others, timeout_s)
+    check_complete(recorder)
+    return recorder.finish()
+
+
+async def supervise(
+    recorder: TurnRecorder, work: list[asyncio.Task[None]], others: list[asyncio.Task[None]], timeout_s: float
+) -> None:
+    """Wait for a turn's work within its limit; record a failure on the turn, never raise it (M7).
+
+    Whatever is still running afterwards (``others`` too: a stage's engine work) is cancelled and
+    waited for, and the wait is recorded, so the next turn starts clean. ``others`` is read at the
+    end: tasks the work adds to it while it runs are included.
+    """
     try:
         async with asyncio.timeout(timeout_s) as limit:
             await asyncio.gather(*work)
@@ -102,14 +115,12 @@ async def run_turn(
     except Exception as exc:  # a failing stage fails its turn, never the run (M7)
         recorder.fail(type(exc).__name__, str(exc) or type(exc).__name__)
     finally:
-        everything = [uplink, *work, *stage_tasks]
+        everything = [*work, *others]
         for task in everything:
             task.cancel()
         recorder.leftover_started()
         await asyncio.gather(*everything, return_exceptions=True)  # a stage's engine work finishes here
         recorder.leftover_done()
-    _check_complete(recorder)
-    return recorder.finish()
 
 
 # The least audio a sentence can take, per spoken character: a quarter of fast speech (about
@@ -124,8 +135,10 @@ def min_audio_ms(text: str) -> float:
     return cjk * MIN_MS_PER_CJK + latin * MIN_MS_PER_LATIN
 
 
-def _check_complete(recorder: TurnRecorder) -> None:
-    """A turn that ran without error but produced no answer audio is still a failure."""
+def check_complete(recorder: TurnRecorder, played: bool = True) -> None:
+    """A turn that ran without error but produced no answer audio is still a failure.
+
+    ``played=False``: a server's view, which ends when the audio is sent, not played."""
     tl = recorder.timeline
     if not tl.ok:
         return
@@ -133,7 +146,7 @@ def _check_complete(recorder: TurnRecorder) -> None:
         recorder.fail("no_speech", "the VAD found no speech in the audio")
     elif not tl.asr.text.strip():
         recorder.fail("empty_transcript", "the ASR returned no text")
-    elif tl.playback.last_end_ns is None:
+    elif played and tl.playback.last_end_ns is None:
         recorder.fail("no_audio_out", "the turn produced no audio")
     else:
         _check_tts(recorder)

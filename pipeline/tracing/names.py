@@ -19,6 +19,7 @@ TOOL = "tool"
 SENTENCE = "sentence"
 TTS = "tts"
 PLAYBACK = "playback"
+DEVICE = "device"  # a device's view of the turn across a real transport
 
 # span event names
 EV_USER_SPEECH_END = "user_speech_end"
@@ -28,6 +29,14 @@ EV_FIRST_CHUNK = "first_chunk"  # the first streamed chunk of a call, often role
 EV_TOOL_CALL = "tool_call_complete"  # a call's tool call, arguments complete (its first piece is first_token)
 EV_FIRST_FRAME = "first_frame"
 EV_SENTENCE_AUDIO = "sentence_audio_start"
+# device events (a real transport)
+EV_LAST_UPLINK = "last_uplink_frame"
+EV_STT = "stt_received"
+EV_LLM = "llm_received"
+EV_FIRST_AUDIO_RECEIVED = "first_audio_received"
+EV_FIRST_AUDIBLE = "first_audible_played"
+EV_SENTENCE_START = "sentence_start_received"
+EV_TTS_STOP = "tts_stop_received"
 
 # session / turn attributes
 SCHEMA = "lab.schema_version"
@@ -76,6 +85,11 @@ SERVER_PROMPT_MS = SERVER_TIMING_PREFIX + "prompt_ms"  # first-token inference (
 SERVER_PREDICTED_MS = SERVER_TIMING_PREFIX + "predicted_ms"  # generation
 TOOL_NAME = "gen_ai.tool.name"
 AUDIO_MS = "lab.audio_ms"
+TRANSPORT = "lab.transport"  # "websocket", ...
+PROTOCOL_VERSION = "lab.transport.protocol_version"
+UPLINK_FRAMES = "lab.transport.uplink_frames"
+DOWNLINK_FRAMES = "lab.transport.downlink_frames"
+UNDECODABLE_FRAMES = "lab.transport.undecodable_frames"
 
 # GenAI semantic conventions
 GEN_AI_OPERATION = "gen_ai.operation.name"

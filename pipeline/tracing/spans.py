@@ -7,6 +7,8 @@ Children end before their parent, so every exporter sees a complete turn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Span
@@ -14,7 +16,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from pipeline.tracing import names
-from pipeline.tracing.timeline import TurnTimeline
+from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
 
 Attributes = dict[str, AttributeValue]
 
@@ -129,6 +131,36 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
         span = child(names.PLAYBACK, pb.first_start_ns, pb.last_end_ns, "player", {names.AUDIO_MS: pb.audio_ms})
         for index, t in sorted(pb.sentence_start_ns.items()):
             span.add_event(names.EV_SENTENCE_AUDIO, attributes={names.SENTENCE_INDEX: index}, timestamp=t)
+    if tl.device is not None:
+        _device_span(tl.device, child, end)
     for span, stop in pending:
         span.end(end_time=stop)
     turn.end(end_time=end)
+
+
+def _device_span(device: DeviceTiming, child: Callable[..., Span], end: int) -> None:
+    """The device's span: one event per message or frame that marks a moment of the turn."""
+    attrs: Attributes = {
+        names.TRANSPORT: device.transport,
+        names.PROTOCOL_VERSION: device.protocol_version,
+        names.TRANSCRIPT: device.transcript,
+        names.UPLINK_FRAMES: device.uplink_frames,
+        names.DOWNLINK_FRAMES: device.downlink_frames,
+        names.UNDECODABLE_FRAMES: device.undecodable_frames,
+    }
+    start = device.first_uplink_ns if device.first_uplink_ns is not None else end
+    span = child(names.DEVICE, start, end, "device", attrs)
+    for name, t in (
+        (names.EV_LAST_UPLINK, device.last_uplink_ns),
+        (names.EV_STT, device.stt_ns),
+        (names.EV_LLM, device.llm_ns),
+        (names.EV_FIRST_AUDIO_RECEIVED, device.first_audio_received_ns),
+        (names.EV_FIRST_AUDIBLE, device.first_audible_ns),
+        (names.EV_TTS_STOP, device.tts_stop_ns),
+    ):
+        if t is not None:
+            span.add_event(name, timestamp=t)
+    for index, (t, text) in enumerate(device.sentence_starts):
+        span.add_event(
+            names.EV_SENTENCE_START, attributes={names.SENTENCE_INDEX: index, names.SENTENCE_TEXT: text}, timestamp=t
+        )

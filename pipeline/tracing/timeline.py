@@ -19,6 +19,7 @@ class VadTiming:
     speech_end_offset_ms: int | None = None
     user_speech_end_ns: int | None = None  # when the audio where speech ended reached the server
     end_ns: int | None = None  # when the VAD declared the end-point
+    frame_arrival_ns: dict[int, int] = field(default_factory=dict)  # uplink frame seq -> when it reached the server
 
 
 @dataclass(slots=True)
@@ -84,6 +85,26 @@ class PlaybackTiming:
 
 
 @dataclass(slots=True)
+class DeviceTiming:
+    """What a device saw of a turn over a real transport: when each message and frame came and went."""
+
+    transport: str  # "websocket", ...
+    protocol_version: int
+    first_uplink_ns: int | None = None
+    last_uplink_ns: int | None = None
+    stt_ns: int | None = None
+    llm_ns: int | None = None
+    first_audio_received_ns: int | None = None
+    first_audible_ns: int | None = None  # the first frame with sound in it began to play
+    tts_stop_ns: int | None = None
+    transcript: str = ""
+    sentence_starts: list[tuple[int, str]] = field(default_factory=list)  # (received at, text)
+    uplink_frames: int = 0
+    downlink_frames: int = 0
+    undecodable_frames: int = 0
+
+
+@dataclass(slots=True)
 class TurnTimeline:
     start_ns: int
     stages: dict[str, StageInfo] = field(default_factory=dict)
@@ -94,6 +115,7 @@ class TurnTimeline:
     sentences: list[SentenceTiming] = field(default_factory=list)
     tts: list[TtsTiming] = field(default_factory=list)
     playback: PlaybackTiming = field(default_factory=PlaybackTiming)
+    device: DeviceTiming | None = None  # only a device across a real transport has one
     end_ns: int | None = None
     leftover_ns: int = 0  # after the turn ended or was cancelled: waiting for its stages' engine work to finish
     error_type: str = ""

@@ -1,0 +1,170 @@
+"""``python -m pipeline.serve [DIR]``: a xiaozhi WebSocket server with the lab's instrumented pipeline behind it.
+
+Devices (real firmware, or ``python -m pipeline.replay DIR --server ws://...``) connect to
+``ws://HOST:PORT/xiaozhi/v1/``; every turn runs the configured stages and is written as the
+server's own trace and bench.csv rows under ``--out``. DIR, when given, is a fixtures folder:
+a turn whose ``listen`` names one of its questions (our emulator's extra field) gets that
+question's reference text, which scripted stages and scoring need. Binds 127.0.0.1 unless told
+otherwise; the bearer token, when wanted, comes from an environment variable, never the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
+from pipeline.analysis.sink import RowSink
+from pipeline.clock import RealClock, run_on_clock
+from pipeline.replay import (
+    RunExists,
+    model_cache,
+    new_run_id,
+    otlp_from_env,
+    quiet_native_telemetry,
+    refuse_existing_run,
+)
+from pipeline.run.assembly import SetupError, build_stages, load_engines, open_chat
+from pipeline.run.session import Run, TraceSink, exchange, keep_history, turn_attributes
+from pipeline.run.turn import ServerStages
+from pipeline.settings.config import ConfigError, load_config
+from pipeline.settings.fixtures import AUTO, FixtureError, Question, QuestionSet, load_questions
+from pipeline.settings.models import ModelError
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport.gateway import GatewaySettings, TurnRequest, start_gateway
+from stages.llm import Message
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipeline.serve", description=__doc__.splitlines()[0])
+    p.add_argument("fixtures", type=Path, nargs="?", help="fixtures folder whose questions devices may name")
+    p.add_argument("--config", type=Path, action="append", help="TOML settings (repeatable)")
+    p.add_argument("--language", default="", help="language of turns that name no known question (default: detect)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--token-env", default="", help="environment variable whose value devices must send as a bearer token"
+    )
+    p.add_argument("--protocol-limit", type=float, default=100.0, help="messages a second a connection may send")
+    p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
+    p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
+    p.add_argument("--model-cache", type=Path, help="where packaged models are assembled")
+    p.add_argument("--quiet", action="store_true", help="no per-turn lines")
+    return p.parse_args(argv)
+
+
+class LabTurns:
+    """Each turn's stages from the run's settings, each connection's history, each finished turn traced."""
+
+    def __init__(self, run: Run, tracing: Tracing, sink: TraceSink, language: str) -> None:
+        self.run, self.tracing, self.sink, self.language = run, tracing, sink, language
+        self.by_id = {q.id: q for q in run.questions.questions}
+        self.history: dict[str, list[Message]] = {}
+        self.count = 0
+
+    def question(self, request: TurnRequest) -> Question:
+        known = self.by_id.get(request.question_id)
+        if known is not None:
+            return known
+        return Question(request.question_id or "live", self.language or AUTO, "", "", Path())
+
+    def stages(self, request: TurnRequest) -> ServerStages:
+        self.count += 1
+        history = tuple(self.history.get(request.session_id, ()))
+        return build_stages(self.run.config, self.run.engines, self.question(request), self.count, history)
+
+    def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
+        if timeline.ok:
+            kept = keep_history(
+                self.history.get(request.session_id, []) + exchange(timeline), self.run.config.llm.history_rounds
+            )
+            self.history[request.session_id] = kept
+        note = f"device session {request.session_id[:8]}, listen mode {request.mode}"
+        attrs = turn_attributes(self.run, self.question(request), request.round, note, None)
+        self.sink(self.tracing.emit_turn(timeline, attrs))
+
+
+async def serve_until_stopped(run: Run, turns: LabTurns, settings: GatewaySettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with open_chat(run.config, run.engines, run.api_key, {}):
+        server = await start_gateway(settings, turns, run.clock)
+        async with server:
+            port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
+            print(f"serving ws://{settings.host}:{port}{settings.path} (run {run.run_id})", flush=True)
+            await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    args = parse_args(argv)
+    env = os.environ if env is None else env
+    run_id = args.run_id or new_run_id()
+    token = env.get(args.token_env, "") if args.token_env else ""
+    try:
+        if args.token_env and not token:
+            raise ValueError(f"--token-env {args.token_env}: the variable is not set")
+        refuse_existing_run(args.out, run_id, append=False)
+        cfg = load_config(args.config, {})
+        questions = load_questions(args.fixtures, args.language) if args.fixtures else QuestionSet(Path("."), ())
+        quiet_native_telemetry(env)
+        engines = load_engines(cfg, model_cache(args, env), env)
+        bench = BenchCsv(args.out / "bench.csv")
+    except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    clock = RealClock()
+    api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
+    run = Run(run_id, cfg, cfg.config_id(questions.digest(), engines.identity), questions, clock, engines, api_key)
+    trace_path = args.out / "traces" / f"{run_id}.jsonl"
+    tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
+    sink = RowSink(bench, 0, _quiet if args.quiet else _to_stderr)
+    settings = GatewaySettings(
+        host=args.host,
+        port=args.port,
+        token=token,
+        max_messages_per_s=args.protocol_limit,
+        turn_timeout_s=cfg.run.turn_timeout_s,
+    )
+    tracing.start_session(
+        {
+            names.SCHEMA: names.SCHEMA_VERSION,
+            names.RUN_ID: run.run_id,
+            names.CONDITION: cfg.run.condition,
+            names.CONFIG_ID: run.config_id,
+            names.CLOCK: clock.kind,
+            names.CONFIG_JSON: run.config_json,
+        },
+        clock.now_ns(),
+    )
+    try:
+        run_on_clock(serve_until_stopped(run, LabTurns(run, tracing, sink, args.language), settings), clock)
+    except OSError as exc:  # the address is taken, or not ours
+        print(f"error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    finally:
+        tracing.end_session(clock.now_ns())
+        tracing.shutdown()
+        engines.close()
+    print(f"{len(sink.rows)} turn(s); traces: {trace_path}; rows: {bench.path}")
+    return 0
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

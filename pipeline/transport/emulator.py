@@ -1,0 +1,257 @@
+"""A xiaozhi device over WebSocket: it replays a clip as Opus at real-time pace and plays the answer.
+
+The device knows only what crosses the wire, so its timeline is built from what it
+sent and received: the frame that held the end of speech (found by running the
+run's VAD over the clip beforehand), ``stt``, ``llm``, each ``sentence_start``, the
+first audio frame, the first frame with sound in it once played, ``tts stop``, the
+last frame played. Those make the turn's rows whichever server answers, ours or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
+
+from pipeline.clock import Clock
+from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame, AudioOut
+from pipeline.run.device import Player, close, drain
+from pipeline.run.recorder import TurnRecorder
+from pipeline.run.turn import supervise
+from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
+from pipeline.transport import protocol
+from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder, audible
+from pipeline.transport.protocol import ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSettings:
+    url: str
+    token: str = field(default="", repr=False)
+    protocol_version: int = 1
+    listen_mode: str = "auto"  # auto: the server's VAD ends the turn; manual: the device sends listen stop
+    device_id: str = "02:00:00:00:00:01"
+    jitter_frames: int = 2  # frames held before playback starts, as a device's buffer does
+    tail_ms: int = 3000  # auto mode: silence streamed after the clip until the server says what it heard
+    connect_timeout_s: float = 10.0
+    turn_timeout_s: float = 60.0
+
+
+class DeviceError(RuntimeError):
+    """The server could not be reached, refused the device, or broke the protocol."""
+
+
+class WebSocketDevice:
+    """One device session: ``async with`` connects and says hello; ``turn`` runs one question."""
+
+    def __init__(self, settings: DeviceSettings, clock: Clock) -> None:
+        self.settings, self.clock = settings, clock
+        self.ws: ClientConnection | None = None
+        self.session_id = ""
+        self.label = f"xiaozhi server at {settings.url} (websocket, protocol {settings.protocol_version})"
+
+    async def __aenter__(self) -> WebSocketDevice:
+        s = self.settings
+        headers = {
+            "Protocol-Version": str(s.protocol_version),
+            "Device-Id": s.device_id,
+            "Client-Id": str(uuid.uuid4()),
+        }
+        if s.token:
+            headers["Authorization"] = f"Bearer {s.token}"
+        try:
+            async with asyncio.timeout(s.connect_timeout_s):
+                self.ws = await connect(s.url, additional_headers=headers, compression=None, max_size=2**20)
+                await self.ws.send(protocol.dump(protocol.hello()))
+                answer = await _next_control(self.ws)
+        except (OSError, TimeoutError, ConnectionClosed, ProtocolError) as exc:
+            await self._close()
+            raise DeviceError(f"{s.url}: no session ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:  # the handshake refused: websockets.InvalidStatus names the HTTP status
+            await self._close()
+            raise DeviceError(f"{s.url}: refused ({exc})") from None
+        if answer.get("type") != "hello":
+            await self._close()
+            raise DeviceError(f"{s.url}: answered hello with {answer.get('type')!r}")
+        self.session_id = str(answer.get("session_id", ""))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+            self.ws = None
+
+    async def turn(
+        self, frames: Sequence[AudioFrame], speech_end_ms: int | None, question_id: str, round_no: int
+    ) -> TurnTimeline:
+        """Ask one question; the device's timeline of it, failures recorded on it (M7)."""
+        recorder = TurnRecorder(self.clock)
+        tl = recorder.timeline
+        tl.device = DeviceTiming(transport="websocket", protocol_version=self.settings.protocol_version)
+        if self.ws is None:
+            recorder.fail("disconnected", "the connection to the server is gone")
+            return recorder.finish()
+        turn = _DeviceTurn(self, recorder, frames, speech_end_ms)
+        listen: dict[str, Any] = {
+            "type": "listen",
+            "state": "start",
+            "mode": self.settings.listen_mode,
+            "session_id": self.session_id,
+        }
+        listen["lab"] = {"question_id": question_id, "round": round_no}  # real servers ignore unknown fields
+        try:
+            await self.ws.send(protocol.dump(listen))
+        except ConnectionClosed as exc:
+            recorder.fail("disconnected", f"the server closed the connection ({exc})")
+            return recorder.finish()
+        uplink = asyncio.create_task(turn.send())
+        work = [asyncio.create_task(turn.receive()), asyncio.create_task(turn.play())]
+        await supervise(recorder, work, [uplink], self.settings.turn_timeout_s)
+        _check(recorder)
+        if not tl.ok and self.ws is not None and self.ws.state is State.OPEN:
+            await _abandon(self.ws, self.session_id)
+        return recorder.finish()
+
+
+class _DeviceTurn:
+    def __init__(
+        self, device: WebSocketDevice, recorder: TurnRecorder, frames: Sequence[AudioFrame], speech_end_ms: int | None
+    ) -> None:
+        assert device.ws is not None and recorder.timeline.device is not None
+        self.ws, self.settings, self.session_id = device.ws, device.settings, device.session_id
+        self.clock, self.recorder = device.clock, recorder
+        self.timing: DeviceTiming = recorder.timeline.device
+        self.frames = frames
+        # the frame that holds the last speech; no speech found: the clip's last frame
+        end = speech_end_ms if speech_end_ms is not None else len(frames) * FRAME_MS
+        self.speech_end_seq = min(max(0, (end - 1) // FRAME_MS), max(0, len(frames) - 1))
+        self.heard = asyncio.Event()
+        self.playout: asyncio.Queue[object] = asyncio.Queue()
+
+    async def send(self) -> None:
+        """The microphone: each frame once its 60 ms are captured; in auto mode silence until the server hears."""
+        loop = asyncio.get_running_loop()
+        encoder = OpusEncoder()
+        due = loop.time()
+        tail = [AudioFrame(len(self.frames) + i, bytes(FRAME_BYTES)) for i in range(self.settings.tail_ms // FRAME_MS)]
+        for frame in [*self.frames, *(tail if self.settings.listen_mode == "auto" else [])]:
+            if frame.seq >= len(self.frames) and self.heard.is_set():
+                break
+            due += frame.duration_ms / 1000
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            await self.ws.send(protocol.pack(self.settings.protocol_version, encoder.encode(frame.pcm)))
+            now = self.clock.now_ns()
+            self.timing.uplink_frames += 1
+            self.timing.last_uplink_ns = now
+            if self.timing.first_uplink_ns is None:
+                self.timing.first_uplink_ns = now
+                self.recorder.timeline.vad.first_frame_ns = now
+            if frame.seq == self.speech_end_seq:
+                self.recorder.timeline.vad.user_speech_end_ns = now
+        if self.settings.listen_mode == "manual":
+            await self.ws.send(protocol.dump({"type": "listen", "state": "stop", "session_id": self.session_id}))
+
+    async def receive(self) -> None:
+        """The server's messages until ``tts stop``: stamped as they arrive, audio decoded into the buffer."""
+        decoder = OpusDecoder()
+        held: list[AudioOut] = []
+        sentence = -1
+        try:
+            while True:
+                message = await self.ws.recv()
+                now = self.clock.now_ns()
+                if isinstance(message, bytes):
+                    packet = protocol.unpack(self.settings.protocol_version, message)
+                    if packet.kind != protocol.TYPE_OPUS:
+                        self._control(protocol.parse(packet.payload), now)
+                        continue
+                    if self.timing.first_audio_received_ns is None:
+                        self.timing.first_audio_received_ns = now
+                    self.timing.downlink_frames += 1
+                    try:
+                        pcm = decoder.decode(packet.payload)
+                    except CodecError:
+                        self.timing.undecodable_frames += 1
+                        continue
+                    frame = AudioOut(sentence_index=max(sentence, 0), seq=self.timing.downlink_frames, pcm=pcm)
+                    held.append(frame)
+                    if len(held) >= self.settings.jitter_frames:
+                        for item in held:
+                            self.playout.put_nowait(item)
+                        held = []
+                    continue
+                kind = self._control(protocol.parse(message), now)
+                if kind == "sentence_start":
+                    sentence += 1
+                elif kind == "stop":
+                    break
+        finally:
+            for item in held:
+                self.playout.put_nowait(item)
+            close(self.playout)
+
+    def _control(self, message: dict[str, Any], now: int) -> str:
+        kind, state = message["type"], message.get("state")
+        if kind == "stt":
+            self.timing.stt_ns = now
+            self.timing.transcript = str(message.get("text", ""))
+            self.recorder.timeline.asr.text = self.timing.transcript
+            self.heard.set()
+        elif kind == "llm" and self.timing.llm_ns is None:
+            self.timing.llm_ns = now
+        elif kind == "tts" and state == "start":
+            self.heard.set()
+        elif kind == "tts" and state == "sentence_start":
+            self.timing.sentence_starts.append((now, str(message.get("text", ""))))
+            return "sentence_start"
+        elif kind == "tts" and state == "stop":
+            self.timing.tts_stop_ns = now
+            return "stop"
+        return str(kind)  # anything else a server sends (emotion, mcp, alert, ...) is tolerated
+
+    async def play(self) -> None:
+        async for event in self.recorder.wrap("player", Player(), drain(self.playout)):
+            if isinstance(event, AudioOut) and self.timing.first_audible_ns is None and audible(event.pcm):
+                # the player yields a frame once played: its sound began one frame earlier
+                self.timing.first_audible_ns = self.clock.now_ns() - event.duration_ms * 1_000_000
+
+
+def _check(recorder: TurnRecorder) -> None:
+    """A device's turn is complete when the server said what it heard and the answer was played."""
+    tl, device = recorder.timeline, recorder.timeline.device
+    if not tl.ok or device is None:
+        return
+    if device.stt_ns is None or not device.transcript.strip():
+        recorder.fail("empty_transcript", "the server sent no recognised text (stt)")
+    elif tl.playback.last_end_ns is None:
+        recorder.fail("no_audio_out", "the server sent no audio")
+    elif device.undecodable_frames:
+        recorder.fail("bad_audio", f"{device.undecodable_frames} downlink frame(s) could not be decoded")
+
+
+async def _abandon(ws: ClientConnection, session_id: str, wait_s: float = 5.0) -> None:
+    """A failed turn is aborted on the server too, and its last messages read, so the next turn starts clean."""
+    with contextlib.suppress(ConnectionClosed, TimeoutError, ProtocolError):
+        await ws.send(protocol.dump({"type": "abort", "session_id": session_id, "reason": "turn failed on the device"}))
+        async with asyncio.timeout(wait_s):
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str) and protocol.parse(message).get("state") == "stop":
+                    return
+
+
+async def _next_control(ws: ClientConnection) -> dict[str, Any]:
+    while True:
+        message = await ws.recv()
+        if isinstance(message, str):
+            return protocol.parse(message)

@@ -1,0 +1,248 @@
+"""What the xiaozhi WebSocket transport costs, in one run, printed side by side.
+
+1. Opus encode and decode per 60 ms frame, over the packaged fixtures' audio.
+2. A turn over WebSocket (gateway and device emulator in this process, loopback) against the
+   same turn in-process: same scripted stages (configs/simulator.toml), same clip, real clock,
+   real-time pacing; medians and their ratio. The WebSocket turn includes what the protocol
+   does on purpose: the server's paced downlink and the device's jitter buffer.
+3. How many devices one server process (scripted stages, its own process) holds at real-time
+   pace: N devices stream a clip each, started over one frame time; the server stamps each
+   uplink frame's arrival, and lateness is its arrival minus the first frame's plus k x 60 ms.
+   N grows until the P99 lateness passes 5 ms (the goal is at least 200 devices). The load
+   generator sends pre-encoded packets, so its own Opus cost is not the server's.
+
+Run it on a quiet machine: every figure here is wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from websockets.asyncio.client import connect  # noqa: E402
+
+from pipeline.clock import RealClock, run_on_clock  # noqa: E402
+from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
+from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
+from pipeline.run.device import speech_end_ms  # noqa: E402
+from pipeline.run.turn import ServerStages, run_turn  # noqa: E402
+from pipeline.settings.audio import load_audio  # noqa: E402
+from pipeline.settings.config import Config, load_config  # noqa: E402
+from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
+from pipeline.settings.models import default_cache  # noqa: E402
+from pipeline.tracing.timeline import TurnTimeline  # noqa: E402
+from pipeline.transport import protocol  # noqa: E402
+from pipeline.transport.codec import OpusDecoder, OpusEncoder  # noqa: E402
+from pipeline.transport.emulator import DeviceSettings, WebSocketDevice  # noqa: E402
+from pipeline.transport.gateway import GatewaySettings, TurnRequest, start_gateway  # noqa: E402
+
+FIXTURES = ROOT / "audio_fixtures"
+SIMULATOR = ROOT / "configs" / "simulator.toml"
+GOAL_P99_MS = 5.0
+
+
+def setup() -> tuple[Config, Engines, Question, list[AudioFrame]]:
+    cfg = load_config([SIMULATOR], {})
+    engines = load_engines(cfg, default_cache(os.environ))
+    question = next(q for q in load_questions(FIXTURES, "").questions if q.id == "en01")
+    return cfg, engines, question, list(load_audio(question.audio).frames)
+
+
+def opus_costs(frames: list[AudioFrame], repeats: int) -> tuple[float, float, float]:
+    """Median microseconds per frame to encode and to decode, and the mean packet size in bytes."""
+    encoder, decoder = OpusEncoder(), OpusDecoder()
+    packets = [encoder.encode(f.pcm) for f in frames]
+    enc, dec = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for f in frames:
+            encoder.encode(f.pcm)
+        enc.append((time.perf_counter() - t) / len(frames) * 1e6)
+        t = time.perf_counter()
+        for p in packets:
+            decoder.decode(p)
+        dec.append((time.perf_counter() - t) / len(frames) * 1e6)
+    return statistics.median(enc), statistics.median(dec), float(np.mean([len(p) for p in packets]))
+
+
+class ScriptedTurns:
+    def __init__(self, cfg: Config, engines: Engines, question: Question) -> None:
+        self.cfg, self.engines, self.question = cfg, engines, question
+        self.done: list[TurnTimeline] = []
+        self.count = 0
+
+    def stages(self, request: TurnRequest) -> ServerStages:
+        self.count += 1
+        return build_stages(self.cfg, self.engines, self.question, self.count)
+
+    def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
+        self.done.append(timeline)
+
+
+def _ms(a: int | None, b: int | None) -> float:
+    return (b - a) / 1e6 if a is not None and b is not None else float("nan")
+
+
+async def overhead(turns: int) -> dict[str, tuple[float, float]]:
+    """Median first audio (first frame played) and whole turn, in-process and over WebSocket, ms."""
+    cfg, engines, question, frames = setup()
+    clock = RealClock()
+    local: list[TurnTimeline] = []
+    for i in range(turns):
+        local.append(await run_turn(frames, build_stages(cfg, engines, question, i + 1), clock))
+    server_turns = ScriptedTurns(cfg, engines, question)
+    server = await start_gateway(GatewaySettings(port=0), server_turns, clock)
+    remote: list[TurnTimeline] = []
+    async with server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/"
+        async with WebSocketDevice(DeviceSettings(url=url), clock) as device:
+            vad = build_stages(cfg, engines, question, 0).vad
+            end = await speech_end_ms(vad, frames)
+            for i in range(turns):
+                remote.append(await device.turn(frames, end, question.id, i + 1))
+    out = {}
+    for name, runs in (("in-process", local), ("websocket", remote)):
+        bad = [tl.error_type for tl in runs if not tl.ok]
+        if bad:
+            raise SystemExit(f"{name}: failed turns {bad}")
+        first = [_ms(tl.vad.user_speech_end_ns, tl.playback.first_start_ns) for tl in runs]
+        whole = [_ms(tl.vad.user_speech_end_ns, tl.playback.last_end_ns) for tl in runs]
+        out[name] = (statistics.median(first), statistics.median(whole))
+    return out
+
+
+def serve_forever(port: Any, lateness: Any) -> None:
+    """The server process: scripted stages; each finished turn's uplink lateness goes to the queue."""
+    cfg, engines, question, _frames = setup()
+
+    class Report(ScriptedTurns):
+        def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
+            arrivals = timeline.vad.frame_arrival_ns
+            if arrivals:
+                first = arrivals[min(arrivals)]
+                late = [(t - first) / 1e6 - (seq - min(arrivals)) * protocol.FRAME_MS for seq, t in arrivals.items()]
+                lateness.put((timeline.ok, late))
+
+    async def main() -> None:
+        server = await start_gateway(
+            GatewaySettings(port=0, max_messages_per_s=1000), Report(cfg, engines, question), RealClock()
+        )
+        async with server:
+            port.value = server.sockets[0].getsockname()[1]
+            await asyncio.Event().wait()
+
+    run_on_clock(main(), RealClock())
+
+
+async def lean_device(url: str, packets: list[bytes], delay_s: float, sent_late: list[float]) -> bool:
+    """A device reduced to its wire behaviour: hello, listen, paced packets, read until tts stop."""
+    await asyncio.sleep(delay_s)
+    async with connect(url, compression=None) as ws:
+        await ws.send(protocol.dump(protocol.hello()))
+        session = protocol.parse(await ws.recv()).get("session_id", "")
+        listen = {"type": "listen", "state": "start", "mode": "auto", "session_id": session, "lab": {}}
+        await ws.send(protocol.dump(listen))
+
+        async def until_stop() -> bool:
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str) and protocol.parse(message).get("state") == "stop":
+                    return True
+
+        reader = asyncio.create_task(until_stop())
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for k, packet in enumerate(packets):
+            due = start + k * protocol.FRAME_MS / 1000
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            sent_late.append((loop.time() - due) * 1000)
+            if reader.done():
+                break
+            await ws.send(packet)
+        async with asyncio.timeout(30):
+            return await reader
+
+
+def capacity(counts: list[int]) -> list[tuple[int, int, int, float, float, float]]:
+    _cfg, _engines, _question, frames = setup()
+    encoder = OpusEncoder()
+    tail = [bytes(FRAME_BYTES)] * 20  # auto mode: silence after the clip until the server answers
+    packets = [encoder.encode(f.pcm) for f in frames] + [encoder.encode(p) for p in tail]
+    ctx = mp.get_context("spawn")
+    port, lateness = ctx.Value("i", 0), ctx.Queue()
+    server = ctx.Process(target=serve_forever, args=(port, lateness), daemon=True)
+    server.start()
+    try:
+        while port.value == 0:
+            time.sleep(0.05)
+        url = f"ws://127.0.0.1:{port.value}/xiaozhi/v1/"
+        results = []
+        for n in counts:
+            sent_late: list[float] = []
+
+            async def fleet(n: int = n, sent_late: list[float] = sent_late) -> list[bool | BaseException]:
+                spread = protocol.FRAME_MS / 1000 / n
+                jobs = [lean_device(url, packets, i * spread, sent_late) for i in range(n)]
+                return await asyncio.gather(*jobs, return_exceptions=True)
+
+            outcomes = run_on_clock(fleet(), RealClock())
+            late: list[float] = []
+            ok_turns = 0
+            for _ in range(n):
+                turn_ok, values = lateness.get(timeout=60)
+                ok_turns += turn_ok
+                late += values
+            answered = sum(1 for o in outcomes if o is True)
+            p99 = float(np.percentile(late, 99)) if late else float("nan")
+            results.append((n, answered, ok_turns, float(np.median(late)), p99, float(np.percentile(sent_late, 99))))
+            print(
+                f"  {n:4d} devices: answered {answered}/{n}, server turns ok {ok_turns}/{n}, "
+                f"uplink lateness median {results[-1][3]:.2f} ms, P99 {p99:.2f} ms "
+                f"(load generator's own send lateness P99 {results[-1][5]:.2f} ms)",
+                flush=True,
+            )
+            if p99 > GOAL_P99_MS or answered < n:
+                break
+        return results
+    finally:
+        server.terminate()
+        server.join(10)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--turns", type=int, default=6, help="turns each way for the overhead comparison")
+    p.add_argument("--repeats", type=int, default=5, help="passes over the audio for the Opus costs")
+    p.add_argument("--devices", default="25,50,100,200,300,400", help="device counts to try, in order")
+    args = p.parse_args()
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    print(f"machine: {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f} at start")
+    _cfg, _engines, _question, frames = setup()
+    enc, dec, size = opus_costs(frames * 4, args.repeats)
+    print(f"Opus per 60 ms frame: encode {enc:.1f} us, decode {dec:.1f} us, packet {size:.0f} bytes (mean)")
+    sides = run_on_clock(overhead(args.turns), RealClock())
+    (lf, lw), (wf, ww) = sides["in-process"], sides["websocket"]
+    print(f"turn, median of {args.turns} (ms)      in-process   websocket   ratio   difference")
+    print(f"  first audio played           {lf:10.1f}  {wf:10.1f}  {wf / lf:6.3f}x  {wf - lf:+8.1f}")
+    print(f"  whole turn                   {lw:10.1f}  {ww:10.1f}  {ww / lw:6.3f}x  {ww - lw:+8.1f}")
+    print(f"devices one server process holds at real-time pace (goal: P99 lateness <= {GOAL_P99_MS} ms at 200):")
+    results = capacity([int(n) for n in args.devices.split(",")])
+    held = [n for n, answered, _ok, _med, p99, _sent in results if answered == n and p99 <= GOAL_P99_MS]
+    print(f"held: {max(held) if held else 0} devices (largest count tried with P99 <= {GOAL_P99_MS} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""The packaged fixtures through ``python -m pipeline.serve`` (its own process) and ``pipeline.replay --server``:
+the same transcripts and answers as in-process, rows on both sides, and the server stopped afterwards."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline import replay
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "audio_fixtures"
+SIMULATOR = ROOT / "configs" / "simulator.toml"
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def start_server(out: Path) -> tuple[subprocess.Popen[str], str]:
+    command = [sys.executable, "-m", "pipeline.serve", str(FIXTURES), "--config", str(SIMULATOR)]
+    command += ["--port", "0", "--out", str(out), "--quiet"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    found = re.search(r"serving (ws://\S+)", line)
+    if found is None:
+        server.kill()
+        raise AssertionError(f"no server: {line!r} {server.communicate(timeout=10)}")
+    return server, found.group(1)
+
+
+def stop(server: subprocess.Popen[str]) -> str:
+    server.send_signal(signal.SIGINT)
+    out, err = server.communicate(timeout=20)
+    assert server.returncode == 0, err
+    return out
+
+
+def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
+    common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
+    assert replay.main([*common, "--fast", "--out", str(tmp_path / "local")], env={}) == 0
+    server, url = start_server(tmp_path / "server")
+    try:
+        device = replay.main(
+            [*common, "--server", url, "--protocol-version", "2", "--out", str(tmp_path / "dev")], env={}
+        )
+    finally:
+        said = stop(server)
+    assert device == 0
+    assert "2 turn(s)" in said
+    local, dev, served = (rows(tmp_path / d / "bench.csv") for d in ("local", "dev", "server"))
+    assert [r["question_id"] for r in dev] == [r["question_id"] for r in local] == [r["question_id"] for r in served]
+    assert all(r["ok"] == "1" for r in [*local, *dev, *served])
+    # the oracle ASR and scripted answers: what is heard and said must not change across the wire
+    for a, b in zip(local, dev, strict=True):
+        assert (a["asr_error_rate"], a["answer_quality"], a["sentences"]) == (
+            b["asr_error_rate"],
+            b["answer_quality"],
+            b["sentences"],
+        )
+    assert all(r["transport"] == "websocket" and float(r["first_audible_ms"]) > 0 for r in dev)
+    assert all(r["transport"] == "" and r["first_token_ms"] and not r["whole_turn_ms"] for r in served)
+    assert "xiaozhi server at ws://" in dev[0]["llm_endpoint"]
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    server, url = start_server(tmp_path / "one")
+    try:
+        port = url.split(":")[2].split("/")[0]
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.serve",
+                "--config",
+                str(SIMULATOR),
+                "--port",
+                port,
+                "--out",
+                str(tmp_path),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "ORT_DISABLE_TELEMETRY": "1"},
+        )
+    finally:
+        stop(server)
+    assert second.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in second.stderr

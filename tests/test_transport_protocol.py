@@ -1,0 +1,107 @@
+"""The xiaozhi protocol's messages and framing, from transcripts of what firmware and servers send."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from pipeline.events import FRAME_BYTES
+from pipeline.transport import protocol
+from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder, audible
+from pipeline.transport.protocol import ProtocolError
+from tests.scenario import TONE
+
+# What a device sends (firmware 1.x, docs/websocket.md), fields we do not use included.
+FIRMWARE_HELLO = {
+    "type": "hello",
+    "version": 1,
+    "features": {"mcp": True},
+    "transport": "websocket",
+    "audio_params": {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 60},
+}
+# What a server sends (xiaozhi-esp32-server), fields and types we do not use included.
+SERVER_TRANSCRIPT = [
+    {"type": "hello", "version": 1, "transport": "websocket", "session_id": "abc", "audio_params": {}},
+    {"type": "stt", "text": "打开客厅的灯", "session_id": "abc"},
+    {"type": "llm", "text": "😊", "emotion": "happy", "session_id": "abc"},
+    {"type": "tts", "state": "start", "session_id": "abc", "sample_rate": 24000},
+    {"type": "mcp", "session_id": "abc", "payload": {"jsonrpc": "2.0", "method": "tools/list", "id": 1}},
+    {"type": "tts", "state": "sentence_start", "text": "好的，", "session_id": "abc"},
+    {"type": "alert", "status": "warning", "message": "x", "emotion": "sad"},
+    {"type": "tts", "state": "sentence_end", "text": "好的，", "session_id": "abc"},
+    {"type": "tts", "state": "stop", "session_id": "abc"},
+]
+
+
+@pytest.mark.parametrize("version", protocol.VERSIONS)
+def test_audio_framing_round_trips_in_every_version(version: int) -> None:
+    packet = protocol.unpack(version, protocol.pack(version, b"opus-bytes", timestamp_ms=1234))
+    assert packet.payload == b"opus-bytes"
+    assert packet.kind == protocol.TYPE_OPUS
+    assert packet.timestamp_ms == (1234 if version == 2 else 0)
+
+
+def test_the_headers_are_the_documented_layouts() -> None:
+    assert protocol.pack(2, b"ab", 7) == struct.pack(">HHIII", 2, 0, 0, 7, 2) + b"ab"
+    assert protocol.pack(3, b"ab") == bytes([0, 0, 0, 2]) + b"ab"
+    assert protocol.pack(1, b"ab") == b"ab"
+
+
+@pytest.mark.parametrize(
+    ("version", "data", "problem"),
+    [
+        (2, b"\x00\x02", "shorter than the version 2 header"),
+        (3, bytes([0, 0, 0, 9]) + b"ab", "header says 9 payload bytes, the message holds 2"),
+        (3, bytes([7, 0, 0, 1]) + b"a", "type 7"),
+        (4, b"x", "protocol version 4"),
+    ],
+)
+def test_a_header_that_disagrees_with_its_data_is_named(version: int, data: bytes, problem: str) -> None:
+    with pytest.raises(ProtocolError, match=problem):
+        protocol.unpack(version, data)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("{not json", "malformed JSON"), ("[1, 2]", "JSON object"), ('{"state": "start"}', "string 'type'")],
+)
+def test_malformed_control_messages_are_protocol_errors(text: str, problem: str) -> None:
+    with pytest.raises(ProtocolError, match=problem):
+        protocol.parse(text)
+
+
+def test_the_firmware_hello_is_accepted_with_fields_we_do_not_use() -> None:
+    message = protocol.parse(json.dumps(FIRMWARE_HELLO))
+    protocol.check_audio_params(message)
+    assert message["features"] == {"mcp": True}
+
+
+def test_audio_we_cannot_decode_is_refused_at_hello() -> None:
+    hello = {**FIRMWARE_HELLO, "audio_params": {**FIRMWARE_HELLO["audio_params"], "sample_rate": 24000}}  # type: ignore[dict-item]
+    with pytest.raises(ProtocolError, match="sample_rate = 24000"):
+        protocol.check_audio_params(hello)
+
+
+def test_opus_round_trip_keeps_the_frame_and_its_loudness() -> None:
+    encoder, decoder = OpusEncoder(), OpusDecoder()
+    packets = [encoder.encode(TONE) for _ in range(5)]
+    assert all(len(p) < 400 for p in packets)  # 60 ms of speech-band audio, well under the message limit
+    decoded = [decoder.decode(p) for p in packets]
+    assert all(len(pcm) == FRAME_BYTES for pcm in decoded)
+    assert audible(decoded[-1])
+    after = [decoder.decode(encoder.encode(bytes(FRAME_BYTES))) for _ in range(3)]
+    assert not audible(after[-1])  # the first silent frame still carries the tone's decay
+
+
+def test_a_corrupt_opus_packet_is_a_codec_error() -> None:
+    with pytest.raises(CodecError, match="undecodable Opus packet of 6 bytes"):
+        OpusDecoder().decode(b"\xff\xfe\x00bad")
+
+
+def test_a_short_last_frame_is_padded_and_an_oversized_one_refused() -> None:
+    encoder = OpusEncoder()
+    assert len(OpusDecoder().decode(encoder.encode(TONE[:100]))) == FRAME_BYTES
+    with pytest.raises(CodecError, match="at most"):
+        encoder.encode(TONE + b"\0\0")

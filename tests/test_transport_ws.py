@@ -1,0 +1,279 @@
+"""The xiaozhi WebSocket gateway and device emulator over real loopback connections, scripted stages behind.
+
+Each misbehaving connection is closed with a code and reason of its own, its unfinished
+turn is recorded with its error, and a well-behaved device on the same server is not touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.traces import spans_from_traces_data
+from pipeline.clock import RealClock, run_on_clock
+from pipeline.events import AudioFrame
+from pipeline.run.turn import ServerStages
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport import protocol
+from pipeline.transport.codec import OpusEncoder
+from pipeline.transport.emulator import DeviceError, DeviceSettings, WebSocketDevice
+from pipeline.transport.gateway import GatewaySettings, TurnRequest, start_gateway
+from stages.llm.scripted import ScriptedReply
+from tests.scenario import TONE, run_virtual, stages, utterance
+
+REPLY = ScriptedReply("Fine, thank you. The weather is sunny today.")
+T = TypeVar("T")
+
+
+def quick_stages() -> ServerStages:
+    return stages(REPLY, asr_ms=40, ttft_ms=40, per_token_ms=5, tts_first_ms=20, rtf=0.1)
+
+
+def clip() -> list[AudioFrame]:
+    return utterance(lead_frames=3, speech_frames=10, tail_frames=12)
+
+
+class ScriptedTurns:
+    def __init__(self) -> None:
+        self.done: list[tuple[TurnRequest, TurnTimeline]] = []
+
+    def stages(self, request: TurnRequest) -> ServerStages:
+        return quick_stages()
+
+    def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
+        self.done.append((request, timeline))
+
+    async def settled(self, count: int, within_s: float = 10.0) -> None:
+        async with asyncio.timeout(within_s):
+            while len(self.done) < count:
+                await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def gateway(turns: ScriptedTurns, **changes: Any) -> AsyncIterator[str]:
+    settings = GatewaySettings(port=0, **changes)
+    server = await start_gateway(settings, turns, RealClock())
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/xiaozhi/v1/"
+
+
+def real(coro: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro()
+
+    return run_on_clock(main(), RealClock())
+
+
+def device_rows(timeline: TurnTimeline, tmp: Any) -> list[dict[str, Any]]:
+    tracing = Tracing(tmp / "t.jsonl", "test", None)
+    line = tracing.emit_turn(timeline, {"lab.schema_version": "1", "lab.question_id": "q1"})
+    tracing.shutdown()
+    return rows_from_spans(spans_from_traces_data(line))
+
+
+@pytest.mark.parametrize(("version", "mode"), [(1, "auto"), (2, "manual"), (3, "auto")])
+def test_a_turn_over_websocket_hears_and_says_what_the_in_process_turn_does(
+    version: int, mode: str, tmp_path: Any
+) -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> TurnTimeline:
+        async with gateway(turns) as url:
+            settings = DeviceSettings(url=url, protocol_version=version, listen_mode=mode)
+            async with WebSocketDevice(settings, RealClock()) as device:
+                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q1", round_no=2)
+            await turns.settled(1)
+        return timeline
+
+    timeline = real(scenario)
+    in_process = run_virtual(quick_stages(), clip())
+    assert timeline.ok, timeline.error_message
+    assert timeline.device is not None
+    assert timeline.device.transcript == in_process.asr.text == "question"
+    assert [text for _, text in timeline.device.sentence_starts] == [s.text for s in in_process.sentences]
+    assert timeline.playback.audio_ms == sum(t.audio_ms for t in in_process.tts)
+    request, server = turns.done[0]
+    assert (request.question_id, request.round, request.mode) == ("q1", 2, mode)
+    assert server.ok and [s.text for s in server.sentences] == [s.text for s in in_process.sentences]
+
+    row = device_rows(timeline, tmp_path)[0]
+    assert row["ok"] == 1 and row["transport"] == "websocket" and row["asr_error_rate"] is None
+    assert row["sentences"] == len(in_process.sentences)
+    # the order a device lives them: heard, first frame in, first sound out, last sound out
+    assert 0 < row["stt_received_ms"] < row["first_audio_received_ms"] <= row["first_audible_ms"]
+    assert row["first_audible_ms"] >= row["first_audio_ms"] and row["whole_turn_ms"] > row["first_audible_ms"]
+
+
+def test_the_device_frame_holding_the_end_of_speech_marks_the_users_end(tmp_path: Any) -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> TurnTimeline:
+        async with gateway(turns) as url, WebSocketDevice(DeviceSettings(url=url), RealClock()) as device:
+            return await device.turn(clip(), speech_end_ms=13 * 60, question_id="", round_no=1)
+
+    tl = real(scenario)
+    assert tl.device is not None and tl.vad.user_speech_end_ns is not None and tl.device.first_uplink_ns is not None
+    # frame 12 (the 13th) is sent 12 frame times after the first, at real-time pace
+    assert (tl.vad.user_speech_end_ns - tl.device.first_uplink_ns) / 1e6 == pytest.approx(12 * 60, abs=30)
+
+
+async def _hello(ws: ClientConnection) -> dict[str, Any]:
+    await ws.send(protocol.dump(protocol.hello()))
+    return protocol.parse(await ws.recv())
+
+
+async def _closed(ws: ClientConnection, within_s: float = 5.0) -> tuple[int | None, str]:
+    with contextlib.suppress(ConnectionClosed):
+        async with asyncio.timeout(within_s):
+            while True:
+                await ws.recv()
+    return ws.close_code, ws.close_reason or ""
+
+
+async def _start_turn(ws: ClientConnection, session_id: str) -> None:
+    await ws.send(protocol.dump({"type": "listen", "state": "start", "mode": "auto", "session_id": session_id}))
+
+
+def _misbehaviours(url: str) -> dict[str, Callable[[], Awaitable[tuple[int | None, str]]]]:
+    async def malformed() -> tuple[int | None, str]:
+        async with connect(url) as ws:
+            await _hello(ws)
+            await ws.send("{this is not json")
+            return await _closed(ws)
+
+    async def binary_first() -> tuple[int | None, str]:
+        async with connect(url) as ws:
+            await ws.send(b"\x01\x02\x03")
+            return await _closed(ws)
+
+    async def oversized() -> tuple[int | None, str]:
+        async with connect(url, max_size=None) as ws:
+            await _hello(ws)
+            await ws.send(b"\0" * 64_000)
+            return await _closed(ws)
+
+    async def corrupt_opus() -> tuple[int | None, str]:
+        async with connect(url) as ws:
+            hello = await _hello(ws)
+            await _start_turn(ws, hello["session_id"])
+            await ws.send(OpusEncoder().encode(TONE))
+            await ws.send(b"\xff\xfe\x00 not opus")
+            return await _closed(ws)
+
+    async def flood() -> tuple[int | None, str]:
+        async with connect(url) as ws:
+            hello = await _hello(ws)
+            for _ in range(400):
+                await ws.send(protocol.dump({"type": "iot", "session_id": hello["session_id"]}))
+            return await _closed(ws)
+
+    async def leaves_mid_answer() -> tuple[int | None, str]:
+        async with connect(url) as ws:
+            hello = await _hello(ws)
+            await _start_turn(ws, hello["session_id"])
+            encoder = OpusEncoder()
+            for frame in clip():
+                await ws.send(encoder.encode(frame.pcm))
+            while not isinstance(await ws.recv(), bytes):  # the answer's first audio
+                pass
+        return 1000, "left"
+
+    return {
+        "malformed": malformed,
+        "binary_first": binary_first,
+        "oversized": oversized,
+        "corrupt_opus": corrupt_opus,
+        "flood": flood,
+        "leaves_mid_answer": leaves_mid_answer,
+    }
+
+
+def test_bad_connections_are_closed_one_by_one_and_a_good_device_beside_them_is_served() -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> tuple[dict[str, tuple[int | None, str]], TurnTimeline]:
+        async with gateway(turns, max_messages_per_s=200.0) as url:
+            good = WebSocketDevice(DeviceSettings(url=url), RealClock())
+            async with good:
+                bad = _misbehaviours(url)
+                outcomes = asyncio.gather(*(run() for run in bad.values()))
+                timeline = await good.turn(clip(), speech_end_ms=13 * 60, question_id="good", round_no=1)
+                closes = dict(zip(bad, await outcomes, strict=True))
+            await turns.settled(3)
+        return closes, timeline
+
+    closes, good = real(scenario)
+    assert good.ok, good.error_message
+    assert closes["malformed"][0] == 1002 and "malformed JSON" in closes["malformed"][1]
+    assert closes["binary_first"] == (1002, "binary audio before hello")
+    assert closes["oversized"][0] == 1009  # message too big, before it is read
+    assert closes["corrupt_opus"][0] == 1007 and "undecodable Opus packet" in closes["corrupt_opus"][1]
+    assert closes["flood"][0] == 1008 and "messages a second" in closes["flood"][1]
+    errors = sorted(tl.error_type for _, tl in turns.done if not tl.ok)
+    assert errors == ["bad_audio", "disconnected"]  # the corrupt turn, and the device that left mid-answer
+    assert [r.question_id for r, tl in turns.done if tl.ok] == ["good"]
+
+
+def test_unknown_messages_are_tolerated_and_the_session_goes_on() -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> TurnTimeline:
+        async with gateway(turns) as url, WebSocketDevice(DeviceSettings(url=url), RealClock()) as device:
+            assert device.ws is not None
+            for message in (
+                {"type": "listen", "state": "detect", "text": "你好小智", "session_id": device.session_id},
+                {"type": "mcp", "payload": {"jsonrpc": "2.0", "id": 1, "result": {}}},
+                {"type": "iot", "descriptors": []},
+                {"type": "something-new", "x": 1},
+            ):
+                await device.ws.send(json.dumps(message))
+            return await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+
+    assert real(scenario).ok
+
+
+def test_a_wrong_token_or_path_is_refused_at_the_handshake() -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> list[str]:
+        async with gateway(turns, token="s3cret") as url:
+            found = []
+            for settings in (DeviceSettings(url=url), DeviceSettings(url=url, token="wrong")):
+                with pytest.raises(DeviceError) as refused:
+                    async with WebSocketDevice(settings, RealClock()):
+                        pass
+                found.append(str(refused.value))
+            with pytest.raises(InvalidStatus, match="404"):
+                async with connect(
+                    url.replace("/xiaozhi/v1/", "/other/"), additional_headers={"Authorization": "Bearer s3cret"}
+                ):
+                    pass
+            async with WebSocketDevice(DeviceSettings(url=url, token="s3cret"), RealClock()) as device:
+                assert device.session_id
+        return found
+
+    refusals = real(scenario)
+    assert all("401" in r for r in refusals)
+    assert all("s3cret" not in r and "wrong" not in r for r in refusals)
+
+
+def test_an_unreachable_server_is_a_device_error_naming_it() -> None:
+    async def scenario() -> None:
+        async with WebSocketDevice(
+            DeviceSettings(url="ws://127.0.0.1:9/xiaozhi/v1/", connect_timeout_s=2), RealClock()
+        ):
+            pass
+
+    with pytest.raises(DeviceError, match=re.escape("ws://127.0.0.1:9/xiaozhi/v1/: no session")):
+        real(scenario)
