@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -32,6 +34,8 @@ from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport import protocol
 from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder
 from pipeline.transport.protocol import ProtocolError
+
+_CODEC_THREADS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="opus")
 
 # close codes (RFC 6455)
 CLOSE_PROTOCOL = 1002
@@ -202,7 +206,8 @@ async def _send(turn: ServerTurn) -> None:
                 await asyncio.sleep(max(0.0, due - loop.time()))
             elif frames == 0:
                 start = loop.time()
-            packet = turn.encoder.encode(item.pcm)
+            # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
+            packet = await loop.run_in_executor(_CODEC_THREADS, turn.encoder.encode, item.pcm)
             await turn.ws.send(protocol.pack(turn.version, packet, timestamp_ms=frames * protocol.FRAME_MS))
             frames += 1
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from array import array
 from dataclasses import dataclass
+
+import numpy as np
 
 from stages.registry import Implementation, TurnInputs
 from stages.vad.endpointer import FrameVad
@@ -12,10 +13,10 @@ from stages.vad.endpointer import FrameVad
 
 def frame_dbfs(pcm: bytes) -> float:
     """RMS level of 16-bit PCM in dB relative to full scale (-120 for digital silence)."""
-    samples = array("h", pcm)
-    if not samples:
+    samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2").astype(np.int64)
+    if not samples.size:
         return -120.0
-    mean_sq = sum(s * s for s in samples) / len(samples)
+    mean_sq = int(samples @ samples) / samples.size  # integer sum of squares: exact, as before
     if mean_sq <= 0:
         return -120.0
     return 10 * math.log10(mean_sq / (32768.0 * 32768.0))
