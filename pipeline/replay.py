@@ -57,6 +57,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
     device.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
     device.add_argument("--listen-mode", choices=("auto", "manual"), default="auto", help="who ends the user's turn")
+    device.add_argument(
+        "--barge-in-after", type=int, metavar="MS", help="interrupt each answer (abort) once it has sounded MS ms"
+    )
     return p.parse_args(argv)
 
 
@@ -128,6 +131,7 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         protocol_version=args.protocol_version,
         listen_mode=args.listen_mode,
         turn_timeout_s=cfg.run.turn_timeout_s,
+        barge_in_after_ms=args.barge_in_after,
     )
     return WebSocketDevice(settings, clock)
 

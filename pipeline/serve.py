@@ -88,7 +88,7 @@ class LabTurns:
             self.history[request.session_id] = kept
         note = f"device session {request.session_id[:8]}, listen mode {request.mode}"
         attrs = turn_attributes(self.run, self.question(request), request.round, note, None)
-        self.sink(self.tracing.emit_turn(timeline, attrs))
+        self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
 
 
 async def serve_until_stopped(run: Run, turns: LabTurns, settings: GatewaySettings) -> None:
@@ -121,6 +121,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
+        print(f"warning: listening on {args.host} without a token: anyone who reaches it can use it", file=sys.stderr)
     clock = RealClock()
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     run = Run(run_id, cfg, cfg.config_id(questions.digest(), engines.identity), questions, clock, engines, api_key)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from pipeline import replay
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"
@@ -68,6 +69,19 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     assert all(r["transport"] == "websocket" and float(r["first_audible_ms"]) > 0 for r in dev)
     assert all(r["transport"] == "" and r["first_token_ms"] and not r["whole_turn_ms"] for r in served)
     assert "xiaozhi server at ws://" in dev[0]["llm_endpoint"]
+    # one trace per turn across both processes: the server's turn span is a child of the device's
+    device_turns = {s.span_id: s for s in turn_spans(tmp_path / "dev")}
+    server_turns = turn_spans(tmp_path / "server")
+    assert len(server_turns) == 2 and all(s.parent_span_id in device_turns for s in server_turns)
+    assert all(s.trace_id == device_turns[s.parent_span_id].trace_id for s in server_turns)
+    assert {r["trace_id"] for r in served} == {r["trace_id"] for r in dev}
+
+
+def turn_spans(out: Path) -> list[SpanRecord]:
+    problems = ReadProblems()
+    spans = [s for f in trace_files(out / "traces") for s in read_trace_file(f, problems)]
+    assert not problems.messages
+    return [s for s in spans if s.name == "turn"]
 
 
 def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:

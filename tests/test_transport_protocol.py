@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,26 @@ def test_a_short_last_frame_is_padded_and_an_oversized_one_refused() -> None:
     assert len(OpusDecoder().decode(encoder.encode(TONE[:100]))) == FRAME_BYTES
     with pytest.raises(CodecError, match="at most"):
         encoder.encode(TONE + b"\0\0")
+
+
+def test_a_reserved_turn_span_id_is_the_turn_spans_and_a_server_turn_joins_it(tmp_path: Path) -> None:
+    from pipeline.analysis.traces import spans_from_traces_data
+    from pipeline.tracing.export import Tracing
+    from pipeline.tracing.timeline import TurnTimeline
+
+    device, server = Tracing(tmp_path / "d.jsonl", "device"), Tracing(tmp_path / "s.jsonl", "server")
+    device.start_session({}, 1_000)
+    traceparent = device.reserve_turn()
+    _, trace_id, span_id, _ = traceparent.split("-")
+    mine = spans_from_traces_data(device.emit_turn(TurnTimeline(start_ns=2_000, end_ns=3_000), {}))
+    turn = next(s for s in mine if s.name == "turn")
+    assert (turn.trace_id, turn.span_id) == (trace_id, span_id)
+    theirs = spans_from_traces_data(server.emit_turn(TurnTimeline(start_ns=2_100, end_ns=2_900), {}, traceparent))
+    assert [(s.trace_id, s.parent_span_id) for s in theirs if s.name == "turn"] == [(trace_id, span_id)]
+    # the next turn gets a fresh id; a malformed traceparent leaves the server's own trace
+    again = spans_from_traces_data(device.emit_turn(TurnTimeline(start_ns=4_000, end_ns=5_000), {}))
+    assert next(s for s in again if s.name == "turn").span_id != span_id
+    own = spans_from_traces_data(server.emit_turn(TurnTimeline(start_ns=1, end_ns=2), {}, "00-zz-01"))
+    assert next(s for s in own if s.name == "turn").trace_id != trace_id
+    device.shutdown()
+    server.shutdown()

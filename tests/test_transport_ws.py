@@ -277,3 +277,27 @@ def test_an_unreachable_server_is_a_device_error_naming_it() -> None:
 
     with pytest.raises(DeviceError, match=re.escape("ws://127.0.0.1:9/xiaozhi/v1/: no session")):
         real(scenario)
+
+
+def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_path: Any) -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> TurnTimeline:
+        async with gateway(turns) as url:
+            settings = DeviceSettings(url=url, barge_in_after_ms=300)
+            async with WebSocketDevice(settings, RealClock()) as device:
+                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+            await turns.settled(1)
+        return timeline
+
+    timeline = real(scenario)
+    full = run_virtual(quick_stages(), clip())
+    assert timeline.ok and timeline.device is not None and timeline.device.abort_ns is not None
+    assert 0 < timeline.playback.audio_ms < sum(t.audio_ms for t in full.tts)  # cut short
+    assert [tl.error_type for _, tl in turns.done] == ["aborted"]  # the server's view of the same turn
+    row = device_rows(timeline, tmp_path)[0]
+    assert row["whole_turn_ms"] is None  # the user ended it, not the pipeline
+    assert 0 <= row["interrupt_received_ms"] < 1000  # the server stopped sending
+    # the frame playing at the abort finishes, the rest is dropped: 0.7-1.1 ms measured here (the abort
+    # falls on a frame boundary), bounded by one frame and a scheduling stall
+    assert 0 <= row["interrupt_played_ms"] <= 60 + 100

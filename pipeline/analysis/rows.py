@@ -67,6 +67,8 @@ COLUMNS = (
     "stt_received_ms",
     "first_audio_received_ms",
     "first_audible_ms",
+    "interrupt_received_ms",
+    "interrupt_played_ms",
 )
 
 
@@ -181,7 +183,7 @@ def turn_row(t: TurnSpans) -> Row:
         "other_cpu_ms": _float(a.get(names.HOST_OTHER_CPU_MS)),
         "other_cpu_share": _share(_float(a.get(names.HOST_OTHER_CPU_MS)), t.turn),
         "load_avg_1m": _float(a.get(names.HOST_LOAD_AVG_1M)),
-        "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok else None,
+        "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok and not _barged(t) else None,
         "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
         "vad_endpoint_ms": _ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
         "asr_ms": _ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
@@ -201,20 +203,44 @@ def turn_row(t: TurnSpans) -> Row:
         "clock": _str(a.get(names.CLOCK)),
         "trace_id": t.turn.trace_id,
         "turn_start_ns": t.turn.start_ns,
-        **_device(t.first(names.DEVICE), speech_end),
+        **_device(t, speech_end),
     }
 
 
-def _device(device: SpanRecord | None, speech_end: int | None) -> Row:
+def _device(t: TurnSpans, speech_end: int | None) -> Row:
     """A device's view across a real transport, from the user's end of speech: empty in-process."""
+    device = t.first(names.DEVICE)
     if device is None:
-        return {"transport": "", "stt_received_ms": None, "first_audio_received_ms": None, "first_audible_ms": None}
+        return {key: "" if key == "transport" else None for key in DEVICE_COLUMNS}
+    abort = device.event_ns(names.EV_ABORT)
+    last_in = device.event_ns(names.EV_LAST_AUDIO_RECEIVED)
+    playback = t.first(names.PLAYBACK)
+    played = playback.end_ns if playback is not None else None
     return {
         "transport": _str(device.attributes.get(names.TRANSPORT)),
         "stt_received_ms": _ms(speech_end, device.event_ns(names.EV_STT)),
         "first_audio_received_ms": _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
         "first_audible_ms": _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
+        # barge-in: from the abort until the server's audio stopped coming, and until the device fell silent
+        "interrupt_received_ms": _ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
+        "interrupt_played_ms": _ms(abort, max(played, abort)) if abort is not None and played is not None else None,
     }
+
+
+DEVICE_COLUMNS = (
+    "transport",
+    "stt_received_ms",
+    "first_audio_received_ms",
+    "first_audible_ms",
+    "interrupt_received_ms",
+    "interrupt_played_ms",
+)
+
+
+def _barged(t: TurnSpans) -> bool:
+    """The user cut the answer off: the turn's end is the user's, not the pipeline's."""
+    device = t.first(names.DEVICE)
+    return device is not None and device.event_ns(names.EV_ABORT) is not None
 
 
 def _device_sentences(t: TurnSpans) -> int:

@@ -41,7 +41,7 @@ class RemoteTurns(Protocol):
     async def __aexit__(self, *exc: object) -> None: ...
 
     async def turn(
-        self, frames: Sequence[AudioFrame], speech_end_ms: int | None, question_id: str, round_no: int
+        self, frames: Sequence[AudioFrame], speech_end_ms: int | None, question_id: str, round_no: int, traceparent: str
     ) -> TurnTimeline: ...
 
 
@@ -153,7 +153,8 @@ async def _rounds(
                 note = str(clip)
             elif run.remote is not None:  # the server keeps the conversation's history
                 speech_end = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
-                timeline = await run.remote.turn(clip.frames, speech_end, q.id, round_no)
+                # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
+                timeline = await run.remote.turn(clip.frames, speech_end, q.id, round_no, tracing.reserve_turn())
                 note = clip.note
             else:
                 context = tuple(history)

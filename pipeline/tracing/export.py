@@ -19,6 +19,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from pipeline.tracing import names
 from pipeline.tracing.otlp_json import dumps_line, spans_to_otlp_json
@@ -50,6 +52,29 @@ class _LineBuffer(SpanProcessor):
         with self._lock:
             taken, self._spans = self._spans, []
         return taken
+
+
+class _ReservableIds(RandomIdGenerator):
+    """Random ids, except that the next turn span's id can be drawn ahead of time (``reserve``), so a
+    device can name its turn in a ``traceparent`` before the turn's spans exist."""
+
+    def __init__(self) -> None:
+        self.reserved: int | None = None
+        self._take_reserved = False
+
+    def reserve(self) -> int:
+        self.reserved = super().generate_span_id()
+        return self.reserved
+
+    def use_reserved_next(self) -> None:
+        """The next span id generated is the reserved one, if one is reserved."""
+        self._take_reserved = self.reserved is not None
+
+    def generate_span_id(self) -> int:
+        if self._take_reserved and self.reserved is not None:
+            span_id, self.reserved, self._take_reserved = self.reserved, None, False
+            return span_id
+        return super().generate_span_id()
 
 
 class CountingExporter(SpanExporter):
@@ -105,7 +130,10 @@ class Tracing:
         self.trace_path = trace_path
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._buffer = _LineBuffer()
-        self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        self._ids = _ReservableIds()
+        self._provider = TracerProvider(
+            resource=Resource.create({"service.name": service_name}), id_generator=self._ids
+        )
         self._provider.add_span_processor(self._buffer)
         self.otlp: CountingExporter | None = None
         self.otlp_endpoint = otlp.endpoint if otlp else ""
@@ -129,9 +157,24 @@ class Tracing:
             self._session = None
         return self._write_line()
 
-    def emit_turn(self, timeline: TurnTimeline, attributes: Attributes) -> dict[str, Any]:
-        """Turn a finished turn into spans and write them as one line; returns that line's data."""
-        build_turn_spans(self._tracer, self._session_ctx, timeline, attributes)
+    def reserve_turn(self) -> str:
+        """A W3C ``traceparent`` naming the next turn span this tracer emits (the session's trace)."""
+        session = self._session.get_span_context() if self._session is not None else None
+        trace_id = session.trace_id if session is not None else self._ids.generate_trace_id()
+        return f"00-{trace_id:032x}-{self._ids.reserve():016x}-01"
+
+    def emit_turn(self, timeline: TurnTimeline, attributes: Attributes, traceparent: str = "") -> dict[str, Any]:
+        """Turn a finished turn into spans and write them as one line; returns that line's data.
+
+        ``traceparent``: the turn span becomes a child of that remote span (a device's turn, seen
+        from the server that served it), so both sides' spans form one trace."""
+        parent = self._session_ctx
+        if traceparent:
+            remote = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+            if trace.get_current_span(remote).get_span_context().is_valid:
+                parent = remote
+        self._ids.use_reserved_next()  # the turn span is the first span built
+        build_turn_spans(self._tracer, parent, timeline, attributes)
         line = self._write_line()
         assert line is not None
         return line

@@ -37,6 +37,8 @@ EV_FIRST_AUDIO_RECEIVED = "first_audio_received"
 EV_FIRST_AUDIBLE = "first_audible_played"
 EV_SENTENCE_START = "sentence_start_received"
 EV_TTS_STOP = "tts_stop_received"
+EV_ABORT = "abort_sent"  # barge-in
+EV_LAST_AUDIO_RECEIVED = "last_audio_received"
 
 # session / turn attributes
 SCHEMA = "lab.schema_version"

@@ -157,6 +157,8 @@ def _device_span(device: DeviceTiming, child: Callable[..., Span], end: int) -> 
         (names.EV_FIRST_AUDIO_RECEIVED, device.first_audio_received_ns),
         (names.EV_FIRST_AUDIBLE, device.first_audible_ns),
         (names.EV_TTS_STOP, device.tts_stop_ns),
+        (names.EV_ABORT, device.abort_ns),
+        (names.EV_LAST_AUDIO_RECEIVED, device.last_audio_received_ns),
     ):
         if t is not None:
             span.add_event(name, timestamp=t)

@@ -97,6 +97,8 @@ class DeviceTiming:
     first_audio_received_ns: int | None = None
     first_audible_ns: int | None = None  # the first frame with sound in it began to play
     tts_stop_ns: int | None = None
+    abort_ns: int | None = None  # barge-in: the device sent abort
+    last_audio_received_ns: int | None = None
     transcript: str = ""
     sentence_starts: list[tuple[int, str]] = field(default_factory=list)  # (received at, text)
     uplink_frames: int = 0

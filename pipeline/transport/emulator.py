@@ -42,6 +42,7 @@ class DeviceSettings:
     tail_ms: int = 3000  # auto mode: silence streamed after the clip until the server says what it heard
     connect_timeout_s: float = 10.0
     turn_timeout_s: float = 60.0
+    barge_in_after_ms: int | None = None  # the user cuts in: abort this long after the answer became audible
 
 
 class DeviceError(RuntimeError):
@@ -92,9 +93,16 @@ class WebSocketDevice:
             self.ws = None
 
     async def turn(
-        self, frames: Sequence[AudioFrame], speech_end_ms: int | None, question_id: str, round_no: int
+        self,
+        frames: Sequence[AudioFrame],
+        speech_end_ms: int | None,
+        question_id: str,
+        round_no: int,
+        traceparent: str = "",
     ) -> TurnTimeline:
-        """Ask one question; the device's timeline of it, failures recorded on it (M7)."""
+        """Ask one question; the device's timeline of it, failures recorded on it (M7).
+
+        ``traceparent`` (W3C) goes with ``listen``: a server of ours makes its spans children of it."""
         recorder = TurnRecorder(self.clock)
         tl = recorder.timeline
         tl.device = DeviceTiming(transport="websocket", protocol_version=self.settings.protocol_version)
@@ -109,14 +117,18 @@ class WebSocketDevice:
             "session_id": self.session_id,
         }
         listen["lab"] = {"question_id": question_id, "round": round_no}  # real servers ignore unknown fields
+        if traceparent:
+            listen["traceparent"] = traceparent
         try:
             await self.ws.send(protocol.dump(listen))
         except ConnectionClosed as exc:
             recorder.fail("disconnected", f"the server closed the connection ({exc})")
             return recorder.finish()
-        uplink = asyncio.create_task(turn.send())
+        others = [asyncio.create_task(turn.send())]
+        if self.settings.barge_in_after_ms is not None:
+            others.append(asyncio.create_task(turn.interrupt(self.settings.barge_in_after_ms)))
         work = [asyncio.create_task(turn.receive()), asyncio.create_task(turn.play())]
-        await supervise(recorder, work, [uplink], self.settings.turn_timeout_s)
+        await supervise(recorder, work, others, self.settings.turn_timeout_s)
         _check(recorder)
         if not tl.ok and self.ws is not None and self.ws.state is State.OPEN:
             await _abandon(self.ws, self.session_id)
@@ -136,6 +148,7 @@ class _DeviceTurn:
         end = speech_end_ms if speech_end_ms is not None else len(frames) * FRAME_MS
         self.speech_end_seq = min(max(0, (end - 1) // FRAME_MS), max(0, len(frames) - 1))
         self.heard = asyncio.Event()
+        self.sounding = asyncio.Event()  # the answer became audible
         self.playout: asyncio.Queue[object] = asyncio.Queue()
 
     async def send(self) -> None:
@@ -177,7 +190,10 @@ class _DeviceTurn:
                         continue
                     if self.timing.first_audio_received_ns is None:
                         self.timing.first_audio_received_ns = now
+                    self.timing.last_audio_received_ns = now
                     self.timing.downlink_frames += 1
+                    if self.timing.abort_ns is not None:  # cut off: still arriving, never played
+                        continue
                     try:
                         pcm = decoder.decode(packet.payload)
                     except CodecError:
@@ -196,7 +212,7 @@ class _DeviceTurn:
                 elif kind == "stop":
                     break
         finally:
-            for item in held:
+            for item in held if self.timing.abort_ns is None else []:
                 self.playout.put_nowait(item)
             close(self.playout)
 
@@ -224,6 +240,23 @@ class _DeviceTurn:
             if isinstance(event, AudioOut) and self.timing.first_audible_ns is None and audible(event.pcm):
                 # the player yields a frame once played: its sound began one frame earlier
                 self.timing.first_audible_ns = self.clock.now_ns() - event.duration_ms * 1_000_000
+                self.sounding.set()
+
+    async def interrupt(self, after_ms: int) -> None:
+        """Barge-in: once the answer has sounded for ``after_ms``, abort it and stop playing at once."""
+        await self.sounding.wait()
+        await asyncio.sleep(max(0, after_ms - FRAME_MS) / 1000)  # it became audible one frame ago
+        self.timing.abort_ns = self.clock.now_ns()
+        waiting = []
+        while not self.playout.empty():  # what is buffered is dropped; the frame playing now finishes
+            item = self.playout.get_nowait()
+            if not isinstance(item, AudioOut):
+                waiting.append(item)
+        for item in waiting:
+            self.playout.put_nowait(item)
+        await self.ws.send(
+            protocol.dump({"type": "abort", "session_id": self.session_id, "reason": "wake_word_detected"})
+        )
 
 
 def _check(recorder: TurnRecorder) -> None:

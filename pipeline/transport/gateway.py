@@ -64,6 +64,7 @@ class TurnRequest:
     mode: str
     question_id: str = ""
     round: int = 0
+    traceparent: str = ""  # W3C trace context of the device's turn, when the device sent one
 
 
 class Turns(Protocol):
@@ -295,7 +296,14 @@ class DeviceSession:
             self.turn.abort("interrupted", "the device started a new turn mid-answer")
             await self._wait_turn()
         lab = message["lab"] if isinstance(message.get("lab"), dict) else {}
-        request = TurnRequest(self.session_id, mode, str(lab.get("question_id", "")), _int(lab.get("round")))
+        traceparent = message.get("traceparent")
+        request = TurnRequest(
+            self.session_id,
+            mode,
+            str(lab.get("question_id", "")),
+            _int(lab.get("round")),
+            traceparent if isinstance(traceparent, str) else "",
+        )
         try:
             stages = self.turns.stages(request)
         except Exception as exc:  # a turn that cannot be built is refused, not the connection
