@@ -9,6 +9,7 @@ environment (OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME for export over the wire
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import sys
@@ -21,6 +22,7 @@ from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError, bench_run_ids
 from pipeline.analysis.sink import RowSink
 from pipeline.analysis.summary import summary_table
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
+from pipeline.endpoints.link.profiles import get_profile
 from pipeline.offline import guard
 from pipeline.run.assembly import Engines, SetupError, check_languages, load_engines
 from pipeline.run.session import Run, run_session
@@ -28,7 +30,7 @@ from pipeline.settings.config import Config, ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError, load_questions
 from pipeline.settings.models import ModelError, default_cache
 from pipeline.tracing.export import OtlpSettings, Tracing
-from pipeline.transport.emulator import DeviceError, DeviceSettings, WebSocketDevice
+from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDevice
 from stages.registry import ROLES
 
 
@@ -53,10 +55,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
     device = p.add_argument_group("as a device of a xiaozhi server (audio always at real-time pace)")
-    device.add_argument("--server", help="the server's WebSocket URL, e.g. ws://127.0.0.1:8000/xiaozhi/v1/")
+    device.add_argument(
+        "--server", help="the server: ws://HOST:PORT/xiaozhi/v1/ (WebSocket) or mqtt://BROKER:PORT/PREFIX (MQTT + UDP)"
+    )
     device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
     device.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
     device.add_argument("--listen-mode", choices=("auto", "manual"), default="auto", help="who ends the user's turn")
+    device.add_argument("--link-profile", help="a network profile between device and server (lan, internet, ...)")
     device.add_argument(
         "--barge-in-after", type=int, metavar="MS", help="interrupt each answer (abort) once it has sounded MS ms"
     )
@@ -117,12 +122,12 @@ def refuse_existing_run(out: Path, run_id: str, append: bool) -> None:
         )
 
 
-def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> WebSocketDevice | None:
+def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> EmulatedDevice | None:
     """With ``--server``: this run is a device of that server, over the xiaozhi WebSocket protocol."""
     if not args.server:
         return None
-    if not args.server.startswith(("ws://", "wss://")):
-        raise ValueError(f"--server {args.server!r}: a ws:// or wss:// URL is expected")
+    if not args.server.startswith(("ws://", "wss://", "mqtt://")):
+        raise ValueError(f"--server {args.server!r}: a ws://, wss:// or mqtt:// URL is expected")
     if clock.kind != "real":
         raise ValueError("--server needs the real clock: the server runs in real time")
     settings = DeviceSettings(
@@ -132,8 +137,9 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         listen_mode=args.listen_mode,
         turn_timeout_s=cfg.run.turn_timeout_s,
         barge_in_after_ms=args.barge_in_after,
+        profile=get_profile(args.link_profile) if args.link_profile else None,
     )
-    return WebSocketDevice(settings, clock)
+    return EmulatedDevice(settings, clock)
 
 
 def new_run_id() -> str:
@@ -187,6 +193,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         engines = load_engines(cfg, model_cache(args, env), env, roles)
         if remote is not None:
             engines.endpoint, engines.identity["server"] = remote.label, remote.settings.url
+            if remote.settings.profile is not None:  # the link changes every latency the device sees (M11)
+                engines.identity["link_profile"] = json.dumps(remote.settings.profile.as_dict(), sort_keys=True)
         bench = BenchCsv(args.out / "bench.csv")
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         if engines is not None:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import aiomqtt
 
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.sink import RowSink
@@ -38,7 +42,9 @@ from pipeline.settings.models import ModelError
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
-from pipeline.transport.gateway import GatewaySettings, TurnRequest, start_gateway
+from pipeline.transport.gateway import GatewaySettings, start_gateway
+from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
+from pipeline.transport.session import SessionSettings, TurnRequest
 from stages.llm import Message
 
 
@@ -53,6 +59,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--token-env", default="", help="environment variable whose value devices must send as a bearer token"
     )
     p.add_argument("--protocol-limit", type=float, default=100.0, help="messages a second a connection may send")
+    p.add_argument("--mqtt", help="also serve MQTT + UDP devices through this broker: mqtt://BROKER:PORT/PREFIX")
+    p.add_argument("--udp-port", type=int, default=0, help="the UDP audio port for MQTT devices (0: any free one)")
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled")
@@ -91,17 +99,32 @@ class LabTurns:
         self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
 
 
-async def serve_until_stopped(run: Run, turns: LabTurns, settings: GatewaySettings) -> None:
+async def serve_until_stopped(
+    run: Run, turns: LabTurns, settings: GatewaySettings, mqtt: MqttGatewaySettings | None = None
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with open_chat(run.config, run.engines, run.api_key, {}):
-        server = await start_gateway(settings, turns, run.clock)
-        async with server:
-            port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
-            print(f"serving ws://{settings.host}:{port}{settings.path} (run {run.run_id})", flush=True)
-            await stop.wait()
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(open_chat(run.config, run.engines, run.api_key, {}))
+        server = await stack.enter_async_context(await start_gateway(settings, turns, run.clock))
+        port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
+        print(f"serving ws://{settings.host}:{port}{settings.path} (run {run.run_id})", flush=True)
+        if mqtt is not None:
+            gateway = await stack.enter_async_context(MqttGateway(mqtt, turns, run.clock))
+            host, udp_port = gateway.udp_address
+            broker = f"mqtt://{mqtt.broker_host}:{mqtt.broker_port}/{mqtt.prefix}"
+            print(f"serving {broker} with audio on udp://{host}:{udp_port}", flush=True)
+        await stop.wait()
+
+
+def mqtt_settings(url: str, udp_host: str, udp_port: int, session: SessionSettings) -> MqttGatewaySettings:
+    parts = urlsplit(url)
+    if parts.scheme != "mqtt" or not parts.hostname:
+        raise ValueError(f"--mqtt {url!r}: mqtt://BROKER:PORT/PREFIX is expected")
+    prefix = parts.path.strip("/") or "xiaozhi"
+    return MqttGatewaySettings(parts.hostname, parts.port or 1883, prefix, udp_host, udp_port, session=session)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -129,13 +152,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
     sink = RowSink(bench, 0, _quiet if args.quiet else _to_stderr)
-    settings = GatewaySettings(
-        host=args.host,
-        port=args.port,
-        token=token,
-        max_messages_per_s=args.protocol_limit,
-        turn_timeout_s=cfg.run.turn_timeout_s,
-    )
+    session = SessionSettings(max_messages_per_s=args.protocol_limit, turn_timeout_s=cfg.run.turn_timeout_s)
+    settings = GatewaySettings(host=args.host, port=args.port, token=token, session=session)
     tracing.start_session(
         {
             names.SCHEMA: names.SCHEMA_VERSION,
@@ -148,9 +166,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         clock.now_ns(),
     )
     try:
-        run_on_clock(serve_until_stopped(run, LabTurns(run, tracing, sink, args.language), settings), clock)
+        mqtt = mqtt_settings(args.mqtt, args.host, args.udp_port, session) if args.mqtt else None
+        run_on_clock(serve_until_stopped(run, LabTurns(run, tracing, sink, args.language), settings, mqtt), clock)
     except OSError as exc:  # the address is taken, or not ours
         print(f"error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (ValueError, aiomqtt.MqttError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         tracing.end_session(clock.now_ns())

@@ -46,8 +46,9 @@ from pipeline.settings.models import default_cache  # noqa: E402
 from pipeline.tracing.timeline import TurnTimeline  # noqa: E402
 from pipeline.transport import protocol  # noqa: E402
 from pipeline.transport.codec import OpusDecoder, OpusEncoder  # noqa: E402
-from pipeline.transport.emulator import DeviceSettings, WebSocketDevice  # noqa: E402
-from pipeline.transport.gateway import GatewaySettings, TurnRequest, start_gateway  # noqa: E402
+from pipeline.transport.emulator import DeviceSettings, EmulatedDevice  # noqa: E402
+from pipeline.transport.gateway import GatewaySettings, start_gateway  # noqa: E402
+from pipeline.transport.session import SessionSettings, TurnRequest  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 SIMULATOR = ROOT / "configs" / "simulator.toml"
@@ -108,7 +109,7 @@ async def overhead(turns: int) -> dict[str, tuple[float, float]]:
     remote: list[TurnTimeline] = []
     async with server:
         url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/"
-        async with WebSocketDevice(DeviceSettings(url=url), clock) as device:
+        async with EmulatedDevice(DeviceSettings(url=url), clock) as device:
             vad = build_stages(cfg, engines, question, 0).vad
             end = await speech_end_ms(vad, frames)
             for i in range(turns):
@@ -138,7 +139,9 @@ def serve_forever(port: Any, lateness: Any) -> None:
 
     async def main() -> None:
         server = await start_gateway(
-            GatewaySettings(port=0, max_messages_per_s=1000), Report(cfg, engines, question), RealClock()
+            GatewaySettings(port=0, session=SessionSettings(max_messages_per_s=1000)),
+            Report(cfg, engines, question),
+            RealClock(),
         )
         async with server:
             port.value = server.sockets[0].getsockname()[1]

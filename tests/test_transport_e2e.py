@@ -13,6 +13,8 @@ from pathlib import Path
 
 from pipeline import replay
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
+from pipeline.report.__main__ import main as report_main
+from tests.mqtt_broker import mosquitto
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"
@@ -24,9 +26,9 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def start_server(out: Path) -> tuple[subprocess.Popen[str], str]:
+def start_server(out: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     command = [sys.executable, "-m", "pipeline.serve", str(FIXTURES), "--config", str(SIMULATOR)]
-    command += ["--port", "0", "--out", str(out), "--quiet"]
+    command += ["--port", "0", "--out", str(out), "--quiet", *extra]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert server.stdout is not None
     line = server.stdout.readline()
@@ -45,7 +47,7 @@ def stop(server: subprocess.Popen[str]) -> str:
 
 
 def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
-    common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
+    common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "2", "--quiet"]
     assert replay.main([*common, "--fast", "--out", str(tmp_path / "local")], env={}) == 0
     server, url = start_server(tmp_path / "server")
     try:
@@ -55,7 +57,7 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     finally:
         said = stop(server)
     assert device == 0
-    assert "2 turn(s)" in said
+    assert "4 turn(s)" in said
     local, dev, served = (rows(tmp_path / d / "bench.csv") for d in ("local", "dev", "server"))
     assert [r["question_id"] for r in dev] == [r["question_id"] for r in local] == [r["question_id"] for r in served]
     assert all(r["ok"] == "1" for r in [*local, *dev, *served])
@@ -72,9 +74,17 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     # one trace per turn across both processes: the server's turn span is a child of the device's
     device_turns = {s.span_id: s for s in turn_spans(tmp_path / "dev")}
     server_turns = turn_spans(tmp_path / "server")
-    assert len(server_turns) == 2 and all(s.parent_span_id in device_turns for s in server_turns)
+    assert len(server_turns) == 4 and all(s.parent_span_id in device_turns for s in server_turns)
     assert all(s.trace_id == device_turns[s.parent_span_id].trace_id for s in server_turns)
     assert {r["trace_id"] for r in served} == {r["trace_id"] for r in dev}
+    # the report gives a device's run its own section; an in-process run has none
+    for folder, shown in (("dev", True), ("local", False)):
+        assert report_main([str(tmp_path / folder), "--out", str(tmp_path / folder / "r")]) in (0, 1)
+        md = (tmp_path / folder / "r" / "report.md").read_text(encoding="utf-8")
+        assert ("2b. The device and the wire" in md) is shown
+    md = (tmp_path / "dev" / "r" / "report.md").read_text(encoding="utf-8")
+    transport = next(line for line in md.splitlines() if line.startswith("| transport |"))
+    assert "websocket" in transport and "packets lost" not in md  # TCP loses nothing
 
 
 def turn_spans(out: Path) -> list[SpanRecord]:
@@ -110,3 +120,28 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
         stop(server)
     assert second.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+
+
+def test_fixtures_over_mqtt_and_udp_through_mosquitto_match_in_process(tmp_path: Path) -> None:
+    common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
+    assert replay.main([*common, "--fast", "--out", str(tmp_path / "local")], env={}) == 0
+    with mosquitto(tmp_path) as port:
+        server, _ws = start_server(tmp_path / "server", "--mqtt", f"mqtt://127.0.0.1:{port}/lab")
+        try:
+            assert server.stdout is not None
+            assert "serving mqtt://" in server.stdout.readline()
+            url = f"mqtt://127.0.0.1:{port}/lab"
+            device = replay.main([*common, "--server", url, "--out", str(tmp_path / "dev")], env={})
+        finally:
+            stop(server)
+    assert device == 0
+    local, dev, served = (rows(tmp_path / d / "bench.csv") for d in ("local", "dev", "server"))
+    assert all(r["ok"] == "1" for r in [*dev, *served])
+    for a, b in zip(local, dev, strict=True):
+        assert (a["asr_error_rate"], a["answer_quality"], a["sentences"]) == (
+            b["asr_error_rate"],
+            b["answer_quality"],
+            b["sentences"],
+        )
+    assert all(r["transport"] == "udp" and r["packets_lost"] == "0" for r in dev)
+    assert all(r["packets_lost"] == "0" and r["packets_late"] == "0" for r in served)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,14 +19,16 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from pipeline.analysis.rows import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import RealClock, run_on_clock
+from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.events import AudioFrame
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport import protocol
 from pipeline.transport.codec import OpusEncoder
-from pipeline.transport.emulator import DeviceError, DeviceSettings, WebSocketDevice
-from pipeline.transport.gateway import GatewaySettings, TurnRequest, start_gateway
+from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.gateway import GatewaySettings, start_gateway
+from pipeline.transport.session import SessionSettings, TurnRequest
 from stages.llm.scripted import ScriptedReply
 from tests.scenario import TONE, run_virtual, stages, utterance
 
@@ -61,7 +62,8 @@ class ScriptedTurns:
 
 @contextlib.asynccontextmanager
 async def gateway(turns: ScriptedTurns, **changes: Any) -> AsyncIterator[str]:
-    settings = GatewaySettings(port=0, **changes)
+    session = {k: changes.pop(k) for k in list(changes) if k in ("max_messages_per_s", "turn_timeout_s")}
+    settings = GatewaySettings(port=0, session=SessionSettings(**session), **changes)
     server = await start_gateway(settings, turns, RealClock())
     async with server:
         port = server.sockets[0].getsockname()[1]
@@ -91,7 +93,7 @@ def test_a_turn_over_websocket_hears_and_says_what_the_in_process_turn_does(
     async def scenario() -> TurnTimeline:
         async with gateway(turns) as url:
             settings = DeviceSettings(url=url, protocol_version=version, listen_mode=mode)
-            async with WebSocketDevice(settings, RealClock()) as device:
+            async with EmulatedDevice(settings, RealClock()) as device:
                 timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q1", round_no=2)
             await turns.settled(1)
         return timeline
@@ -119,7 +121,7 @@ def test_the_device_frame_holding_the_end_of_speech_marks_the_users_end(tmp_path
     turns = ScriptedTurns()
 
     async def scenario() -> TurnTimeline:
-        async with gateway(turns) as url, WebSocketDevice(DeviceSettings(url=url), RealClock()) as device:
+        async with gateway(turns) as url, EmulatedDevice(DeviceSettings(url=url), RealClock()) as device:
             return await device.turn(clip(), speech_end_ms=13 * 60, question_id="", round_no=1)
 
     tl = real(scenario)
@@ -204,7 +206,7 @@ def test_bad_connections_are_closed_one_by_one_and_a_good_device_beside_them_is_
 
     async def scenario() -> tuple[dict[str, tuple[int | None, str]], TurnTimeline]:
         async with gateway(turns, max_messages_per_s=200.0) as url:
-            good = WebSocketDevice(DeviceSettings(url=url), RealClock())
+            good = EmulatedDevice(DeviceSettings(url=url), RealClock())
             async with good:
                 bad = _misbehaviours(url)
                 outcomes = asyncio.gather(*(run() for run in bad.values()))
@@ -229,15 +231,14 @@ def test_unknown_messages_are_tolerated_and_the_session_goes_on() -> None:
     turns = ScriptedTurns()
 
     async def scenario() -> TurnTimeline:
-        async with gateway(turns) as url, WebSocketDevice(DeviceSettings(url=url), RealClock()) as device:
-            assert device.ws is not None
+        async with gateway(turns) as url, EmulatedDevice(DeviceSettings(url=url), RealClock()) as device:
             for message in (
                 {"type": "listen", "state": "detect", "text": "你好小智", "session_id": device.session_id},
                 {"type": "mcp", "payload": {"jsonrpc": "2.0", "id": 1, "result": {}}},
                 {"type": "iot", "descriptors": []},
                 {"type": "something-new", "x": 1},
             ):
-                await device.ws.send(json.dumps(message))
+                await device.link.send_json(message)
             return await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
 
     assert real(scenario).ok
@@ -251,7 +252,7 @@ def test_a_wrong_token_or_path_is_refused_at_the_handshake() -> None:
             found = []
             for settings in (DeviceSettings(url=url), DeviceSettings(url=url, token="wrong")):
                 with pytest.raises(DeviceError) as refused:
-                    async with WebSocketDevice(settings, RealClock()):
+                    async with EmulatedDevice(settings, RealClock()):
                         pass
                 found.append(str(refused.value))
             with pytest.raises(InvalidStatus, match="404"):
@@ -259,7 +260,7 @@ def test_a_wrong_token_or_path_is_refused_at_the_handshake() -> None:
                     url.replace("/xiaozhi/v1/", "/other/"), additional_headers={"Authorization": "Bearer s3cret"}
                 ):
                     pass
-            async with WebSocketDevice(DeviceSettings(url=url, token="s3cret"), RealClock()) as device:
+            async with EmulatedDevice(DeviceSettings(url=url, token="s3cret"), RealClock()) as device:
                 assert device.session_id
         return found
 
@@ -270,9 +271,7 @@ def test_a_wrong_token_or_path_is_refused_at_the_handshake() -> None:
 
 def test_an_unreachable_server_is_a_device_error_naming_it() -> None:
     async def scenario() -> None:
-        async with WebSocketDevice(
-            DeviceSettings(url="ws://127.0.0.1:9/xiaozhi/v1/", connect_timeout_s=2), RealClock()
-        ):
+        async with EmulatedDevice(DeviceSettings(url="ws://127.0.0.1:9/xiaozhi/v1/", connect_timeout_s=2), RealClock()):
             pass
 
     with pytest.raises(DeviceError, match=re.escape("ws://127.0.0.1:9/xiaozhi/v1/: no session")):
@@ -285,7 +284,7 @@ def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_pat
     async def scenario() -> TurnTimeline:
         async with gateway(turns) as url:
             settings = DeviceSettings(url=url, barge_in_after_ms=300)
-            async with WebSocketDevice(settings, RealClock()) as device:
+            async with EmulatedDevice(settings, RealClock()) as device:
                 timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
             await turns.settled(1)
         return timeline
@@ -301,3 +300,28 @@ def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_pat
     # the frame playing at the abort finishes, the rest is dropped: 0.7-1.1 ms measured here (the abort
     # falls on a frame boundary), bounded by one frame and a scheduling stall
     assert 0 <= row["interrupt_played_ms"] <= 60 + 100
+
+
+def test_a_link_profile_between_device_and_server_adds_its_delay_to_what_the_device_sees() -> None:
+    """100 ms RTT without jitter: the uplink's 50 ms and the downlink's 50 ms are both in the device's figures."""
+    slow = NetProfile("test-100ms", rtt_ms=100.0, handshake=False)
+    turns = ScriptedTurns()
+
+    async def scenario() -> list[TurnTimeline]:
+        out = []
+        async with gateway(turns) as url:
+            for profile in (None, slow):
+                async with EmulatedDevice(DeviceSettings(url=url, profile=profile), RealClock()) as device:
+                    out.append(await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1))
+        return out
+
+    direct, delayed = real(scenario)
+    assert direct.ok and delayed.ok
+    assert direct.device is not None and delayed.device is not None
+
+    def first_audio(tl: TurnTimeline) -> float:
+        assert tl.device is not None and tl.device.first_audio_received_ns and tl.vad.user_speech_end_ns
+        return (tl.device.first_audio_received_ns - tl.vad.user_speech_end_ns) / 1e6
+
+    # measured: +101.5, +101.0 ms quiet, +86.4 ms beside a test suite (the direct turn ran 13 ms slow)
+    assert first_audio(delayed) - first_audio(direct) >= 100 - 40

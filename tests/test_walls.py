@@ -35,7 +35,7 @@ MAY_USE = {
     "report": {"analysis", "names"},
     "endpoints": {"contract"},
     "offline": {"settings"},
-    "transport": {"contract", "clock", "run", "tracing"},  # the run's turn, over the device protocol
+    "transport": {"contract", "clock", "run", "tracing", "endpoints"},  # the run's turn over the device protocol
 }
 
 

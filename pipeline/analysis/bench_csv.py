@@ -98,6 +98,8 @@ NUMERIC = frozenset(
         "other_cpu_share",
         "asr_error_rate",
         "answer_quality",
+        "packets_lost",
+        "packets_late",
     )
 )
 

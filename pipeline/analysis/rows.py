@@ -69,6 +69,8 @@ COLUMNS = (
     "first_audible_ms",
     "interrupt_received_ms",
     "interrupt_played_ms",
+    "packets_lost",
+    "packets_late",
 )
 
 
@@ -204,6 +206,8 @@ def turn_row(t: TurnSpans) -> Row:
         "trace_id": t.turn.trace_id,
         "turn_start_ns": t.turn.start_ns,
         **_device(t, speech_end),
+        "packets_lost": _optional_int(a.get(names.PACKETS_LOST)),
+        "packets_late": _optional_int(a.get(names.PACKETS_LATE)),
     }
 
 

@@ -21,6 +21,7 @@ from pipeline.report.sections import (
     result,
     segments,
     uncertainty,
+    wire,
 )
 from pipeline.report.sections.base import Context, Section
 
@@ -29,6 +30,7 @@ TITLE = header.TITLE
 SECTIONS: tuple[Section, ...] = (
     result.section,
     segments.section,
+    wire.section,
     amplification.section,
     dilution.section,
     outcomes.section,

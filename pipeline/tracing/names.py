@@ -92,6 +92,9 @@ PROTOCOL_VERSION = "lab.transport.protocol_version"
 UPLINK_FRAMES = "lab.transport.uplink_frames"
 DOWNLINK_FRAMES = "lab.transport.downlink_frames"
 UNDECODABLE_FRAMES = "lab.transport.undecodable_frames"
+PACKETS_RECEIVED = "lab.transport.packets_received"  # lossy transports: this side's incoming audio packets
+PACKETS_LOST = "lab.transport.packets_lost"
+PACKETS_LATE = "lab.transport.packets_late"
 
 # GenAI semantic conventions
 GEN_AI_OPERATION = "gen_ai.operation.name"

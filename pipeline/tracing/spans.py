@@ -30,6 +30,10 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
     if not tl.ok:
         attrs[names.ERROR_TYPE] = tl.error_type
         attrs[names.ERROR_MESSAGE] = tl.error_message
+    if tl.packets is not None:
+        attrs[names.PACKETS_RECEIVED] = tl.packets.received
+        attrs[names.PACKETS_LOST] = tl.packets.lost
+        attrs[names.PACKETS_LATE] = tl.packets.late
     scripted = sorted(role for role, info in tl.stages.items() if info.scripted)
     attrs[names.SCRIPTED] = ",".join(scripted)
     for role, info in tl.stages.items():

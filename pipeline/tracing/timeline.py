@@ -106,6 +106,15 @@ class DeviceTiming:
     undecodable_frames: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PacketCounts:
+    """A lossy transport's incoming packets during the turn (UDP): played, never came, came too late."""
+
+    received: int
+    lost: int
+    late: int
+
+
 @dataclass(slots=True)
 class TurnTimeline:
     start_ns: int
@@ -118,6 +127,7 @@ class TurnTimeline:
     tts: list[TtsTiming] = field(default_factory=list)
     playback: PlaybackTiming = field(default_factory=PlaybackTiming)
     device: DeviceTiming | None = None  # only a device across a real transport has one
+    packets: PacketCounts | None = None  # the incoming audio of a lossy transport (server: uplink; device: downlink)
     end_ns: int | None = None
     leftover_ns: int = 0  # after the turn ended or was cancelled: waiting for its stages' engine work to finish
     error_type: str = ""

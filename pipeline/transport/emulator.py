@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
-
 from pipeline.clock import Clock
+from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame, AudioOut
 from pipeline.run.device import Player, close, drain
 from pipeline.run.recorder import TurnRecorder
@@ -28,7 +24,12 @@ from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
 from pipeline.transport import protocol
 from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder, audible
-from pipeline.transport.protocol import ProtocolError
+from pipeline.transport.device_links import DeviceError, LinkSettings, MqttUdpLink, WebSocketLink, open_link
+from pipeline.transport.protocol import ChannelGone, ProtocolError
+
+__all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
+
+DeviceLink = WebSocketLink | MqttUdpLink
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,54 +44,30 @@ class DeviceSettings:
     connect_timeout_s: float = 10.0
     turn_timeout_s: float = 60.0
     barge_in_after_ms: int | None = None  # the user cuts in: abort this long after the answer became audible
+    profile: NetProfile | None = None  # the link emulator between device and server; None: direct
 
 
-class DeviceError(RuntimeError):
-    """The server could not be reached, refused the device, or broke the protocol."""
-
-
-class WebSocketDevice:
+class EmulatedDevice:
     """One device session: ``async with`` connects and says hello; ``turn`` runs one question."""
 
     def __init__(self, settings: DeviceSettings, clock: Clock) -> None:
         self.settings, self.clock = settings, clock
-        self.ws: ClientConnection | None = None
-        self.session_id = ""
-        self.label = f"xiaozhi server at {settings.url} (websocket, protocol {settings.protocol_version})"
+        s = settings
+        self.link = open_link(
+            LinkSettings(s.url, s.token, s.protocol_version, s.device_id, s.connect_timeout_s, s.profile)
+        )
+        self.label = self.link.label
 
-    async def __aenter__(self) -> WebSocketDevice:
-        s = self.settings
-        headers = {
-            "Protocol-Version": str(s.protocol_version),
-            "Device-Id": s.device_id,
-            "Client-Id": str(uuid.uuid4()),
-        }
-        if s.token:
-            headers["Authorization"] = f"Bearer {s.token}"
-        try:
-            async with asyncio.timeout(s.connect_timeout_s):
-                self.ws = await connect(s.url, additional_headers=headers, compression=None, max_size=2**20)
-                await self.ws.send(protocol.dump(protocol.hello()))
-                answer = await _next_control(self.ws)
-        except (OSError, TimeoutError, ConnectionClosed, ProtocolError) as exc:
-            await self._close()
-            raise DeviceError(f"{s.url}: no session ({type(exc).__name__}: {exc})") from None
-        except Exception as exc:  # the handshake refused: websockets.InvalidStatus names the HTTP status
-            await self._close()
-            raise DeviceError(f"{s.url}: refused ({exc})") from None
-        if answer.get("type") != "hello":
-            await self._close()
-            raise DeviceError(f"{s.url}: answered hello with {answer.get('type')!r}")
-        self.session_id = str(answer.get("session_id", ""))
+    @property
+    def session_id(self) -> str:
+        return self.link.session_id
+
+    async def __aenter__(self) -> EmulatedDevice:
+        await self.link.open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._close()
-
-    async def _close(self) -> None:
-        if self.ws is not None:
-            await self.ws.close()
-            self.ws = None
+        await self.link.close()
 
     async def turn(
         self,
@@ -105,8 +82,8 @@ class WebSocketDevice:
         ``traceparent`` (W3C) goes with ``listen``: a server of ours makes its spans children of it."""
         recorder = TurnRecorder(self.clock)
         tl = recorder.timeline
-        tl.device = DeviceTiming(transport="websocket", protocol_version=self.settings.protocol_version)
-        if self.ws is None:
+        tl.device = DeviceTiming(transport=self.link.transport, protocol_version=self.settings.protocol_version)
+        if not self.link.is_open:
             recorder.fail("disconnected", "the connection to the server is gone")
             return recorder.finish()
         turn = _DeviceTurn(self, recorder, frames, speech_end_ms)
@@ -119,28 +96,30 @@ class WebSocketDevice:
         listen["lab"] = {"question_id": question_id, "round": round_no}  # real servers ignore unknown fields
         if traceparent:
             listen["traceparent"] = traceparent
+        self.link.turn_started()
         try:
-            await self.ws.send(protocol.dump(listen))
-        except ConnectionClosed as exc:
-            recorder.fail("disconnected", f"the server closed the connection ({exc})")
+            await self.link.send_json(listen)
+        except ChannelGone as exc:
+            recorder.fail("disconnected", str(exc))
             return recorder.finish()
         others = [asyncio.create_task(turn.send())]
         if self.settings.barge_in_after_ms is not None:
             others.append(asyncio.create_task(turn.interrupt(self.settings.barge_in_after_ms)))
         work = [asyncio.create_task(turn.receive()), asyncio.create_task(turn.play())]
         await supervise(recorder, work, others, self.settings.turn_timeout_s)
+        tl.packets = self.link.packet_counts()
         _check(recorder)
-        if not tl.ok and self.ws is not None and self.ws.state is State.OPEN:
-            await _abandon(self.ws, self.session_id)
+        if not tl.ok and self.link.is_open:
+            await _abandon(self.link, self.session_id)
         return recorder.finish()
 
 
 class _DeviceTurn:
     def __init__(
-        self, device: WebSocketDevice, recorder: TurnRecorder, frames: Sequence[AudioFrame], speech_end_ms: int | None
+        self, device: EmulatedDevice, recorder: TurnRecorder, frames: Sequence[AudioFrame], speech_end_ms: int | None
     ) -> None:
-        assert device.ws is not None and recorder.timeline.device is not None
-        self.ws, self.settings, self.session_id = device.ws, device.settings, device.session_id
+        assert recorder.timeline.device is not None
+        self.link, self.settings, self.session_id = device.link, device.settings, device.session_id
         self.clock, self.recorder = device.clock, recorder
         self.timing: DeviceTiming = recorder.timeline.device
         self.frames = frames
@@ -162,7 +141,7 @@ class _DeviceTurn:
                 break
             due += frame.duration_ms / 1000
             await asyncio.sleep(max(0.0, due - loop.time()))
-            await self.ws.send(protocol.pack(self.settings.protocol_version, encoder.encode(frame.pcm)))
+            await self.link.send_audio(encoder.encode(frame.pcm), frame.seq * FRAME_MS)
             now = self.clock.now_ns()
             self.timing.uplink_frames += 1
             self.timing.last_uplink_ns = now
@@ -172,7 +151,7 @@ class _DeviceTurn:
             if frame.seq == self.speech_end_seq:
                 self.recorder.timeline.vad.user_speech_end_ns = now
         if self.settings.listen_mode == "manual":
-            await self.ws.send(protocol.dump({"type": "listen", "state": "stop", "session_id": self.session_id}))
+            await self.link.send_json({"type": "listen", "state": "stop", "session_id": self.session_id})
 
     async def receive(self) -> None:
         """The server's messages until ``tts stop``: stamped as they arrive, audio decoded into the buffer."""
@@ -181,10 +160,14 @@ class _DeviceTurn:
         sentence = -1
         try:
             while True:
-                message = await self.ws.recv()
+                try:
+                    message = await self.link.recv()
+                except ChannelGone as exc:
+                    self.recorder.fail("disconnected", str(exc))
+                    raise
                 now = self.clock.now_ns()
-                if isinstance(message, bytes):
-                    packet = protocol.unpack(self.settings.protocol_version, message)
+                if isinstance(message, protocol.Packet):
+                    packet = message
                     if packet.kind != protocol.TYPE_OPUS:
                         self._control(protocol.parse(packet.payload), now)
                         continue
@@ -254,9 +237,7 @@ class _DeviceTurn:
                 waiting.append(item)
         for item in waiting:
             self.playout.put_nowait(item)
-        await self.ws.send(
-            protocol.dump({"type": "abort", "session_id": self.session_id, "reason": "wake_word_detected"})
-        )
+        await self.link.send_json({"type": "abort", "session_id": self.session_id, "reason": "wake_word_detected"})
 
 
 def _check(recorder: TurnRecorder) -> None:
@@ -272,19 +253,12 @@ def _check(recorder: TurnRecorder) -> None:
         recorder.fail("bad_audio", f"{device.undecodable_frames} downlink frame(s) could not be decoded")
 
 
-async def _abandon(ws: ClientConnection, session_id: str, wait_s: float = 5.0) -> None:
+async def _abandon(link: DeviceLink, session_id: str, wait_s: float = 5.0) -> None:
     """A failed turn is aborted on the server too, and its last messages read, so the next turn starts clean."""
-    with contextlib.suppress(ConnectionClosed, TimeoutError, ProtocolError):
-        await ws.send(protocol.dump({"type": "abort", "session_id": session_id, "reason": "turn failed on the device"}))
+    with contextlib.suppress(ChannelGone, TimeoutError, ProtocolError):
+        await link.send_json({"type": "abort", "session_id": session_id, "reason": "turn failed on the device"})
         async with asyncio.timeout(wait_s):
             while True:
-                message = await ws.recv()
+                message = await link.recv()
                 if isinstance(message, str) and protocol.parse(message).get("state") == "stop":
                     return
-
-
-async def _next_control(ws: ClientConnection) -> dict[str, Any]:
-    while True:
-        message = await ws.recv()
-        if isinstance(message, str):
-            return protocol.parse(message)

@@ -1,24 +1,16 @@
-"""The server end of the xiaozhi WebSocket protocol: one device session per connection, the pipeline behind it.
+"""The xiaozhi WebSocket transport's server end: each connection is one device session.
 
-Each connection says hello, then asks for turns with ``listen``; a turn runs the same
-instrumented stages as an in-process run (``serve_turn``), with the device's Opus audio
-decoded into its uplink and its events told back as the protocol's messages: ``stt``,
-``tts start``, ``llm``, ``sentence_start`` before each sentence's audio, paced Opus
-frames, ``tts stop``. Whatever a connection does wrong closes that connection only, with
-a close code and reason; a turn it leaves unfinished is recorded with its error.
+The handshake checks the path, the bearer token and the ``Protocol-Version`` header (binary
+framing 1, 2 or 3); then the connection is a ``ServerChannel`` for ``session.DeviceSession``.
+A message over the size limit is closed by websockets itself (1009).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import uuid
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
@@ -26,21 +18,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from pipeline.clock import Clock
-from pipeline.events import AudioFrame, AudioOut, Event, Sentence, TokenDelta, Transcript, TurnEnd
-from pipeline.run.device import close, drain
-from pipeline.run.recorder import TurnRecorder
-from pipeline.run.turn import ServerStages, check_complete, serve_turn, supervise
-from pipeline.tracing.timeline import TurnTimeline
+from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport import protocol
-from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder
-from pipeline.transport.protocol import ProtocolError
+from pipeline.transport.protocol import ChannelGone
+from pipeline.transport.session import DeviceSession, SessionSettings, TurnRequest, Turns
 
-_CODEC_THREADS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="opus")
-
-# close codes (RFC 6455)
-CLOSE_PROTOCOL = 1002
-CLOSE_BAD_DATA = 1007
-CLOSE_POLICY = 1008
+__all__ = ["GatewaySettings", "TurnRequest", "Turns", "WebSocketChannel", "start_gateway"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,293 +33,48 @@ class GatewaySettings:
     path: str = "/xiaozhi/v1/"
     token: str = field(default="", repr=False)  # when set, devices must send "Authorization: Bearer TOKEN"
     max_message_bytes: int = 16 * 1024  # a 60 ms Opus frame is ~150 bytes; a control message well under 1 KiB
-    max_messages_per_s: float = 100.0  # a device sends ~17 audio messages a second
-    hello_timeout_s: float = 10.0
-    prebuffer_frames: int = 3  # downlink: sent at once, then one frame per 60 ms
-    turn_timeout_s: float = 60.0
+    session: SessionSettings = field(default_factory=SessionSettings)
 
 
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """What a ``listen start`` asks for; ``question_id`` and ``round`` are our emulator's extra fields."""
+class WebSocketChannel:
+    """A WebSocket connection as a session's channel; binary messages in the negotiated framing."""
 
-    session_id: str
-    mode: str
-    question_id: str = ""
-    round: int = 0
-    traceparent: str = ""  # W3C trace context of the device's turn, when the device sent one
+    transport = "websocket"
 
-
-class Turns(Protocol):
-    """What the gateway needs from the lab: a turn's stages, and where a finished turn goes."""
-
-    def stages(self, request: TurnRequest) -> ServerStages: ...
-
-    def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None: ...
-
-
-class RateLimit:
-    """A token bucket on the connection's messages: bursts allowed, a sustained flood is not."""
-
-    def __init__(self, per_s: float, clock: Clock) -> None:
-        self.per_s, self.clock = per_s, clock
-        self.tokens = per_s  # one second's worth of burst
-        self.last = clock.now_ns()
-
-    def take(self) -> bool:
-        now = self.clock.now_ns()
-        self.tokens = min(self.per_s, self.tokens + (now - self.last) / 1e9 * self.per_s)
-        self.last = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
-class ServerTurn:
-    """One turn on one connection: the pipeline's server side, its uplink fed by the connection."""
-
-    def __init__(
-        self, ws: ServerConnection, version: int, request: TurnRequest, settings: GatewaySettings, clock: Clock
-    ) -> None:
-        self.ws, self.version, self.request, self.settings = ws, version, request, settings
-        self.up: asyncio.Queue[object] = asyncio.Queue()
-        self.outbox: asyncio.Queue[object] = asyncio.Queue()
-        self.decoder, self.encoder = OpusDecoder(), OpusEncoder()
-        self.seq = 0
-        self.uplink_open = True
-        self.aborted = False
-        self.work: list[asyncio.Task[None]] = []
-        self.texts: dict[int, str] = {}
-        self.llm_told = False
-        self.recorder = TurnRecorder(clock, observer=self.observe)
-
-    # --- the pipeline's side (run.device.ServerSide) ---------------------------
-
-    def uplink(self) -> AsyncIterator[Event]:
-        return drain(self.up)
-
-    async def send_down(self, event: Event) -> None:
-        if isinstance(event, (AudioOut, TurnEnd)):
-            self.outbox.put_nowait(event)
-
-    def observe(self, role: str, event: Event) -> None:
-        """Stage outputs that the device is told about, in the order the protocol tells them."""
-        sid = self.request.session_id
-        if role == "asr" and isinstance(event, Transcript):
-            self.outbox.put_nowait({"type": "stt", "text": event.text, "session_id": sid})
-            self.outbox.put_nowait({"type": "tts", "state": "start", "session_id": sid})
-        elif role == "llm" and isinstance(event, TokenDelta) and event.text.strip() and not self.llm_told:
-            self.llm_told = True
-            self.outbox.put_nowait({"type": "llm", "text": "🙂", "emotion": "neutral", "session_id": sid})
-        elif role == "sentences" and isinstance(event, Sentence):
-            self.texts[event.index] = event.text
-
-    # --- the connection's side ------------------------------------------------
-
-    def audio(self, packet: bytes) -> None:
-        """A device's Opus frame, into the uplink (dropped once the uplink is closed)."""
-        if not self.uplink_open:
-            return
-        pcm = self.decoder.decode(packet)  # CodecError: the caller closes the connection
-        self.up.put_nowait(AudioFrame(seq=self.seq, pcm=pcm))
-        self.seq += 1
-
-    def close_uplink(self) -> None:
-        if self.uplink_open:
-            self.uplink_open = False
-            close(self.up)
-
-    def abort(self, error_type: str, message: str) -> None:
-        """Fail the turn with this reason and stop its work (the first failure recorded stays)."""
-        self.recorder.fail(error_type, message)
-        self.close_uplink()
-        self.aborted = True
-        for task in self.work:
-            task.cancel()
-
-
-async def run_server_turn(turn: ServerTurn, stages: ServerStages) -> TurnTimeline:
-    """Run the pipeline for one turn and send its messages and audio; the server's own timeline."""
-    recorder = turn.recorder
-    if turn.aborted:  # before it started
-        return recorder.finish()
-    stage_tasks: list[asyncio.Task[None]] = []
-    turn.work = [
-        asyncio.create_task(serve_turn(stages, recorder, turn, stage_tasks)),
-        asyncio.create_task(_send(turn)),
-    ]
-    try:
-        await supervise(recorder, turn.work, stage_tasks, turn.settings.turn_timeout_s)
-    except asyncio.CancelledError:
-        if not turn.aborted:  # an abort cancels the turn's work; anything else cancelling us goes on up
-            raise
-    if not turn.aborted:
-        check_complete(recorder, played=False)
-    if not recorder.timeline.ok:
-        await _tell(turn, {"type": "tts", "state": "stop", "session_id": turn.request.session_id})
-    return recorder.finish()
-
-
-async def _tell(turn: ServerTurn, message: dict[str, Any]) -> None:
-    with contextlib.suppress(ConnectionClosed):
-        await turn.ws.send(protocol.dump(message))
-
-
-async def _send(turn: ServerTurn) -> None:
-    """The turn's downlink, in order: control messages, and Opus frames paced like a real server."""
-    loop = asyncio.get_running_loop()
-    sentence, frames, start = -1, 0, 0.0
-    while True:
-        item = await turn.outbox.get()
-        if isinstance(item, dict):
-            await turn.ws.send(protocol.dump(item))
-        elif isinstance(item, TurnEnd):
-            await turn.ws.send(protocol.dump({"type": "tts", "state": "stop", "session_id": turn.request.session_id}))
-            return
-        elif isinstance(item, AudioOut):
-            if item.sentence_index != sentence:
-                sentence = item.sentence_index
-                text = turn.texts.get(sentence, "")
-                sid = turn.request.session_id
-                await turn.ws.send(
-                    protocol.dump({"type": "tts", "state": "sentence_start", "text": text, "session_id": sid})
-                )
-            if frames >= turn.settings.prebuffer_frames:
-                due = start + (frames - turn.settings.prebuffer_frames + 1) * protocol.FRAME_MS / 1000
-                await asyncio.sleep(max(0.0, due - loop.time()))
-            elif frames == 0:
-                start = loop.time()
-            # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
-            packet = await loop.run_in_executor(_CODEC_THREADS, turn.encoder.encode, item.pcm)
-            await turn.ws.send(protocol.pack(turn.version, packet, timestamp_ms=frames * protocol.FRAME_MS))
-            frames += 1
-
-
-class DeviceSession:
-    """One connection: hello, then turns one at a time, until the device leaves or breaks the protocol."""
-
-    def __init__(self, ws: ServerConnection, settings: GatewaySettings, turns: Turns, clock: Clock) -> None:
-        self.ws, self.settings, self.turns, self.clock = ws, settings, turns, clock
+    def __init__(self, ws: ServerConnection) -> None:
+        self.ws = ws
         self.version = _version(ws.request.headers if ws.request else Headers())
-        self.session_id = uuid.uuid4().hex
-        self.turn: ServerTurn | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.rate = RateLimit(settings.max_messages_per_s, clock)
-        self.ignored: dict[str, int] = {}  # message types we do not act on, counted
 
-    async def serve(self) -> None:
+    async def incoming(self) -> AsyncIterator[str | protocol.Packet]:
         try:
-            await self._hello()
             async for message in self.ws:
-                if not self.rate.take():
-                    raise _Close(CLOSE_POLICY, f"more than {self.settings.max_messages_per_s:g} messages a second")
-                await self._message(message)
-        except _Close as exc:
-            await self._leave("disconnected", f"the server closed the connection: {exc.reason}")
-            await self.ws.close(exc.code, exc.reason[:120])
-        except ProtocolError as exc:
-            await self._leave("protocol_error", str(exc))
-            await self.ws.close(CLOSE_PROTOCOL, str(exc)[:120])
-        except CodecError as exc:
-            await self._leave("bad_audio", str(exc))
-            await self.ws.close(CLOSE_BAD_DATA, str(exc)[:120])
+                yield message if isinstance(message, str) else protocol.unpack(self.version, message)
         except ConnectionClosed:
-            pass
-        finally:
-            await self._leave("disconnected", "the device left mid-turn")
-
-    async def _hello(self) -> None:
-        try:
-            async with asyncio.timeout(self.settings.hello_timeout_s):
-                first = await self.ws.recv()
-        except TimeoutError:
-            raise _Close(CLOSE_POLICY, f"no hello within {self.settings.hello_timeout_s:g} s") from None
-        if isinstance(first, bytes):
-            raise ProtocolError("binary audio before hello")
-        message = protocol.parse(first)
-        if message["type"] != "hello":
-            raise ProtocolError(f"the first message must be hello, not {message['type']!r}")
-        if message.get("transport", "websocket") != "websocket":
-            raise ProtocolError(f"transport {message.get('transport')!r} over a WebSocket")
-        protocol.check_audio_params(message)
-        await self.ws.send(protocol.dump(protocol.hello(session_id=self.session_id)))
-
-    async def _message(self, message: str | bytes) -> None:
-        if isinstance(message, bytes):
-            packet = protocol.unpack(self.version, message)
-            if packet.kind == protocol.TYPE_JSON:
-                await self._control(protocol.parse(packet.payload))
-            elif self.turn is not None:
-                self.turn.audio(packet.payload)
-            else:
-                self.ignored["audio outside a turn"] = self.ignored.get("audio outside a turn", 0) + 1
             return
-        await self._control(protocol.parse(message))
 
-    async def _control(self, message: dict[str, Any]) -> None:
-        kind, state = message["type"], message.get("state")
-        if kind == "listen" and state == "start":
-            await self._start(message)
-        elif kind == "listen" and state == "stop" and self.turn is not None:
-            self.turn.close_uplink()
-        elif kind == "abort" and self.turn is not None:
-            self.turn.abort("aborted", f"the device aborted the turn ({message.get('reason', 'no reason given')})")
-        elif kind == "goodbye":
-            raise _Close(1000, "goodbye")
-        else:  # listen detect, mcp, iot, and whatever firmware adds: tolerated, counted
-            key = f"{kind}:{state}" if state else str(kind)
-            self.ignored[key] = self.ignored.get(key, 0) + 1
-
-    async def _start(self, message: dict[str, Any]) -> None:
-        mode = message.get("mode", "auto")
-        if mode not in protocol.LISTEN_MODES:
-            raise ProtocolError(f"listen mode {mode!r} is not one of {', '.join(protocol.LISTEN_MODES)}")
-        if self.turn is not None:  # speaking over the answer: the answer is abandoned
-            self.turn.abort("interrupted", "the device started a new turn mid-answer")
-            await self._wait_turn()
-        lab = message["lab"] if isinstance(message.get("lab"), dict) else {}
-        traceparent = message.get("traceparent")
-        request = TurnRequest(
-            self.session_id,
-            mode,
-            str(lab.get("question_id", "")),
-            _int(lab.get("round")),
-            traceparent if isinstance(traceparent, str) else "",
-        )
+    async def send_json(self, message: dict[str, Any]) -> None:
         try:
-            stages = self.turns.stages(request)
-        except Exception as exc:  # a turn that cannot be built is refused, not the connection
-            await self.ws.send(protocol.dump({"type": "error", "message": f"turn not started: {exc}"}))
-            return
-        self.turn = turn = ServerTurn(self.ws, self.version, request, self.settings, self.clock)
-        self.task = asyncio.create_task(self._run(turn, stages))
+            await self.ws.send(protocol.dump(message))
+        except ConnectionClosed as exc:
+            raise ChannelGone(str(exc)) from None
 
-    async def _run(self, turn: ServerTurn, stages: ServerStages) -> None:
-        timeline = await run_server_turn(turn, stages)
-        if self.turn is turn:
-            self.turn = None
-        self.turns.finished(turn.request, timeline)
+    async def send_audio(self, opus: bytes, timestamp_ms: int) -> None:
+        try:
+            await self.ws.send(protocol.pack(self.version, opus, timestamp_ms))
+        except ConnectionClosed as exc:
+            raise ChannelGone(str(exc)) from None
 
-    async def _wait_turn(self) -> None:
-        if self.task is not None:
-            await asyncio.gather(self.task, return_exceptions=True)
-            self.task = None
+    async def close(self, code: int, reason: str) -> None:
+        await self.ws.close(code, reason)
 
-    async def _leave(self, error_type: str, message: str) -> None:
-        if self.turn is not None:
-            self.turn.abort(error_type, message)
-        await self._wait_turn()
+    def hello_extra(self, session_id: str) -> dict[str, Any]:
+        return {}
 
+    def turn_started(self) -> None:
+        pass
 
-class _Close(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code, self.reason = code, reason
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    def packet_counts(self) -> PacketCounts | None:
+        return None  # TCP: nothing is lost or reordered
 
 
 def _version(headers: Headers) -> int:
@@ -364,7 +102,7 @@ async def start_gateway(settings: GatewaySettings, turns: Turns, clock: Clock) -
     """Listen for devices; the returned server is closed by the caller (``async with`` or ``close()``)."""
 
     async def handler(ws: ServerConnection) -> None:
-        await DeviceSession(ws, settings, turns, clock).serve()
+        await DeviceSession(WebSocketChannel(ws), settings.session, turns, clock).serve()
 
     return await serve(
         handler,

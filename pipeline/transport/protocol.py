@@ -29,6 +29,10 @@ class ProtocolError(ValueError):
     """A message the protocol does not allow; the text says what was wrong."""
 
 
+class ChannelGone(Exception):
+    """The other end of a device session is gone: nothing more can be sent or received."""
+
+
 def parse(text: str | bytes) -> dict[str, Any]:
     """A control message as a dict with a string ``type``; anything else is a ``ProtocolError``."""
     try:

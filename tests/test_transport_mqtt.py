@@ -1,0 +1,169 @@
+"""MQTT + UDP: the packet format and its sequence checks, and turns through a real Mosquitto broker
+with AES-CTR audio over loopback UDP, lost and reordered packets counted per turn."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import pytest
+
+from pipeline.clock import RealClock
+from pipeline.endpoints.link.profiles import NetProfile
+from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport import protocol
+from pipeline.transport.emulator import DeviceSettings, EmulatedDevice
+from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
+from pipeline.transport.udp import HEADER, PacketCrypto, PacketError, SequenceCheck
+from tests.mqtt_broker import mosquitto
+from tests.scenario import run_virtual
+from tests.test_transport_ws import ScriptedTurns, clip, device_rows, quick_stages, real
+
+KEY, NONCE = bytes(range(16)), bytes([1, 0, 0, 0, 0xDE, 0xAD, 0xBE, 0xEF]) + bytes(8)
+
+
+def test_a_packet_is_the_documented_header_then_the_encrypted_payload() -> None:
+    crypto = PacketCrypto(KEY, NONCE)
+    packet = crypto.seal(b"opus frame", timestamp=120, sequence=7)
+    assert packet[:16] == struct.pack(">BBHIII", 1, 0, 10, 0xDEADBEEF, 120, 7)
+    assert packet[16:] != b"opus frame"  # sealed
+    opened = crypto.open(packet)
+    assert (opened.payload, opened.timestamp, opened.sequence, opened.ssrc) == (b"opus frame", 120, 7, 0xDEADBEEF)
+    # the header is the counter block: the same payload at another sequence seals differently
+    assert crypto.seal(b"opus frame", 120, 8)[16:] != packet[16:]
+
+
+@pytest.mark.parametrize(
+    ("datagram", "problem"),
+    [
+        (b"\x01\x00", "shorter than the 16-byte header"),
+        (HEADER.pack(2, 0, 0, 0xDEADBEEF, 0, 1), "not audio"),
+        (HEADER.pack(1, 0, 0, 0x12345678, 0, 1), "not this session's"),
+        (HEADER.pack(1, 0, 9, 0xDEADBEEF, 0, 1) + b"ab", "header says 9 payload bytes"),
+    ],
+)
+def test_a_datagram_that_is_not_this_sessions_audio_is_named(datagram: bytes, problem: str) -> None:
+    with pytest.raises(PacketError, match=problem):
+        PacketCrypto(KEY, NONCE).open(datagram)
+
+
+def test_sequence_checks_count_lost_late_and_duplicate_packets() -> None:
+    check = SequenceCheck()
+    played = [check.accept(s) for s in (1, 2, 4, 3, 5, 5, 8)]
+    assert played == [True, True, True, False, True, False, True]
+    assert (check.received, check.lost, check.late, check.duplicate) == (5, 2, 1, 1)  # 6 and 7 never came
+    after = check.next_turn()
+    assert (after.received, after.lost) == (0, 0) and after.accept(9) and not after.accept(8)
+
+
+class Lossy:
+    """A UDP transport that drops and swaps the device's packets by sequence number."""
+
+    def __init__(self, inner: Any, drop: set[int], swap: int) -> None:
+        self.inner, self.drop, self.swap, self.held = inner, drop, swap, b""
+
+    def sendto(self, data: bytes, *args: Any) -> None:
+        sequence = struct.unpack_from(">I", data, 12)[0]
+        if sequence in self.drop:
+            return
+        if sequence == self.swap:  # sent after the next one
+            self.held = data
+            return
+        self.inner.sendto(data, *args)
+        if self.held and sequence == self.swap + 1:
+            self.inner.sendto(self.held, *args)
+            self.held = b""
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _turn_over_mqtt(port: int, lossy: bool) -> tuple[TurnTimeline, ScriptedTurns]:
+    turns = ScriptedTurns()
+
+    async def scenario() -> TurnTimeline:
+        settings = MqttGatewaySettings(broker_port=port, prefix="lab")
+        async with MqttGateway(settings, turns, RealClock()):
+            device = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab"), RealClock())
+            async with device:
+                if lossy:
+                    link = device.link
+                    link.udp = Lossy(link.udp, drop={5, 6}, swap=10)  # type: ignore[union-attr]
+                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q1", round_no=1)
+            await turns.settled(1)
+        return timeline
+
+    return real(scenario), turns
+
+
+def test_a_turn_through_mosquitto_and_udp_hears_and_says_what_the_in_process_turn_does(tmp_path: Path) -> None:
+    with mosquitto(tmp_path) as port:
+        timeline, turns = _turn_over_mqtt(port, lossy=False)
+    in_process = run_virtual(quick_stages(), clip())
+    assert timeline.ok, timeline.error_message
+    assert timeline.device is not None and timeline.device.transport == "udp"
+    assert timeline.device.transcript == in_process.asr.text
+    assert [text for _, text in timeline.device.sentence_starts] == [s.text for s in in_process.sentences]
+    assert timeline.packets is not None and timeline.packets.received == timeline.device.downlink_frames
+    assert (timeline.packets.lost, timeline.packets.late) == (0, 0)
+    _, server = turns.done[0]
+    assert server.ok and server.packets is not None and server.packets.received >= len(clip())
+    row = device_rows(timeline, tmp_path)[0]
+    assert row["transport"] == "udp" and row["packets_lost"] == 0 and row["first_audible_ms"] > 0
+
+
+def test_lost_and_reordered_uplink_packets_are_counted_on_the_servers_turn(tmp_path: Path) -> None:
+    with mosquitto(tmp_path) as port:
+        timeline, turns = _turn_over_mqtt(port, lossy=True)
+    _, server = turns.done[0]
+    assert server.packets is not None
+    assert (server.packets.lost, server.packets.late) == (2, 1)  # 5 and 6 dropped; 10 came after 11
+    assert server.ok and timeline.ok  # a few lost frames of speech do not stop a turn
+
+
+def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served(tmp_path: Path) -> None:
+    turns = ScriptedTurns()
+
+    async def scenario() -> tuple[dict[str, Any], TurnTimeline]:
+        gateway = MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock())
+        async with gateway, aiomqtt.Client("127.0.0.1", port, identifier="rogue") as rogue:
+            await rogue.subscribe("lab/down/rogue")
+            await rogue.publish("lab/up/rogue", protocol.dump(protocol.hello("udp")))
+            await rogue.publish("lab/up/rogue", "{not json")
+            good = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", device_id="good"), RealClock())
+            async with good:
+                timeline = await good.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+            async with asyncio.timeout(5):
+                async for message in rogue.messages:
+                    told = protocol.parse(bytes(message.payload))
+                    if told["type"] == "goodbye":
+                        return told, timeline
+        raise AssertionError("no goodbye")
+
+    with mosquitto(tmp_path) as port:
+        goodbye, timeline = real(scenario)
+    assert goodbye["code"] == 1002 and "malformed JSON" in goodbye["reason"]
+    assert timeline.ok
+
+
+def test_a_lossy_link_profile_between_device_and_server_loses_udp_packets_both_ways(tmp_path: Path) -> None:
+    profile = NetProfile("test-lossy", rtt_ms=10.0, loss=0.1, handshake=False, seed=5)
+    turns = ScriptedTurns()
+
+    async def scenario() -> TurnTimeline:
+        async with MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock()):
+            settings = DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", profile=profile)
+            async with EmulatedDevice(settings, RealClock()) as device:
+                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+            await turns.settled(1)
+        return timeline
+
+    with mosquitto(tmp_path) as port:
+        timeline = real(scenario)
+    _, server = turns.done[0]
+    assert server.packets is not None and server.packets.lost > 0  # uplink datagrams the relay dropped
+    assert timeline.packets is not None and timeline.packets.lost > 0  # and downlink ones
+    assert timeline.device is not None and timeline.device.transcript  # the turn itself went on
