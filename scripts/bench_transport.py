@@ -1,15 +1,16 @@
-"""What the xiaozhi WebSocket transport costs, in one run, printed side by side.
+"""What the xiaozhi transports cost, in one run, printed side by side.
 
 1. Opus encode and decode per 60 ms frame, over the packaged fixtures' audio.
-2. A turn over WebSocket (gateway and device emulator in this process, loopback) against the
-   same turn in-process: same scripted stages (configs/simulator.toml), same clip, real clock,
-   real-time pacing; medians and their ratio. The WebSocket turn includes what the protocol
-   does on purpose: the server's paced downlink and the device's jitter buffer.
+2. A turn over each transport, WebSocket and MQTT + UDP (a private Mosquitto; gateway and
+   device emulator in this process, loopback) against the same turn in-process: same scripted
+   stages (configs/simulator.toml), same clip, real clock, real-time pacing; medians, ratios.
+   A transport turn includes what the protocol does on purpose: the server's paced downlink
+   and the device's jitter buffer.
 3. How many devices one server process (scripted stages, its own process) holds at real-time
    pace: N devices stream a clip each, started over one frame time; the server stamps each
    uplink frame's arrival, and a frame's lateness is how far it arrived behind the schedule its
    turn's earliest frame sets (arrival - k x 60 ms, minus the smallest such value of the turn).
-   N grows until the P99 lateness passes 5 ms (the goal is at least 200 devices). The load
+   N grows until the median over tries of the P99 lateness passes 5 ms (goal: at least 200 devices). The load
    generator sends pre-encoded packets, so its own Opus cost is not the server's.
 
 Run it on a quiet machine: every figure here is wall-clock time.
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from websockets.asyncio.client import connect  # noqa: E402
 
 from pipeline.clock import RealClock, run_on_clock  # noqa: E402
+from pipeline.endpoints.broker import local_broker  # noqa: E402
 from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
 from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
 from pipeline.run.device import speech_end_ms  # noqa: E402
@@ -48,6 +50,7 @@ from pipeline.transport import protocol  # noqa: E402
 from pipeline.transport.codec import OpusDecoder, OpusEncoder  # noqa: E402
 from pipeline.transport.emulator import DeviceSettings, EmulatedDevice  # noqa: E402
 from pipeline.transport.gateway import GatewaySettings, start_gateway  # noqa: E402
+from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings  # noqa: E402
 from pipeline.transport.session import SessionSettings, TurnRequest  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
@@ -97,30 +100,37 @@ def _ms(a: int | None, b: int | None) -> float:
     return (b - a) / 1e6 if a is not None and b is not None else float("nan")
 
 
-async def overhead(turns: int) -> dict[str, tuple[float, float]]:
-    """Median first audio (first frame played) and whole turn, in-process and over WebSocket, ms."""
+async def _device_turns(url: str, turns: int, clock: RealClock) -> list[TurnTimeline]:
+    cfg, engines, question, frames = setup()
+    out = []
+    async with EmulatedDevice(DeviceSettings(url=url), clock) as device:
+        end = await speech_end_ms(build_stages(cfg, engines, question, 0).vad, frames)
+        for i in range(turns):
+            out.append(await device.turn(frames, end, question.id, i + 1))
+    return out
+
+
+async def overhead(turns: int, broker_port: int) -> dict[str, tuple[float, float]]:
+    """Median first audio (first frame played) and whole turn: in-process, over WebSocket, over MQTT + UDP (ms)."""
     cfg, engines, question, frames = setup()
     clock = RealClock()
-    local: list[TurnTimeline] = []
+    runs: dict[str, list[TurnTimeline]] = {"in-process": []}
     for i in range(turns):
-        local.append(await run_turn(frames, build_stages(cfg, engines, question, i + 1), clock))
-    server_turns = ScriptedTurns(cfg, engines, question)
-    server = await start_gateway(GatewaySettings(port=0), server_turns, clock)
-    remote: list[TurnTimeline] = []
+        runs["in-process"].append(await run_turn(frames, build_stages(cfg, engines, question, i + 1), clock))
+    server = await start_gateway(GatewaySettings(port=0), ScriptedTurns(cfg, engines, question), clock)
     async with server:
         url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/"
-        async with EmulatedDevice(DeviceSettings(url=url), clock) as device:
-            vad = build_stages(cfg, engines, question, 0).vad
-            end = await speech_end_ms(vad, frames)
-            for i in range(turns):
-                remote.append(await device.turn(frames, end, question.id, i + 1))
+        runs["websocket"] = await _device_turns(url, turns, clock)
+    mqtt = MqttGatewaySettings(broker_port=broker_port, prefix="bench")
+    async with MqttGateway(mqtt, ScriptedTurns(cfg, engines, question), clock):
+        runs["mqtt+udp"] = await _device_turns(f"mqtt://127.0.0.1:{broker_port}/bench", turns, clock)
     out = {}
-    for name, runs in (("in-process", local), ("websocket", remote)):
-        bad = [tl.error_type for tl in runs if not tl.ok]
+    for name, timelines in runs.items():
+        bad = [tl.error_type for tl in timelines if not tl.ok]
         if bad:
             raise SystemExit(f"{name}: failed turns {bad}")
-        first = [_ms(tl.vad.user_speech_end_ns, tl.playback.first_start_ns) for tl in runs]
-        whole = [_ms(tl.vad.user_speech_end_ns, tl.playback.last_end_ns) for tl in runs]
+        first = [_ms(tl.vad.user_speech_end_ns, tl.playback.first_start_ns) for tl in timelines]
+        whole = [_ms(tl.vad.user_speech_end_ns, tl.playback.last_end_ns) for tl in timelines]
         out[name] = (statistics.median(first), statistics.median(whole))
     return out
 
@@ -179,7 +189,29 @@ async def lean_device(url: str, packets: list[bytes], delay_s: float, sent_late:
             return await reader
 
 
-def capacity(counts: list[int]) -> list[tuple[int, int, int, float, float, float]]:
+def _fleet_once(url: str, packets: list[bytes], n: int, lateness: Any) -> tuple[int, int, float, float, float]:
+    """N devices once: answered, server turns ok, lateness median and P99, the generator's send P99 (ms)."""
+    sent_late: list[float] = []
+
+    async def fleet() -> list[bool | BaseException]:
+        spread = protocol.FRAME_MS / 1000 / n
+        jobs = [lean_device(url, packets, i * spread, sent_late) for i in range(n)]
+        return await asyncio.gather(*jobs, return_exceptions=True)
+
+    outcomes = run_on_clock(fleet(), RealClock())
+    late: list[float] = []
+    ok_turns = 0
+    for _ in range(n):
+        turn_ok, values = lateness.get(timeout=60)
+        ok_turns += turn_ok
+        late += values
+    answered = sum(1 for o in outcomes if o is True)
+    p99 = float(np.percentile(late, 99)) if late else float("nan")
+    return answered, ok_turns, float(np.median(late)), p99, float(np.percentile(sent_late, 99))
+
+
+def capacity(counts: list[int], tries: int) -> list[tuple[int, bool, list[float]]]:
+    """Each count ``tries`` times (this VM's scheduling varies run to run); held: the median P99 is within goal."""
     _cfg, _engines, _question, frames = setup()
     encoder = OpusEncoder()
     tail = [bytes(FRAME_BYTES)] * 20  # auto mode: silence after the clip until the server answers
@@ -194,30 +226,18 @@ def capacity(counts: list[int]) -> list[tuple[int, int, int, float, float, float
         url = f"ws://127.0.0.1:{port.value}/xiaozhi/v1/"
         results = []
         for n in counts:
-            sent_late: list[float] = []
-
-            async def fleet(n: int = n, sent_late: list[float] = sent_late) -> list[bool | BaseException]:
-                spread = protocol.FRAME_MS / 1000 / n
-                jobs = [lean_device(url, packets, i * spread, sent_late) for i in range(n)]
-                return await asyncio.gather(*jobs, return_exceptions=True)
-
-            outcomes = run_on_clock(fleet(), RealClock())
-            late: list[float] = []
-            ok_turns = 0
-            for _ in range(n):
-                turn_ok, values = lateness.get(timeout=60)
-                ok_turns += turn_ok
-                late += values
-            answered = sum(1 for o in outcomes if o is True)
-            p99 = float(np.percentile(late, 99)) if late else float("nan")
-            results.append((n, answered, ok_turns, float(np.median(late)), p99, float(np.percentile(sent_late, 99))))
+            runs = [_fleet_once(url, packets, n, lateness) for _ in range(tries)]
+            p99s = [r[3] for r in runs]
+            held = all(r[0] == n for r in runs) and statistics.median(p99s) <= GOAL_P99_MS
+            results.append((n, held, p99s))
             print(
-                f"  {n:4d} devices: answered {answered}/{n}, server turns ok {ok_turns}/{n}, "
-                f"uplink lateness median {results[-1][3]:.2f} ms, P99 {p99:.2f} ms "
-                f"(load generator's own send lateness P99 {results[-1][5]:.2f} ms)",
+                f"  {n:4d} devices, {tries} tries: answered {min(r[0] for r in runs)}/{n} at worst, "
+                f"server turns ok {min(r[1] for r in runs)}/{n} at worst; uplink lateness P99 "
+                f"{', '.join(f'{v:.2f}' for v in p99s)} ms (median {statistics.median(p99s):.2f}); "
+                f"load generator's own send lateness P99 {', '.join(f'{r[4]:.2f}' for r in runs)} ms",
                 flush=True,
             )
-            if p99 > GOAL_P99_MS or answered < n:
+            if not held:
                 break
         return results
     finally:
@@ -230,21 +250,25 @@ def main() -> int:
     p.add_argument("--turns", type=int, default=6, help="turns each way for the overhead comparison")
     p.add_argument("--repeats", type=int, default=5, help="passes over the audio for the Opus costs")
     p.add_argument("--devices", default="25,50,100,200,300,400", help="device counts to try, in order")
+    p.add_argument("--tries", type=int, default=3, help="runs of each device count")
     args = p.parse_args()
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     print(f"machine: {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f} at start")
     _cfg, _engines, _question, frames = setup()
     enc, dec, size = opus_costs(frames * 4, args.repeats)
     print(f"Opus per 60 ms frame: encode {enc:.1f} us, decode {dec:.1f} us, packet {size:.0f} bytes (mean)")
-    sides = run_on_clock(overhead(args.turns), RealClock())
-    (lf, lw), (wf, ww) = sides["in-process"], sides["websocket"]
-    print(f"turn, median of {args.turns} (ms)      in-process   websocket   ratio   difference")
-    print(f"  first audio played           {lf:10.1f}  {wf:10.1f}  {wf / lf:6.3f}x  {wf - lf:+8.1f}")
-    print(f"  whole turn                   {lw:10.1f}  {ww:10.1f}  {ww / lw:6.3f}x  {ww - lw:+8.1f}")
+    with local_broker() as broker_port:
+        sides = run_on_clock(overhead(args.turns, broker_port), RealClock())
+    lf, lw = sides["in-process"]
+    print(f"turn, median of {args.turns} (ms)      in-process   transport    ratio   difference")
+    for name in ("websocket", "mqtt+udp"):
+        tf, tw = sides[name]
+        print(f"  {name:9s} first audio played {lf:10.1f}  {tf:10.1f}  {tf / lf:6.3f}x  {tf - lf:+8.1f}")
+        print(f"  {name:9s} whole turn         {lw:10.1f}  {tw:10.1f}  {tw / lw:6.3f}x  {tw - lw:+8.1f}")
     print(f"devices one server process holds at real-time pace (goal: P99 lateness <= {GOAL_P99_MS} ms at 200):")
-    results = capacity([int(n) for n in args.devices.split(",")])
-    held = [n for n, answered, _ok, _med, p99, _sent in results if answered == n and p99 <= GOAL_P99_MS]
-    print(f"held: {max(held) if held else 0} devices (largest count tried with P99 <= {GOAL_P99_MS} ms)")
+    results = capacity([int(n) for n in args.devices.split(",")], args.tries)
+    held = [n for n, ok, _p99s in results if ok]
+    print(f"held: {max(held) if held else 0} devices (largest count whose median P99 <= {GOAL_P99_MS} ms)")
     return 0
 
 
