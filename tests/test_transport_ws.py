@@ -126,8 +126,9 @@ def test_the_device_frame_holding_the_end_of_speech_marks_the_users_end(tmp_path
 
     tl = real(scenario)
     assert tl.device is not None and tl.vad.user_speech_end_ns is not None and tl.device.first_uplink_ns is not None
-    # frame 12 (the 13th) is sent 12 frame times after the first, at real-time pace
-    assert (tl.vad.user_speech_end_ns - tl.device.first_uplink_ns) / 1e6 == pytest.approx(12 * 60, abs=30)
+    assert tl.device.speech_end_frame == 12  # speech ends at 780 ms: inside frame 12 (720-780 ms)
+    # sent 12 frame times after the first at real-time pace; the bound allows a scheduling stall
+    assert (tl.vad.user_speech_end_ns - tl.device.first_uplink_ns) / 1e6 == pytest.approx(12 * 60, abs=100)
 
 
 async def _hello(ws: ClientConnection) -> dict[str, Any]:
@@ -297,9 +298,9 @@ def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_pat
     row = device_rows(timeline, tmp_path)[0]
     assert row["whole_turn_ms"] is None  # the user ended it, not the pipeline
     assert 0 <= row["interrupt_received_ms"] < 1000  # the server stopped sending
-    # the frame playing at the abort finishes, the rest is dropped: 0.7-1.1 ms measured here (the abort
-    # falls on a frame boundary), bounded by one frame and a scheduling stall
-    assert 0 <= row["interrupt_played_ms"] <= 60 + 100
+    # the frame playing at the abort finishes, the rest (over a second of answer) is dropped: 0.7-1.1 ms
+    # measured here (the abort falls on a frame boundary); the bound allows one frame and a long stall
+    assert 0 <= row["interrupt_played_ms"] <= 500
 
 
 def test_a_link_profile_between_device_and_server_adds_its_delay_to_what_the_device_sees() -> None:

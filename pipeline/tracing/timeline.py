@@ -102,6 +102,7 @@ class DeviceTiming:
     transcript: str = ""
     sentence_starts: list[tuple[int, str]] = field(default_factory=list)  # (received at, text)
     uplink_frames: int = 0
+    speech_end_frame: int | None = None  # the uplink frame whose sending marked the user's end of speech
     downlink_frames: int = 0
     undecodable_frames: int = 0
 

@@ -149,6 +149,7 @@ class _DeviceTurn:
                 self.timing.first_uplink_ns = now
                 self.recorder.timeline.vad.first_frame_ns = now
             if frame.seq == self.speech_end_seq:
+                self.timing.speech_end_frame = frame.seq
                 self.recorder.timeline.vad.user_speech_end_ns = now
         if self.settings.listen_mode == "manual":
             await self.link.send_json({"type": "listen", "state": "stop", "session_id": self.session_id})
