@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import multiprocessing as mp
 import os
 import statistics
@@ -58,6 +59,7 @@ SIMULATOR = ROOT / "configs" / "simulator.toml"
 GOAL_P99_MS = 5.0
 
 
+@functools.cache  # read once per process: every part of the run uses the same settings and clip
 def setup() -> tuple[Config, Engines, Question, list[AudioFrame]]:
     cfg = load_config([SIMULATOR], {})
     engines = load_engines(cfg, default_cache(os.environ))

@@ -20,7 +20,7 @@ from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
 from pipeline.transport.udp import HEADER, PacketCrypto, PacketError, SequenceCheck
 from tests.mqtt_broker import mosquitto
 from tests.scenario import run_virtual
-from tests.test_transport_ws import ScriptedTurns, clip, device_rows, quick_stages, real
+from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, device_rows, quick_stages, real
 
 KEY, NONCE = bytes(range(16)), bytes([1, 0, 0, 0, 0xDE, 0xAD, 0xBE, 0xEF]) + bytes(8)
 
@@ -92,7 +92,7 @@ def _turn_over_mqtt(port: int, lossy: bool) -> tuple[TurnTimeline, ScriptedTurns
                 if lossy:
                     link = device.link
                     link.udp = Lossy(link.udp, drop={5, 6}, swap=10)  # type: ignore[union-attr]
-                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q1", round_no=1)
+                timeline = await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q1", round_no=1)
             await turns.settled(1)
         return timeline
 
@@ -135,7 +135,7 @@ def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served
             await rogue.publish("lab/up/rogue", "{not json")
             good = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", device_id="good"), RealClock())
             async with good:
-                timeline = await good.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+                timeline = await good.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1)
             async with asyncio.timeout(5):
                 async for message in rogue.messages:
                     told = protocol.parse(bytes(message.payload))
@@ -158,7 +158,7 @@ def test_a_lossy_link_profile_between_device_and_server_loses_udp_packets_both_w
         async with MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock()):
             settings = DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", profile=profile)
             async with EmulatedDevice(settings, RealClock()) as device:
-                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+                timeline = await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1)
             await turns.settled(1)
         return timeline
 

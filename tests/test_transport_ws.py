@@ -84,21 +84,28 @@ def device_rows(timeline: TurnTimeline, tmp: Any) -> list[dict[str, Any]]:
     return rows_from_spans(spans_from_traces_data(line))
 
 
+SPEECH_END_MS = 13 * 60  # the clip: 3 frames of silence, then 10 of speech
+
+
+def one_turn(turns: ScriptedTurns, question_id: str = "q", round_no: int = 1, **device: Any) -> TurnTimeline:
+    """One device turn against a fresh gateway, once the server has finished its side too."""
+
+    async def scenario() -> TurnTimeline:
+        async with gateway(turns) as url:
+            async with EmulatedDevice(DeviceSettings(url=url, **device), RealClock()) as emulated:
+                timeline = await emulated.turn(clip(), SPEECH_END_MS, question_id, round_no)
+            await turns.settled(1)
+        return timeline
+
+    return real(scenario)
+
+
 @pytest.mark.parametrize(("version", "mode"), [(1, "auto"), (2, "manual"), (3, "auto")])
 def test_a_turn_over_websocket_hears_and_says_what_the_in_process_turn_does(
     version: int, mode: str, tmp_path: Any
 ) -> None:
     turns = ScriptedTurns()
-
-    async def scenario() -> TurnTimeline:
-        async with gateway(turns) as url:
-            settings = DeviceSettings(url=url, protocol_version=version, listen_mode=mode)
-            async with EmulatedDevice(settings, RealClock()) as device:
-                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q1", round_no=2)
-            await turns.settled(1)
-        return timeline
-
-    timeline = real(scenario)
+    timeline = one_turn(turns, "q1", 2, protocol_version=version, listen_mode=mode)
     in_process = run_virtual(quick_stages(), clip())
     assert timeline.ok, timeline.error_message
     assert timeline.device is not None
@@ -118,13 +125,7 @@ def test_a_turn_over_websocket_hears_and_says_what_the_in_process_turn_does(
 
 
 def test_the_device_frame_holding_the_end_of_speech_marks_the_users_end(tmp_path: Any) -> None:
-    turns = ScriptedTurns()
-
-    async def scenario() -> TurnTimeline:
-        async with gateway(turns) as url, EmulatedDevice(DeviceSettings(url=url), RealClock()) as device:
-            return await device.turn(clip(), speech_end_ms=13 * 60, question_id="", round_no=1)
-
-    tl = real(scenario)
+    tl = one_turn(ScriptedTurns(), "")
     assert tl.device is not None and tl.vad.user_speech_end_ns is not None and tl.device.first_uplink_ns is not None
     assert tl.device.speech_end_frame == 12  # speech ends at 780 ms: inside frame 12 (720-780 ms)
     # sent 12 frame times after the first at real-time pace; the bound allows a scheduling stall
@@ -211,7 +212,7 @@ def test_bad_connections_are_closed_one_by_one_and_a_good_device_beside_them_is_
             async with good:
                 bad = _misbehaviours(url)
                 outcomes = asyncio.gather(*(run() for run in bad.values()))
-                timeline = await good.turn(clip(), speech_end_ms=13 * 60, question_id="good", round_no=1)
+                timeline = await good.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="good", round_no=1)
                 closes = dict(zip(bad, await outcomes, strict=True))
             await turns.settled(3)
         return closes, timeline
@@ -240,7 +241,7 @@ def test_unknown_messages_are_tolerated_and_the_session_goes_on() -> None:
                 {"type": "something-new", "x": 1},
             ):
                 await device.link.send_json(message)
-            return await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
+            return await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1)
 
     assert real(scenario).ok
 
@@ -281,16 +282,7 @@ def test_an_unreachable_server_is_a_device_error_naming_it() -> None:
 
 def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_path: Any) -> None:
     turns = ScriptedTurns()
-
-    async def scenario() -> TurnTimeline:
-        async with gateway(turns) as url:
-            settings = DeviceSettings(url=url, barge_in_after_ms=300)
-            async with EmulatedDevice(settings, RealClock()) as device:
-                timeline = await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1)
-            await turns.settled(1)
-        return timeline
-
-    timeline = real(scenario)
+    timeline = one_turn(turns, barge_in_after_ms=300)
     full = run_virtual(quick_stages(), clip())
     assert timeline.ok and timeline.device is not None and timeline.device.abort_ns is not None
     assert 0 < timeline.playback.audio_ms < sum(t.audio_ms for t in full.tts)  # cut short
@@ -313,7 +305,7 @@ def test_a_link_profile_between_device_and_server_adds_its_delay_to_what_the_dev
         async with gateway(turns) as url:
             for profile in (None, slow):
                 async with EmulatedDevice(DeviceSettings(url=url, profile=profile), RealClock()) as device:
-                    out.append(await device.turn(clip(), speech_end_ms=13 * 60, question_id="q", round_no=1))
+                    out.append(await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1))
         return out
 
     direct, delayed = real(scenario)

@@ -14,6 +14,15 @@ from pipeline.analysis.textmetrics import error_rate, keyword_score
 from pipeline.analysis.traces import AttrValue, ReadProblems, SpanRecord
 from pipeline.tracing import names
 
+# A device's view across a real transport (empty in-process).
+DEVICE_COLUMNS = (
+    "transport",
+    "stt_received_ms",
+    "first_audio_received_ms",
+    "first_audible_ms",
+    "interrupt_received_ms",
+    "interrupt_played_ms",
+)
 # Columns of bench.csv: the M10 set first, then the per-stage times.
 COLUMNS = (
     "run_id",
@@ -63,12 +72,7 @@ COLUMNS = (
     "clock",
     "trace_id",
     "turn_start_ns",
-    "transport",
-    "stt_received_ms",
-    "first_audio_received_ms",
-    "first_audible_ms",
-    "interrupt_received_ms",
-    "interrupt_played_ms",
+    *DEVICE_COLUMNS,
     "packets_lost",
     "packets_late",
 )
@@ -229,16 +233,6 @@ def _device(t: TurnSpans, speech_end: int | None) -> Row:
         "interrupt_received_ms": _ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
         "interrupt_played_ms": _ms(abort, max(played, abort)) if abort is not None and played is not None else None,
     }
-
-
-DEVICE_COLUMNS = (
-    "transport",
-    "stt_received_ms",
-    "first_audio_received_ms",
-    "first_audible_ms",
-    "interrupt_received_ms",
-    "interrupt_played_ms",
-)
 
 
 def _barged(t: TurnSpans) -> bool:

@@ -143,6 +143,7 @@ async def _rounds(
 ) -> None:
     cfg = run.config
     history: list[Message] = []
+    speech_ends: dict[str, int | None] = {}  # a device's clips, by question: where the VAD ends the speech
     probe = LoadProbe() if run.clock.kind == "real" else None  # other load means nothing in simulated time
     for round_no in range(1, cfg.run.rounds + 1):
         for index, q in enumerate(questions):
@@ -152,9 +153,11 @@ async def _rounds(
                 timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
                 note = str(clip)
             elif run.remote is not None:  # the server keeps the conversation's history
-                speech_end = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
+                if q.id not in speech_ends:  # the same clip every round: found once
+                    speech_ends[q.id] = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
                 # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
-                timeline = await run.remote.turn(clip.frames, speech_end, q.id, round_no, tracing.reserve_turn())
+                traceparent = tracing.reserve_turn()
+                timeline = await run.remote.turn(clip.frames, speech_ends[q.id], q.id, round_no, traceparent)
                 note = clip.note
             else:
                 context = tuple(history)

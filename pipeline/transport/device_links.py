@@ -272,8 +272,10 @@ class MqttUdpLink:
         if item is _END:
             self.queue.put_nowait(_END)  # every later call is told too
             raise ChannelGone("the broker connection is gone")
-        if isinstance(item, str) and protocol.parse(item).get("type") == "goodbye":
-            raise ChannelGone(f"the server ended the session: {protocol.parse(item).get('reason', 'goodbye')}")
+        if isinstance(item, str):
+            message = protocol.parse(item)
+            if message.get("type") == "goodbye":
+                raise ChannelGone(f"the server ended the session: {message.get('reason', 'goodbye')}")
         return item  # type: ignore[return-value]
 
     def turn_started(self) -> None:
@@ -283,21 +285,24 @@ class MqttUdpLink:
         return PacketCounts(self.check.received, self.check.lost, self.check.late)
 
 
-async def _next_control(link: WebSocketLink | MqttUdpLink) -> dict[str, Any]:
+DeviceLink = WebSocketLink | MqttUdpLink
+
+
+async def _next_control(link: DeviceLink) -> dict[str, Any]:
     while True:
         message = await link.recv()
         if isinstance(message, str):
             return protocol.parse(message)
 
 
-async def _hello_answer(link: WebSocketLink | MqttUdpLink, answer: dict[str, Any]) -> str:
+async def _hello_answer(link: DeviceLink, answer: dict[str, Any]) -> str:
     if answer.get("type") != "hello":
         await link.close()
         raise DeviceError(f"{link.settings.url}: answered hello with {answer.get('type')!r}")
     return str(answer.get("session_id", ""))
 
 
-def open_link(settings: LinkSettings) -> WebSocketLink | MqttUdpLink:
+def open_link(settings: LinkSettings) -> DeviceLink:
     """The link a server URL names: ws:// or wss:// (WebSocket), mqtt:// (MQTT + UDP)."""
     scheme = urlsplit(settings.url).scheme
     if scheme in ("ws", "wss"):

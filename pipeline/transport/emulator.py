@@ -24,12 +24,10 @@ from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
 from pipeline.transport import protocol
 from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder, audible
-from pipeline.transport.device_links import DeviceError, LinkSettings, MqttUdpLink, WebSocketLink, open_link
+from pipeline.transport.device_links import DeviceError, DeviceLink, LinkSettings, open_link
 from pipeline.transport.protocol import ChannelGone, ProtocolError
 
 __all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
-
-DeviceLink = WebSocketLink | MqttUdpLink
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +203,6 @@ class _DeviceTurn:
         if kind == "stt":
             self.timing.stt_ns = now
             self.timing.transcript = str(message.get("text", ""))
-            self.recorder.timeline.asr.text = self.timing.transcript
             self.heard.set()
         elif kind == "llm" and self.timing.llm_ns is None:
             self.timing.llm_ns = now

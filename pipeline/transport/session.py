@@ -235,9 +235,10 @@ class DeviceSession:
         self.ignored: dict[str, int] = {}  # message types we do not act on, counted
 
     async def serve(self) -> None:
+        messages = aiter(self.channel.incoming())  # one reader of the channel, hello included
         try:
-            await self._hello()
-            async for message in self.channel.incoming():
+            await self._hello(messages)
+            async for message in messages:
                 if not self.rate.take():
                     raise _Close(CLOSE_POLICY, f"more than {self.settings.max_messages_per_s:g} messages a second")
                 await self._message(message)
@@ -255,10 +256,10 @@ class DeviceSession:
         finally:
             await self._leave("disconnected", "the device left mid-turn")
 
-    async def _hello(self) -> None:
+    async def _hello(self, messages: AsyncIterator[str | protocol.Packet]) -> None:
         try:
             async with asyncio.timeout(self.settings.hello_timeout_s):
-                first = await anext(aiter(self.channel.incoming()), None)
+                first = await anext(messages, None)
         except TimeoutError:
             raise _Close(CLOSE_POLICY, f"no hello within {self.settings.hello_timeout_s:g} s") from None
         if first is None:
