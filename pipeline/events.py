@@ -119,6 +119,18 @@ class CallEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueWait:
+    """The current call waited for a shared model's scheduler: when it asked and when it got a slot.
+
+    The times are the scheduler's own clock readings (epoch ns), not stamps taken as the event
+    passes a stage boundary: the wait happened before the call's first output could."""
+
+    enqueued_ns: int
+    granted_ns: int
+    priority: str  # "interactive" or "background"
+
+
+@dataclass(frozen=True, slots=True)
 class Sentence:
     """A complete sentence, ready for TTS."""
 
@@ -167,6 +179,7 @@ Event: TypeAlias = (
     | ToolCall
     | ToolResult
     | CallEnd
+    | QueueWait
     | Sentence
     | AudioOut
     | TurnEnd

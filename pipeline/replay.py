@@ -9,12 +9,13 @@ environment (OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME for export over the wire
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import secrets
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,11 @@ from pipeline.analysis.sink import RowSink
 from pipeline.analysis.summary import summary_table
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.endpoints.link.profiles import get_profile
+from pipeline.fleet.arrivals import lockstep_warning
 from pipeline.offline import guard
 from pipeline.run.assembly import Engines, SetupError, check_languages, load_engines
 from pipeline.run.session import Run, run_session
+from pipeline.run.workers import WorkerSpec, run_on_ray
 from pipeline.settings.config import Config, ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError, load_questions
 from pipeline.settings.models import ModelError, default_cache
@@ -54,6 +57,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
     p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
+    fleet = p.add_argument_group("many devices on one pipeline")
+    fleet.add_argument("--devices", type=int, help="concurrent devices, each with its own session and question order")
+    fleet.add_argument("--arrival", choices=("together", "staggered", "poisson"), help="when the devices start")
+    fleet.add_argument("--gap-ms", type=float, help="staggered: ms between device starts")
+    fleet.add_argument("--rate", type=float, help="poisson: device arrivals per second on average")
+    fleet.add_argument("--concurrency", type=int, help="[scheduler] calls the shared model runs at once (0 = none)")
+    fleet.add_argument("--workers", type=int, help="run the devices on this many Ray workers (a local Ray by default)")
+    fleet.add_argument("--ray-address", help="join this Ray cluster instead: auto, or ray://HEAD:10001")
+    fleet.add_argument(
+        "--background", choices=("none", "summarise", "vision"), help="background jobs competing for the model"
+    )
+    p.add_argument(
+        "--temp-command", metavar="CMD", help="shell command printing the temperature in °C (default: sysfs sensors)"
+    )
     device = p.add_argument_group("as a device of a xiaozhi server (audio always at real-time pace)")
     device.add_argument(
         "--server", help="the server: ws://HOST:PORT/xiaozhi/v1/ (WebSocket) or mqtt://BROKER:PORT/PREFIX (MQTT + UDP)"
@@ -84,6 +101,17 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {"run": run}
     if args.mode:
         out["llm"] = {"mode": args.mode}
+    if args.temp_command is not None:
+        out["probe"] = {"temp_command": args.temp_command}
+    sections = {
+        "fleet": (("devices", "devices"), ("arrival", "arrival"), ("gap_ms", "gap_ms"), ("rate", "rate_per_s")),
+        "scheduler": (("concurrency", "concurrency"),),
+        "background": (("background", "job"),),
+    }
+    for section, keys in sections.items():
+        given = {key: getattr(args, name) for name, key in keys if getattr(args, name) is not None}
+        if given:
+            out[section] = given
     return out
 
 
@@ -122,8 +150,13 @@ def refuse_existing_run(out: Path, run_id: str, append: bool) -> None:
         )
 
 
-def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> EmulatedDevice | None:
-    """With ``--server``: this run is a device of that server, over the xiaozhi WebSocket protocol."""
+def device_id(index: int) -> str:
+    """Device ``index``'s MAC-like id (a server keys its sessions, and MQTT its topics, by it)."""
+    return f"02:00:00:00:{(index + 1) >> 8 & 0xFF:02x}:{(index + 1) & 0xFF:02x}"
+
+
+def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> DeviceSettings | None:
+    """With ``--server``: this run's devices are devices of that server, over the xiaozhi protocol."""
     if not args.server:
         return None
     if not args.server.startswith(("ws://", "wss://", "mqtt://")):
@@ -139,7 +172,28 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         barge_in_after_ms=args.barge_in_after,
         profile=get_profile(args.link_profile) if args.link_profile else None,
     )
-    return EmulatedDevice(settings, clock)
+    return settings
+
+
+def fleet_warnings(cfg: Config, questions: int, remote: bool) -> list[str]:
+    """What a many-device run should know before it starts (said once, never fatal)."""
+    out = []
+    lockstep = lockstep_warning(cfg.fleet.devices, questions)
+    if lockstep:
+        out.append(lockstep)
+    if cfg.fleet.devices > 1 and not remote and cfg.scheduler.concurrency == 0:
+        out.append(
+            f"{cfg.fleet.devices} devices share the model with no scheduler in front of it: their waits for it "
+            "are inside first token, not measured as queue; set [scheduler] concurrency (--concurrency 1)"
+        )
+    return out
+
+
+def _device_factory(settings: DeviceSettings, clock: Clock) -> Callable[[int], EmulatedDevice]:
+    def device(index: int) -> EmulatedDevice:
+        return EmulatedDevice(dataclasses.replace(settings, device_id=device_id(index)), clock)
+
+    return device
 
 
 def new_run_id() -> str:
@@ -192,16 +246,28 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends
         engines = load_engines(cfg, model_cache(args, env), env, roles)
         if remote is not None:
-            engines.endpoint, engines.identity["server"] = remote.label, remote.settings.url
-            if remote.settings.profile is not None:  # the link changes every latency the device sees (M11)
-                engines.identity["link_profile"] = json.dumps(remote.settings.profile.as_dict(), sort_keys=True)
+            engines.endpoint, engines.identity["server"] = EmulatedDevice(remote, clock).label, remote.url
+            if remote.profile is not None:  # the link changes every latency the device sees (M11)
+                engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
         bench = BenchCsv(args.out / "bench.csv")
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         if engines is not None:
             engines.close()  # a llama-server already started must not outlive a refused run
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for warning in questions.warnings:
+    selected = len(questions.questions[: cfg.run.limit or None])
+    if args.workers is not None and not 1 <= args.workers <= cfg.fleet.devices:
+        print(
+            f"error: --workers {args.workers}: between 1 and the number of devices ({cfg.fleet.devices})",
+            file=sys.stderr,
+        )
+        engines.close()
+        return 2
+    if args.workers and clock.kind != "real":
+        print("error: --workers needs the real clock: each worker runs in real time", file=sys.stderr)
+        engines.close()
+        return 2
+    for warning in [*questions.warnings, *fleet_warnings(cfg, selected, remote is not None)]:
         print(f"warning: {warning}", file=sys.stderr)
     config_id = cfg.config_id(questions.digest(), engines.identity)
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
@@ -210,16 +276,37 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             f"warning: {cfg.cloud.api_key_env} is not set: every turn will be ok=0, error=LlmMissingApiKey",
             file=sys.stderr,
         )
-    run = Run(run_id, cfg, config_id, questions, clock, engines, api_key, remote)
+    devices = None if remote is None else _device_factory(remote, clock)
+    run = Run(run_id, cfg, config_id, questions, clock, engines, api_key, devices)
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "voice-latency-lab"), otlp)
     say(
         f"run {run_id}: condition {cfg.run.condition}, config {run.config_id}, {len(run.selected())} question(s) x "
-        f"{cfg.run.rounds} round(s), LLM mode {cfg.llm.mode}, pacing {cfg.run.pacing}, clock {clock.kind}"
+        f"{cfg.run.rounds} round(s) x {cfg.fleet.devices} device(s), LLM mode {cfg.llm.mode}, "
+        f"pacing {cfg.run.pacing}, clock {clock.kind}"
     )
-    sink = RowSink(bench, cfg.run.rounds * len(run.selected()), say)
+    sink = RowSink(bench, cfg.run.rounds * len(run.selected()) * cfg.fleet.devices, say)
     try:
-        run_on_clock(run_session(run, tracing, sink, say), clock)
+        if args.workers:
+            engines.close()  # each worker loads its own; the driver needed them for the run's identity only
+            spec = WorkerSpec(
+                run_id,
+                cfg,
+                config_id,
+                questions,
+                model_cache(args, env),
+                (),
+                engines.endpoint,
+                dict(engines.identity),
+                env.get("OTEL_SERVICE_NAME", "voice-latency-lab"),
+                otlp,
+                devices,
+                roles,
+                api_key,
+            )
+            run_on_ray(spec, args.workers, tracing, sink, _to_stderr, args.ray_address)
+        else:
+            run_on_clock(run_session(run, tracing, sink, say), clock)
     except DeviceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ from pipeline.replay import (
     refuse_existing_run,
 )
 from pipeline.run.assembly import SetupError, build_stages, load_engines, open_chat
-from pipeline.run.session import Run, TraceSink, exchange, keep_history, turn_attributes
+from pipeline.run.session import Run, TraceSink, attach_scheduler, exchange, keep_history, turn_attributes
 from pipeline.run.turn import ServerStages
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, Question, QuestionSet, load_questions
@@ -149,6 +149,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     clock = RealClock()
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     run = Run(run_id, cfg, cfg.config_id(questions.digest(), engines.identity), questions, clock, engines, api_key)
+    attach_scheduler(run)  # every connection's turns share the one model
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
     sink = RowSink(bench, 0, _quiet if args.quiet else _to_stderr)

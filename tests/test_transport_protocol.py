@@ -115,9 +115,13 @@ def test_a_reserved_turn_span_id_is_the_turn_spans_and_a_server_turn_joins_it(tm
 
     device, server = Tracing(tmp_path / "d.jsonl", "device"), Tracing(tmp_path / "s.jsonl", "server")
     device.start_session({}, 1_000)
-    traceparent = device.reserve_turn()
+    traceparent, other = device.reserve_turn(), device.reserve_turn()  # two devices' turns in flight
     _, trace_id, span_id, _ = traceparent.split("-")
-    mine = spans_from_traces_data(device.emit_turn(TurnTimeline(start_ns=2_000, end_ns=3_000), {}))
+    other_line = device.emit_turn(TurnTimeline(start_ns=1_500, end_ns=2_500), {}, reserved=other)
+    assert next(s for s in spans_from_traces_data(other_line) if s.name == "turn").span_id == other.split("-")[2]
+    mine = spans_from_traces_data(
+        device.emit_turn(TurnTimeline(start_ns=2_000, end_ns=3_000), {}, reserved=traceparent)
+    )
     turn = next(s for s in mine if s.name == "turn")
     assert (turn.trace_id, turn.span_id) == (trace_id, span_id)
     theirs = spans_from_traces_data(server.emit_turn(TurnTimeline(start_ns=2_100, end_ns=2_900), {}, traceparent))

@@ -20,6 +20,7 @@ ENTRY_POINTS = {
     "pipeline.report.__main__",
     "pipeline.offline.__main__",
     "pipeline.serve",
+    "pipeline.sweep.__main__",
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
@@ -28,7 +29,8 @@ MAY_USE = {
     "settings": {"contract", "registry"},  # the valid impl names come from the stage registry
     "stages": {"contract", "registry"},
     "registry": {"contract", "stages"},
-    "run": {"contract", "clock", "settings", "stages", "registry", "tracing", "names", "endpoints"},
+    "run": {"contract", "clock", "settings", "stages", "registry", "tracing", "names", "endpoints", "fleet"},
+    "fleet": {"contract", "clock", "stages", "tracing"},  # arrivals, the shared model's scheduler, background work
     "tracing": {"contract", "names"},
     "analysis": {"names"},
     "names": set(),
@@ -36,6 +38,7 @@ MAY_USE = {
     "endpoints": {"contract"},
     "offline": {"settings"},
     "transport": {"contract", "clock", "run", "tracing", "endpoints"},  # the run's turn over the device protocol
+    "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
 }
 
 

@@ -100,6 +100,8 @@ NUMERIC = frozenset(
         "answer_quality",
         "packets_lost",
         "packets_late",
+        "device",
+        "devices",
     )
 )
 

@@ -75,6 +75,9 @@ COLUMNS = (
     *DEVICE_COLUMNS,
     "packets_lost",
     "packets_late",
+    "device",
+    "devices",
+    "queue_wait_ms",
 )
 
 
@@ -212,7 +215,17 @@ def turn_row(t: TurnSpans) -> Row:
         **_device(t, speech_end),
         "packets_lost": _optional_int(a.get(names.PACKETS_LOST)),
         "packets_late": _optional_int(a.get(names.PACKETS_LATE)),
+        "device": _optional_int(a.get(names.DEVICE_INDEX)),
+        "devices": _optional_int(a.get(names.DEVICE_COUNT)),
+        "queue_wait_ms": _queue_wait(t),
     }
+
+
+def _queue_wait(t: TurnSpans) -> float | None:
+    """Time the turn's calls waited for the shared model (M2's queue); None where no scheduler stood in front."""
+    waits = [_ms(s.start_ns, s.end_ns) for s in t.named(names.LLM_QUEUE)]
+    known = [w for w in waits if w is not None]
+    return round(sum(known), 3) if known else None
 
 
 def _device(t: TurnSpans, speech_end: int | None) -> Row:

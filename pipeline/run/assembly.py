@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.events import Stage
+from pipeline.fleet.scheduled import ScheduledBackend
+from pipeline.fleet.scheduler import INTERACTIVE, Scheduler
 from pipeline.run.endpoints import ENDPOINTS, LlmEndpoint, SetupError
 from pipeline.run.turn import ServerStages
 from pipeline.settings.config import Config
@@ -27,7 +29,16 @@ from stages.llm.scripted import ScriptedTools
 from stages.registry import ROLES, Implementation, Loaded, TurnInputs, registry
 from stages.sentences import SentenceSplitter, SplitRules
 
-__all__ = ["Engines", "SetupError", "build_stages", "build_vad", "check_languages", "load_engines", "open_chat"]
+__all__ = [
+    "Engines",
+    "SetupError",
+    "build_stages",
+    "build_vad",
+    "chat_backend",
+    "check_languages",
+    "load_engines",
+    "open_chat",
+]
 
 
 class CacheModels:
@@ -60,6 +71,7 @@ class Engines:
     chat: ChatBackend | None = None  # the endpoint's client, open while ``open_chat`` runs
     endpoint: str = ""  # what every row says the LLM was: "in-process llama.cpp", "emulated cloud, ..."
     identity: dict[str, str] = field(default_factory=dict)
+    scheduler: Scheduler | None = None  # in front of the model every turn shares, when configured
 
     def engine(self, role: str) -> object:
         return self.loaded[role].engine if role in self.loaded else None
@@ -145,8 +157,14 @@ def _stage(cfg: Config, engines: Engines, role: str, turn: TurnInputs) -> Any:
     return impl.build(impl.settings_from(getattr(cfg, role)), engine, turn)
 
 
+def chat_backend(cfg: Config, engines: Engines, turn: TurnInputs, priority: str = INTERACTIVE) -> ChatBackend:
+    """The LLM's backend for one turn (or one background job), behind the scheduler when there is one."""
+    backend: ChatBackend = _stage(cfg, engines, "llm", turn)
+    return backend if engines.scheduler is None else ScheduledBackend(backend, engines.scheduler, priority)
+
+
 def _llm(cfg: Config, engines: Engines, turn: TurnInputs, history: tuple[Message, ...]) -> Stage:
-    backend = _stage(cfg, engines, "llm", turn)
+    backend = chat_backend(cfg, engines, turn)
     settings = LlmSettings(
         mode=cfg.llm.mode,  # type: ignore[arg-type]
         max_tokens=cfg.llm.max_tokens,

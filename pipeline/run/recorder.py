@@ -20,6 +20,7 @@ from pipeline.events import (
     CallStart,
     Event,
     OutputStart,
+    QueueWait,
     Sentence,
     SpeechEnd,
     SpeechStart,
@@ -30,7 +31,7 @@ from pipeline.events import (
     ToolResult,
     Transcript,
 )
-from pipeline.tracing.timeline import CallTiming, SentenceTiming, ToolTiming, TtsTiming, TurnTimeline
+from pipeline.tracing.timeline import CallTiming, QueueTiming, SentenceTiming, ToolTiming, TtsTiming, TurnTimeline
 
 Handler = Callable[[Event, int], None]
 Observer = Callable[[str, Event], None]  # (role, event) for each stage output, after it is stamped
@@ -160,6 +161,9 @@ class TurnRecorder:
                     input_tokens=event.input_tokens,
                 )
             )
+        elif isinstance(event, QueueWait) and calls:
+            # the scheduler's own readings: the wait is measured where it happened, not where it passed
+            calls[-1].queue = QueueTiming(event.enqueued_ns, event.granted_ns, event.priority)
         elif isinstance(event, TokenDelta) and calls:
             call = calls[-1]
             call.token_ns.append(t)

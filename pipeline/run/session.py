@@ -1,4 +1,4 @@
-"""A run: rounds x questions, in the same order every round, first round marked warm-up.
+"""A run: devices x rounds x questions, each device in its own order every round, first round warm-up.
 
 Each finished turn becomes spans, the spans one trace line written to the trace
 file, and the line goes to the sink the entry point passed in (which turns it into a
@@ -8,16 +8,21 @@ finished turn. The run never computes a row itself: every number comes from the 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.clock import Clock
 from pipeline.endpoints.load import LoadProbe, TurnLoad
-from pipeline.endpoints.thermal import read_temp_c
+from pipeline.endpoints.thermometer import Thermometer
 from pipeline.events import AudioFrame
-from pipeline.run.assembly import Engines, build_stages, build_vad, open_chat
+from pipeline.fleet.arrivals import rotated, start_offsets_ms
+from pipeline.fleet.background import BackgroundLoad
+from pipeline.fleet.scheduler import BACKGROUND, Scheduler
+from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
 from pipeline.run.device import speech_end_ms
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
@@ -26,8 +31,9 @@ from pipeline.settings.fixtures import Question, QuestionSet
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.spans import Attributes
-from pipeline.tracing.timeline import TurnTimeline
-from stages.llm import Message
+from pipeline.tracing.timeline import JobTimeline, TurnTimeline
+from stages.llm import ChatBackend, Message
+from stages.registry import TurnInputs
 
 Progress = Callable[[str], None]
 TraceSink = Callable[[dict[str, Any]], None]  # takes each finished turn's trace line (OTLP JSON)
@@ -54,7 +60,9 @@ class Run:
     clock: Clock
     engines: Engines
     api_key: str | None = field(default=None, repr=False)  # for the cloud LLM only; never traced or written
-    remote: RemoteTurns | None = None  # the server across a transport; None: the pipeline runs in this process
+    # the server across a transport, one session per device index; None: the pipeline runs in this process
+    remote: Callable[[int], RemoteTurns] | None = None
+    only_devices: tuple[int, ...] = ()  # the devices this process runs (a worker's share); () = all of them
 
     @property
     def config_json(self) -> str:
@@ -65,7 +73,9 @@ class Run:
         return self.questions.questions[:limit] if limit else self.questions.questions
 
 
-def turn_attributes(run: Run, question: Question, round_no: int, note: str, load: TurnLoad | None) -> Attributes:
+def turn_attributes(
+    run: Run, question: Question, round_no: int, note: str, load: TurnLoad | None, temp: float | None = None
+) -> Attributes:
     attrs: Attributes = {
         names.SCHEMA: names.SCHEMA_VERSION,
         names.RUN_ID: run.run_id,
@@ -84,7 +94,6 @@ def turn_attributes(run: Run, question: Question, round_no: int, note: str, load
         names.LLM_ENDPOINT: run.engines.endpoint,
         names.NOTE: note,
     }
-    temp = read_temp_c() if run.clock.kind == "real" else None
     if temp is not None:
         attrs[names.TEMP_C] = temp
     if load is not None:
@@ -123,57 +132,127 @@ async def run_session(run: Run, tracing: Tracing, sink: TraceSink, progress: Pro
         run.clock.now_ns(),
     )
     answers = {q.text: q.answer for q in questions if q.answer}
+    if run.remote is None:
+        attach_scheduler(run)
+    # a temperature source that fails is said once, even under --quiet (M20: why temp_c is empty)
+    thermometer = Thermometer.for_run(cfg.probe, run.clock, lambda m: print(f"warning: {m}", file=sys.stderr))
+    fleet = _Fleet(run, questions, audio, tracing, sink, thermometer)
     try:
-        if run.remote is not None:
-            async with run.remote:
-                await _rounds(run, questions, audio, tracing, sink)
-        else:
-            async with open_chat(cfg, run.engines, run.api_key, answers):
-                await _rounds(run, questions, audio, tracing, sink)
+        async with thermometer:
+            if run.remote is not None:
+                await fleet.devices()
+            else:
+                async with open_chat(cfg, run.engines, run.api_key, answers):
+                    await fleet.devices()
     finally:
         tracing.end_session(run.clock.now_ns())
 
 
-async def _rounds(
-    run: Run,
-    questions: tuple[Question, ...],
-    audio: dict[str, LoadedAudio | BadAudio],
-    tracing: Tracing,
-    sink: TraceSink,
-) -> None:
-    cfg = run.config
-    history: list[Message] = []
-    speech_ends: dict[str, int | None] = {}  # a device's clips, by question: where the VAD ends the speech
-    probe = LoadProbe() if run.clock.kind == "real" else None  # other load means nothing in simulated time
-    for round_no in range(1, cfg.run.rounds + 1):
-        for index, q in enumerate(questions):
-            clip = audio[q.id]
-            before = probe.sample() if probe else None
-            if isinstance(clip, BadAudio):
-                timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
-                note = str(clip)
-            elif run.remote is not None:  # the server keeps the conversation's history
-                if q.id not in speech_ends:  # the same clip every round: found once
-                    speech_ends[q.id] = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
-                # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
-                traceparent = tracing.reserve_turn()
-                timeline = await run.remote.turn(clip.frames, speech_ends[q.id], q.id, round_no, traceparent)
-                note = clip.note
-            else:
-                context = tuple(history)
-                stages = build_stages(cfg, run.engines, q, round_no * 1000 + index, context)
-                timeline = await run_turn(
-                    clip.frames,
-                    stages,
-                    run.clock,
-                    realtime=cfg.run.pacing == "realtime",
-                    timeout_s=cfg.run.turn_timeout_s,
-                )
-                note = clip.note
-                if timeline.ok:
-                    history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
-            load = probe.between(before, probe.sample()) if probe else None
-            sink(tracing.emit_turn(timeline, turn_attributes(run, q, round_no, note, load)))
+def attach_scheduler(run: Run) -> None:
+    """Put the configured scheduler in front of the model this process's turns share (if one is set)."""
+    s = run.config.scheduler
+    if s.concurrency:
+        run.engines.scheduler = Scheduler(run.clock, s.concurrency, s.when_full, s.max_waiting, s.priority)
+
+
+class _Fleet:
+    """The run's devices (one unless ``[fleet] devices`` says more), each with its own session,
+    history and question order, started at their arrival times, plus any background load."""
+
+    def __init__(
+        self,
+        run: Run,
+        questions: tuple[Question, ...],
+        audio: dict[str, LoadedAudio | BadAudio],
+        tracing: Tracing,
+        sink: TraceSink,
+        thermometer: Thermometer,
+    ) -> None:
+        self.run, self.questions, self.audio, self.tracing, self.sink = run, questions, audio, tracing, sink
+        self.thermometer = thermometer
+        self.speech_ends: dict[str, int | None] = {}  # a device's clips, by question: where the VAD ends the speech
+        # other load means nothing in simulated time
+        self.probe = LoadProbe() if run.clock.kind == "real" else None
+
+    async def devices(self) -> None:
+        fleet = self.run.config.fleet
+        offsets = start_offsets_ms(fleet.devices, fleet.arrival, fleet.gap_ms, fleet.rate_per_s, fleet.seed)
+        mine = self.run.only_devices or range(fleet.devices)
+        background = self._background()
+        try:
+            done = await asyncio.gather(*(self._device(i, offsets[i]) for i in mine), return_exceptions=True)
+        finally:
+            if background is not None:
+                background.cancel()
+                await asyncio.gather(background, return_exceptions=True)
+        failures = [r for r in done if isinstance(r, BaseException)]
+        if failures:  # every other device finished its turns first
+            raise failures[0]
+
+    def _background(self) -> asyncio.Task[None] | None:
+        cfg, engines = self.run.config, self.run.engines
+        if cfg.background.job == "none" or self.run.remote is not None:
+            return None
+
+        def backend(index: int) -> ChatBackend:
+            inputs = TurnInputs(f"background job {index}", "en", salt=900_000 + index)
+            return chat_backend(cfg, engines, inputs, BACKGROUND)
+
+        def record(job: JobTimeline) -> None:
+            self.tracing.emit_job(job, {names.RUN_ID: self.run.run_id, names.CONFIG_ID: self.run.config_id})
+
+        load = BackgroundLoad(
+            cfg.background.job, cfg.background.period_ms, cfg.background.max_tokens, backend, self.run.clock, record
+        )
+        return asyncio.create_task(load.run())
+
+    async def _device(self, index: int, offset_ms: float) -> None:
+        await asyncio.sleep(offset_ms / 1000)
+        order = rotated(self.questions, index)
+        if self.run.remote is None:
+            await self._rounds(index, order, None)
+            return
+        async with self.run.remote(index) as remote:
+            await self._rounds(index, order, remote)
+
+    async def _rounds(self, device: int, questions: tuple[Question, ...], remote: RemoteTurns | None) -> None:
+        run, cfg = self.run, self.run.config
+        history: list[Message] = []
+        for round_no in range(1, cfg.run.rounds + 1):
+            for index, q in enumerate(questions):
+                clip = self.audio[q.id]
+                before = self.probe.sample() if self.probe else None
+                reserved = ""
+                if isinstance(clip, BadAudio):
+                    timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
+                    note = str(clip)
+                elif remote is not None:  # the server keeps the conversation's history
+                    if q.id not in self.speech_ends:  # the same clip every round: found once
+                        self.speech_ends[q.id] = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
+                    # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
+                    reserved = self.tracing.reserve_turn()
+                    timeline = await remote.turn(clip.frames, self.speech_ends[q.id], q.id, round_no, reserved)
+                    note = clip.note
+                else:
+                    context = tuple(history)
+                    salt = (device * 1000 + round_no) * 1000 + index
+                    stages = build_stages(cfg, run.engines, q, salt, context)
+                    timeline = await run_turn(
+                        clip.frames,
+                        stages,
+                        run.clock,
+                        realtime=cfg.run.pacing == "realtime",
+                        timeout_s=cfg.run.turn_timeout_s,
+                    )
+                    note = clip.note
+                    if timeline.ok:
+                        history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
+                load = self.probe.between(before, self.probe.sample()) if self.probe else None
+                temp = self.thermometer.reading(timeline.start_ns, timeline.end_ns or timeline.start_ns)
+                attrs = turn_attributes(run, q, round_no, note, load, temp)
+                if cfg.fleet.devices > 1:
+                    attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
+                self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
 
 
 def keep_history(history: list[Message], rounds: int) -> list[Message]:

@@ -129,6 +129,44 @@ class RunConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """Several devices sharing one pipeline: how many, and when each starts (METHOD M2: the queue)."""
+
+    devices: int = 1
+    arrival: str = "together"  # together: all at once; staggered: gap_ms apart; poisson: rate_per_s on average
+    gap_ms: float = 500.0  # staggered
+    rate_per_s: float = 1.0  # poisson
+    seed: int = 7  # poisson arrival times
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """The local model as a shared service: how many calls it runs at once, and who goes first."""
+
+    concurrency: int = 0  # calls the model runs at once; 0 = no scheduler in front of it
+    when_full: str = "queue"  # queue: wait for a slot; reject: fail the call at once
+    max_waiting: int = 0  # queue: calls allowed to wait (0 = no limit); one more is rejected
+    priority: bool = True  # interactive voice turns before background work
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundConfig:
+    """Work that competes with the voice turns for the same model."""
+
+    job: str = "none"  # none, summarise (periodic batch summaries), vision (vision-analysis-like prompts)
+    period_ms: float = 2000.0  # a new job this often while the run lasts
+    max_tokens: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    """What is sampled beside the run (never changes a latency, so not part of config_id)."""
+
+    temp_command: str = ""  # prints a temperature in degrees C; "" = sysfs thermal zones and hwmon
+    temp_interval_ms: float = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     vad: VadConfig = field(default_factory=VadConfig)
@@ -138,6 +176,10 @@ class Config:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     sentences: SentenceConfig = field(default_factory=SentenceConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    background: BackgroundConfig = field(default_factory=BackgroundConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -151,6 +193,7 @@ class Config:
         identity = self.as_dict()
         for key in ("rounds", "limit"):
             identity["run"].pop(key)
+        identity.pop("probe")
         identity["questions"] = questions_digest
         identity["models"] = models or {}
         canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
@@ -160,6 +203,8 @@ class Config:
         """Every setting, with credentials taken out of URLs: what traces and reports may record."""
         data = dataclasses.asdict(self)
         data["cloud"]["base_url"] = public_url(self.cloud.base_url)
+        if self.probe.temp_command:  # a command may hold a host, a user or a password: never traced
+            data["probe"]["temp_command"] = "(a command; not recorded)"
         return data
 
 
@@ -169,6 +214,9 @@ _CHOICES = {
     ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
     ("llm", "mode"): ("single", "per-sentence"),
     ("llm", "prompt_cache"): ("off", "prefix", "carry"),
+    ("fleet", "arrival"): ("together", "staggered", "poisson"),
+    ("scheduler", "when_full"): ("queue", "reject"),
+    ("background", "job"): ("none", "summarise", "vision"),
 }
 
 
@@ -197,11 +245,20 @@ def validate(cfg: Config) -> None:
         "[asr] beam_size": cfg.asr.beam_size,
         "[asr] threads": cfg.asr.threads,
         "[tts] words_per_minute": cfg.tts.words_per_minute,
+        "[fleet] devices": cfg.fleet.devices,
+        "[fleet] rate_per_s": cfg.fleet.rate_per_s,
+        "[background] period_ms": cfg.background.period_ms,
+        "[background] max_tokens": cfg.background.max_tokens,
+        "[probe] temp_interval_ms": cfg.probe.temp_interval_ms,
     }
     for name, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{name} = {value}: must be positive")
     _validate_cloud(cfg)
+    if cfg.scheduler.concurrency < 0 or cfg.scheduler.max_waiting < 0 or cfg.fleet.gap_ms < 0:
+        raise ConfigError("[scheduler] concurrency, max_waiting and [fleet] gap_ms must be >= 0")
+    if cfg.background.job != "none" and cfg.scheduler.concurrency == 0:
+        raise ConfigError("[background] job needs [scheduler] concurrency > 0: the scheduler is what shares the model")
     if cfg.llm.history_rounds < 0:
         raise ConfigError(f"[llm] history_rounds = {cfg.llm.history_rounds}: must be >= 0")
     if not 0 < cfg.vad.threshold < 1:

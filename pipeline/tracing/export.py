@@ -24,8 +24,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from pipeline.tracing import names
 from pipeline.tracing.otlp_json import dumps_line, spans_to_otlp_json
-from pipeline.tracing.spans import Attributes, build_turn_spans
-from pipeline.tracing.timeline import TurnTimeline
+from pipeline.tracing.spans import Attributes, build_job_spans, build_turn_spans
+from pipeline.tracing.timeline import JobTimeline, TurnTimeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,24 +55,23 @@ class _LineBuffer(SpanProcessor):
 
 
 class _ReservableIds(RandomIdGenerator):
-    """Random ids, except that the next turn span's id can be drawn ahead of time (``reserve``), so a
-    device can name its turn in a ``traceparent`` before the turn's spans exist."""
+    """Random ids, except that a turn span's id can be drawn ahead of time (``reserve``), so a
+    device can name its turn in a ``traceparent`` before the turn's spans exist. Several devices
+    of one run may hold reservations at once; each turn takes its own."""
 
     def __init__(self) -> None:
-        self.reserved: int | None = None
-        self._take_reserved = False
+        self._next: int | None = None
 
     def reserve(self) -> int:
-        self.reserved = super().generate_span_id()
-        return self.reserved
+        return super().generate_span_id()
 
-    def use_reserved_next(self) -> None:
-        """The next span id generated is the reserved one, if one is reserved."""
-        self._take_reserved = self.reserved is not None
+    def use_next(self, span_id: int) -> None:
+        """The next span id generated is ``span_id``."""
+        self._next = span_id
 
     def generate_span_id(self) -> int:
-        if self._take_reserved and self.reserved is not None:
-            span_id, self.reserved, self._take_reserved = self.reserved, None, False
+        if self._next is not None:
+            span_id, self._next = self._next, None
             return span_id
         return super().generate_span_id()
 
@@ -163,18 +162,29 @@ class Tracing:
         trace_id = session.trace_id if session is not None else self._ids.generate_trace_id()
         return f"00-{trace_id:032x}-{self._ids.reserve():016x}-01"
 
-    def emit_turn(self, timeline: TurnTimeline, attributes: Attributes, traceparent: str = "") -> dict[str, Any]:
+    def emit_turn(
+        self, timeline: TurnTimeline, attributes: Attributes, traceparent: str = "", reserved: str = ""
+    ) -> dict[str, Any]:
         """Turn a finished turn into spans and write them as one line; returns that line's data.
 
         ``traceparent``: the turn span becomes a child of that remote span (a device's turn, seen
-        from the server that served it), so both sides' spans form one trace."""
+        from the server that served it), so both sides' spans form one trace. ``reserved``: what
+        ``reserve_turn`` returned for this turn; its span id becomes the turn span's."""
         parent = self._session_ctx
         if traceparent:
             remote = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
             if trace.get_current_span(remote).get_span_context().is_valid:
                 parent = remote
-        self._ids.use_reserved_next()  # the turn span is the first span built
+        if reserved:
+            self._ids.use_next(int(reserved.split("-")[2], 16))  # the turn span is the first span built
         build_turn_spans(self._tracer, parent, timeline, attributes)
+        line = self._write_line()
+        assert line is not None
+        return line
+
+    def emit_job(self, job: JobTimeline, attributes: Attributes) -> dict[str, Any]:
+        """A background job as spans in the session's trace, written as one line of its own."""
+        build_job_spans(self._tracer, self._session_ctx, job, attributes)
         line = self._write_line()
         assert line is not None
         return line
@@ -184,10 +194,14 @@ class Tracing:
         if not spans:
             return None
         data = spans_to_otlp_json(spans)
+        self.add_line(data)
+        return data
+
+    def add_line(self, data: dict[str, Any]) -> None:
+        """Append a line another tracer wrote (a worker's), as it wrote it, to this run's trace file."""
         with self.trace_path.open("a", encoding="utf-8") as fh:
             fh.write(dumps_line(data))
             fh.flush()
-        return data
 
     def shutdown(self) -> None:
         self._provider.shutdown()

@@ -20,6 +20,8 @@ SENTENCE = "sentence"
 TTS = "tts"
 PLAYBACK = "playback"
 DEVICE = "device"  # a device's view of the turn across a real transport
+LLM_QUEUE = "llm.queue"  # a call waiting for the shared model's scheduler, by the scheduler's own clock
+BACKGROUND_JOB = "background.job"  # work competing with the voice turns for the model (its own trace)
 
 # span event names
 EV_USER_SPEECH_END = "user_speech_end"
@@ -58,6 +60,9 @@ ERROR_MESSAGE = "lab.error_message"
 NOTE = "lab.note"
 LEFTOVER_WAIT_MS = "lab.leftover_wait_ms"  # the turn's stages' engine work still running when it ended, waited for
 TEMP_C = "lab.temp_c"
+DEVICE_INDEX = "lab.device.index"  # which of a run's emulated devices asked (0-based)
+DEVICE_COUNT = "lab.device.count"
+PRIORITY = "lab.llm.priority"  # the scheduler's class for a call: interactive or background
 HOST_OTHER_CPU_MS = "lab.host.other_cpu_ms"  # CPU time other processes used during the turn
 HOST_LOAD_AVG_1M = "lab.host.load_avg_1m"
 REFERENCE_TEXT = "lab.reference_text"

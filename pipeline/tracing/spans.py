@@ -16,7 +16,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from pipeline.tracing import names
-from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
+from pipeline.tracing.timeline import DeviceTiming, JobTimeline, TurnTimeline
 
 Attributes = dict[str, AttributeValue]
 
@@ -98,6 +98,10 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
             extra[names.PROMPT_CACHED_TOKENS] = call.cached_tokens
         for key, value in call.server_timings:
             extra[names.SERVER_TIMING_PREFIX + key] = value
+        if call.queue is not None:
+            extra[names.PRIORITY] = call.queue.priority
+            queue_attrs: Attributes = {names.CALL_INDEX: call.index, names.PRIORITY: call.queue.priority}
+            child(names.LLM_QUEUE, call.queue.enqueued_ns, call.queue.granted_ns, "llm", queue_attrs)
         span = child(names.LLM_CALL, call.start_ns, call.end_ns, "llm", extra)
         if call.token_ns:
             span.add_event(names.EV_FIRST_CHUNK, timestamp=call.token_ns[0])
@@ -170,3 +174,27 @@ def _device_span(device: DeviceTiming, child: Callable[..., Span], end: int) -> 
         span.add_event(
             names.EV_SENTENCE_START, attributes={names.SENTENCE_INDEX: index, names.SENTENCE_TEXT: text}, timestamp=t
         )
+
+
+def build_job_spans(tracer: trace.Tracer, parent: Context | None, job: JobTimeline, attributes: Attributes) -> None:
+    """A background job's span, with its wait for the model as a child (its own line, never a turn)."""
+    end = job.end_ns if job.end_ns is not None else job.start_ns
+    attrs: Attributes = {**attributes, names.OK: not job.error_type, names.GEN_AI_OUTPUT_TOKENS: job.output_tokens}
+    if job.error_type:
+        attrs[names.ERROR_TYPE] = job.error_type
+        attrs[names.ERROR_MESSAGE] = job.error_message
+    span = tracer.start_span(names.BACKGROUND_JOB, context=parent, attributes=attrs, start_time=job.start_ns)
+    if job.error_type:
+        span.set_status(Status(StatusCode.ERROR, job.error_type))
+    if job.first_token_ns is not None:
+        span.add_event(names.EV_FIRST_TOKEN, timestamp=job.first_token_ns)
+    if job.queue is not None:
+        ctx = trace.set_span_in_context(span)
+        queue = tracer.start_span(
+            names.LLM_QUEUE,
+            context=ctx,
+            attributes={names.PRIORITY: job.queue.priority},
+            start_time=job.queue.enqueued_ns,
+        )
+        queue.end(end_time=job.queue.granted_ns)
+    span.end(end_time=end)

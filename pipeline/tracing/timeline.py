@@ -48,6 +48,16 @@ class CallTiming:
     tool_name: str = ""
     server_timings: tuple[tuple[str, float], ...] = ()
     token_ns: list[int] = field(default_factory=list)  # stamp of every delta, by position
+    queue: QueueTiming | None = None  # the call waited for a shared model's scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTiming:
+    """From the scheduler's own clock: when the call asked for the model and when it got it."""
+
+    enqueued_ns: int
+    granted_ns: int
+    priority: str
 
 
 @dataclass(slots=True)
@@ -137,3 +147,19 @@ class TurnTimeline:
     @property
     def ok(self) -> bool:
         return not self.error_type
+
+
+@dataclass(slots=True)
+class JobTimeline:
+    """One background job (work that competes with the voice turns for the model), as its generator saw it."""
+
+    index: int
+    kind: str  # "summarise", "vision"
+    start_ns: int
+    queue: QueueTiming | None = None
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    input_chars: int = 0
+    output_tokens: int = 0
+    error_type: str = ""
+    error_message: str = ""

@@ -4,7 +4,8 @@ A backend (in-process llama.cpp, an OpenAI-compatible endpoint, the scripted one
 ``ChatRequest`` and yields the call's events in the contract's vocabulary: ``TokenDelta``
 per piece of text, ``ToolCallDelta`` per piece of a tool call as it streams (``OutputStart``
 when output it must hold back has begun), at most one
-complete ``ToolCall``, and one final ``CallEnd``. The LLM stage
+complete ``ToolCall``, and one final ``CallEnd``; a backend behind a scheduler first yields
+``QueueWait``. The LLM stage
 passes them on unchanged, so the recorder times exactly what the backend produced.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
-from pipeline.events import CallEnd, OutputStart, TokenDelta, ToolCall, ToolCallDelta
+from pipeline.events import CallEnd, OutputStart, QueueWait, TokenDelta, ToolCall, ToolCallDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class ChatRequest:
     assistant_prefix: str = ""  # per-sentence mode: the answer so far, to be continued
 
 
-Chunk: TypeAlias = TokenDelta | OutputStart | ToolCallDelta | ToolCall | CallEnd
+Chunk: TypeAlias = QueueWait | TokenDelta | OutputStart | ToolCallDelta | ToolCall | CallEnd
 
 
 class ChatBackend(Protocol):

@@ -1,0 +1,1 @@
+"""Many devices, one model: arrivals, the scheduler in front of the shared model, background work."""

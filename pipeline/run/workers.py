@@ -1,0 +1,248 @@
+"""A run's devices spread over Ray workers, when one machine cannot emulate enough of them.
+
+Each worker is a Ray async actor that runs a share of the devices (device ``i`` goes to
+worker ``i mod W``) with the same settings, question set, arrival times and question orders
+as a one-process run would give them, and its own tracer. Its finished turns' trace lines
+are drained by the driver every half second, so what a worker finished is kept even if the
+worker dies later; the driver writes them into the run's one trace file and bench.csv,
+exactly as a one-process run's sink does, so analysis and report cannot tell the
+difference. With OTLP configured, every worker also exports its spans to that collector
+(or Jaeger) itself: all spans reach one place.
+
+A worker that dies mid-run is reported once, by name and devices; every turn its devices
+had not finished is recorded as a failed turn (``worker_lost``), never left out (METHOD M7);
+the other workers go on.
+
+Ray: ``address=None`` starts a local Ray for this command and stops it afterwards;
+``address="auto"`` or ``"ray://HEAD:10001"`` joins an existing cluster (then every node
+needs this checkout and its packages at the same path: a Ray runtime_env working_dir).
+With in-process stages each worker runs its own pipeline (its own model); for devices of one
+shared server, give the run ``--server``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.clock import RealClock, run_on_clock
+from pipeline.fleet.arrivals import rotated
+from pipeline.run.assembly import load_engines
+from pipeline.run.session import RemoteTurns, Run, TraceSink, run_session, turn_attributes
+from pipeline.settings.config import Config
+from pipeline.settings.fixtures import QuestionSet
+from pipeline.tracing import names
+from pipeline.tracing.export import OtlpSettings, Tracing
+from pipeline.tracing.timeline import TurnTimeline
+from stages.registry import ROLES
+
+DRAIN_S = 0.5
+WORKER_LOST = "worker_lost"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to run its devices; no engines (each worker loads its own)."""
+
+    run_id: str
+    config: Config
+    config_id: str
+    questions: QuestionSet
+    model_cache: Path
+    devices: tuple[int, ...]
+    endpoint: str
+    identity: dict[str, str]
+    service_name: str
+    otlp: OtlpSettings | None = None
+    remote: Callable[[int], RemoteTurns] | None = None
+    roles: tuple[str, ...] = ROLES
+    api_key: str | None = field(default=None, repr=False)
+
+
+def run_share(spec: WorkerSpec, trace_path: Path, sink: TraceSink) -> None:
+    """One worker's devices, start to end, on this thread (its own event loop and clock)."""
+    clock = RealClock()
+    engines = load_engines(spec.config, spec.model_cache, {}, spec.roles)
+    engines.endpoint, engines.identity = spec.endpoint, dict(spec.identity)
+    run = Run(
+        spec.run_id,
+        spec.config,
+        spec.config_id,
+        spec.questions,
+        clock,
+        engines,
+        spec.api_key,
+        spec.remote,
+        spec.devices,
+    )
+    tracing = Tracing(trace_path, spec.service_name, spec.otlp)
+    try:
+        run_on_clock(run_session(run, tracing, sink, lambda _m: None), clock)
+    finally:
+        tracing.shutdown()
+        engines.close()
+
+
+class DeviceWorker:
+    """The Ray actor's body: runs its share in a thread and hands finished trace lines over."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.lines: list[dict[str, Any]] = []
+        self.folder = tempfile.mkdtemp(prefix="lab-worker-")
+
+    async def run(self) -> int:
+        path = Path(self.folder) / f"{self.spec.run_id}.jsonl"
+        await asyncio.to_thread(run_share, self.spec, path, self.lines.append)
+        return len(self.spec.devices)
+
+    async def drain(self) -> list[dict[str, Any]]:
+        taken, self.lines[:] = list(self.lines), []
+        return taken
+
+
+def shares(devices: int, workers: int) -> list[tuple[int, ...]]:
+    """Device ``i`` to worker ``i mod workers``; a worker with no device is not started."""
+    return [s for s in (tuple(range(w, devices, workers)) for w in range(workers)) if s]
+
+
+@dataclass
+class Outcome:
+    lines: int = 0
+    lost: list[str] = field(default_factory=list)  # one message per worker that died
+
+
+def run_on_ray(
+    spec: WorkerSpec,
+    workers: int,
+    tracing: Tracing,
+    sink: TraceSink,
+    say: Callable[[str], None],
+    address: str | None = None,
+) -> Outcome:
+    """Run ``spec``'s devices on ``workers`` Ray actors; every line reaches ``tracing``'s file and ``sink``."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        actor = ray.remote(num_cpus=0)(DeviceWorker)
+        plan = shares(spec.config.fleet.devices, workers)
+        handles = [actor.remote(_with_devices(spec, share)) for share in plan]
+        return _drive(ray, handles, plan, spec, tracing, sink, say)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _with_devices(spec: WorkerSpec, devices: tuple[int, ...]) -> WorkerSpec:
+    return dataclasses.replace(spec, devices=devices)
+
+
+def _drive(
+    ray: Any,
+    handles: list[Any],
+    plan: list[tuple[int, ...]],
+    spec: WorkerSpec,
+    tracing: Tracing,
+    sink: TraceSink,
+    say: Callable[[str], None],
+) -> Outcome:
+    outcome = Outcome()
+    done: dict[tuple[int, int, str], bool] = {}
+    running = {i: h.run.remote() for i, h in enumerate(handles)}
+    while running:
+        ready, _ = ray.wait(list(running.values()), timeout=DRAIN_S, num_returns=1)
+        for i in running:  # finished turns come back while the run goes on
+            _take(ray, handles[i], tracing, sink, done, outcome)
+        for i, ref in list(running.items()):
+            if ref not in ready:
+                continue
+            del running[i]
+            try:
+                ray.get(ref)
+                _take(ray, handles[i], tracing, sink, done, outcome)  # the last turns and the session's end
+            except Exception as exc:  # the actor died, or its run raised: its devices' turns are lost
+                message = f"worker {i} (devices {', '.join(map(str, plan[i]))}) failed mid-run: {_reason(exc)}"
+                outcome.lost.append(message)
+                say(f"error: {message}")
+                _record_lost(spec, plan[i], done, tracing, sink, message)
+    return outcome
+
+
+def _take(
+    ray: Any,
+    handle: Any,
+    tracing: Tracing,
+    sink: TraceSink,
+    done: dict[tuple[int, int, str], bool],
+    outcome: Outcome,
+) -> None:
+    try:
+        lines = ray.get(handle.drain.remote())
+    except Exception:  # a dead actor answers nothing more; its run's result says why
+        return
+    for line in lines:
+        tracing.add_line(line)
+        sink(line)
+        outcome.lines += 1
+        for key in _turn_keys(line):
+            done[key] = True
+
+
+def _turn_keys(line: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """(device, round, question id) of each turn span in a trace line."""
+    keys = []
+    for resource in line.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                if span.get("name") != names.TURN:
+                    continue
+                attrs = {a["key"]: next(iter(a.get("value", {}).values()), None) for a in span.get("attributes", [])}
+                device = int(attrs.get(names.DEVICE_INDEX) or 0)
+                keys.append((device, int(attrs.get(names.ROUND) or 0), str(attrs.get(names.QUESTION_ID))))
+    return keys
+
+
+def _record_lost(
+    spec: WorkerSpec,
+    devices: Sequence[int],
+    done: dict[tuple[int, int, str], bool],
+    tracing: Tracing,
+    sink: TraceSink,
+    message: str,
+) -> None:
+    """Every turn the dead worker's devices had not finished, as a failed turn (M7)."""
+    cfg = spec.config
+    questions = spec.questions.questions[: cfg.run.limit or None]
+    run = Run(spec.run_id, cfg, spec.config_id, spec.questions, RealClock(), _NoEngines(spec.endpoint))  # type: ignore[arg-type]
+    now = time.time_ns()
+    for device in devices:
+        for round_no in range(1, cfg.run.rounds + 1):
+            for q in rotated(questions, device):
+                if done.get((device, round_no, q.id)):
+                    continue
+                timeline = TurnTimeline(start_ns=now, end_ns=now, error_type=WORKER_LOST, error_message=message)
+                attrs = turn_attributes(run, q, round_no, message, None)
+                if cfg.fleet.devices > 1:
+                    attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
+                sink(tracing.emit_turn(timeline, attrs))
+
+
+@dataclass
+class _NoEngines:
+    """What ``turn_attributes`` reads of a run's engines, for turns no engine ran."""
+
+    endpoint: str
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
