@@ -80,7 +80,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     device.add_argument("--listen-mode", choices=("auto", "manual"), default="auto", help="who ends the user's turn")
     device.add_argument("--link-profile", help="a network profile between device and server (lan, internet, ...)")
     device.add_argument(
-        "--barge-in-after", type=int, metavar="MS", help="interrupt each answer (abort) once it has sounded MS ms"
+        "--barge-in-after", type=int, metavar="MS", help="interrupt each answer once it has sounded MS ms"
+    )
+    device.add_argument(
+        "--barge-in-with",
+        choices=("abort", "speech"),
+        default="abort",
+        help="abort: the device sends abort; speech: the user starts the next question mid-answer",
     )
     return p.parse_args(argv)
 
@@ -170,6 +176,7 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         listen_mode=args.listen_mode,
         turn_timeout_s=cfg.run.turn_timeout_s,
         barge_in_after_ms=args.barge_in_after,
+        barge_in_with=args.barge_in_with,
         profile=get_profile(args.link_profile) if args.link_profile else None,
     )
     return settings
@@ -249,6 +256,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             engines.endpoint, engines.identity["server"] = EmulatedDevice(remote, clock).label, remote.url
             if remote.profile is not None:  # the link changes every latency the device sees (M11)
                 engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
+            if remote.barge_in_after_ms is not None:  # an interrupted answer is another experiment
+                engines.identity["barge_in"] = f"{remote.barge_in_with} after {remote.barge_in_after_ms} ms"
         bench = BenchCsv(args.out / "bench.csv")
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         if engines is not None:

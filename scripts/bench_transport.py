@@ -41,6 +41,7 @@ from pipeline.endpoints.broker import local_broker  # noqa: E402
 from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
 from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
 from pipeline.run.device import speech_end_ms  # noqa: E402
+from pipeline.run.session import Ask  # noqa: E402
 from pipeline.run.turn import ServerStages, run_turn  # noqa: E402
 from pipeline.settings.audio import load_audio  # noqa: E402
 from pipeline.settings.config import Config, load_config  # noqa: E402
@@ -108,7 +109,7 @@ async def _device_turns(url: str, turns: int, clock: RealClock) -> list[TurnTime
     async with EmulatedDevice(DeviceSettings(url=url), clock) as device:
         end = await speech_end_ms(build_stages(cfg, engines, question, 0).vad, frames)
         for i in range(turns):
-            out.append(await device.turn(frames, end, question.id, i + 1))
+            out.append(await device.turn(Ask(frames, end, question.id, i + 1, "")))
     return out
 
 

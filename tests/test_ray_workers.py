@@ -16,6 +16,7 @@ from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import COLUMNS
 from pipeline.replay import main
+from pipeline.run.session import Ask
 from pipeline.run.workers import WORKER_LOST, WorkerSpec, run_on_ray, shares
 from pipeline.settings.config import load_config
 from pipeline.settings.fixtures import load_questions
@@ -93,9 +94,7 @@ class DyingDevice:
     async def __aexit__(self, *exc: object) -> None:
         return None
 
-    async def turn(
-        self, frames: object, speech_end_ms: object, question_id: str, round_no: int, tp: str
-    ) -> TurnTimeline:
+    async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline:
         self.turns += 1
         if self.index == 1 and self.turns == 2:
             sys.stdout.flush()

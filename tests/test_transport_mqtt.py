@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.link.profiles import NetProfile
+from pipeline.run.session import Ask
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport import protocol
 from pipeline.transport.emulator import DeviceSettings, EmulatedDevice
@@ -92,7 +93,7 @@ def _turn_over_mqtt(port: int, lossy: bool) -> tuple[TurnTimeline, ScriptedTurns
                 if lossy:
                     link = device.link
                     link.udp = Lossy(link.udp, drop={5, 6}, swap=10)  # type: ignore[union-attr]
-                timeline = await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q1", round_no=1)
+                timeline = await device.turn(Ask(clip(), SPEECH_END_MS, "q1", 1, ""))
             await turns.settled(1)
         return timeline
 
@@ -135,7 +136,7 @@ def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served
             await rogue.publish("lab/up/rogue", "{not json")
             good = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", device_id="good"), RealClock())
             async with good:
-                timeline = await good.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1)
+                timeline = await good.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
             async with asyncio.timeout(5):
                 async for message in rogue.messages:
                     told = protocol.parse(bytes(message.payload))
@@ -158,7 +159,7 @@ def test_a_lossy_link_profile_between_device_and_server_loses_udp_packets_both_w
         async with MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock()):
             settings = DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", profile=profile)
             async with EmulatedDevice(settings, RealClock()) as device:
-                timeline = await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1)
+                timeline = await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
             await turns.settled(1)
         return timeline
 

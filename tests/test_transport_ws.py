@@ -21,6 +21,7 @@ from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.events import AudioFrame
+from pipeline.run.session import Ask
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
@@ -93,7 +94,7 @@ def one_turn(turns: ScriptedTurns, question_id: str = "q", round_no: int = 1, **
     async def scenario() -> TurnTimeline:
         async with gateway(turns) as url:
             async with EmulatedDevice(DeviceSettings(url=url, **device), RealClock()) as emulated:
-                timeline = await emulated.turn(clip(), SPEECH_END_MS, question_id, round_no)
+                timeline = await emulated.turn(Ask(clip(), SPEECH_END_MS, question_id, round_no, ""))
             await turns.settled(1)
         return timeline
 
@@ -212,7 +213,7 @@ def test_bad_connections_are_closed_one_by_one_and_a_good_device_beside_them_is_
             async with good:
                 bad = _misbehaviours(url)
                 outcomes = asyncio.gather(*(run() for run in bad.values()))
-                timeline = await good.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="good", round_no=1)
+                timeline = await good.turn(Ask(clip(), SPEECH_END_MS, "good", 1, ""))
                 closes = dict(zip(bad, await outcomes, strict=True))
             await turns.settled(3)
         return closes, timeline
@@ -241,7 +242,7 @@ def test_unknown_messages_are_tolerated_and_the_session_goes_on() -> None:
                 {"type": "something-new", "x": 1},
             ):
                 await device.link.send_json(message)
-            return await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1)
+            return await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
 
     assert real(scenario).ok
 
@@ -295,6 +296,35 @@ def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_pat
     assert 0 <= row["interrupt_played_ms"] <= 500
 
 
+def test_barge_in_by_speaking_the_next_question_stops_the_answer_and_the_next_turn_goes_on(tmp_path: Any) -> None:
+    turns = ScriptedTurns()
+    first, second = Ask(clip(), SPEECH_END_MS, "q1", 1, ""), Ask(clip(), SPEECH_END_MS, "q2", 1, "")
+
+    async def scenario() -> tuple[TurnTimeline, TurnTimeline]:
+        async with gateway(turns) as url:
+            settings = DeviceSettings(url=url, barge_in_after_ms=300, barge_in_with="speech")
+            async with EmulatedDevice(settings, RealClock()) as emulated:
+                interrupted = await emulated.turn(first, then=second)
+                after = await emulated.turn(second)  # already under way: the user started it mid-answer
+            await turns.settled(2)
+        return interrupted, after
+
+    interrupted, after = real(scenario)
+    full = run_virtual(quick_stages(), clip())
+    assert interrupted.ok and interrupted.device is not None and interrupted.device.abort_ns is not None
+    assert 0 < interrupted.playback.audio_ms < sum(t.audio_ms for t in full.tts)  # cut short
+    # the server saw a new listen mid-answer: the old turn interrupted, the new one answered in full
+    assert [tl.error_type for _, tl in turns.done] == ["interrupted", ""]
+    assert after.ok and after.device is not None and after.device.abort_ns is None
+    assert after.device.transcript == interrupted.device.transcript
+    assert after.device.first_uplink_ns is not None and after.device.first_uplink_ns >= interrupted.device.abort_ns
+    assert after.playback.audio_ms == sum(t.audio_ms for t in full.tts)  # nothing of the old answer in it
+    first_row, second_row = device_rows(interrupted, tmp_path)[0], device_rows(after, tmp_path)[0]
+    assert first_row["whole_turn_ms"] is None and 0 <= first_row["interrupt_received_ms"] < 1000
+    assert 0 <= first_row["interrupt_played_ms"] <= 500
+    assert second_row["whole_turn_ms"] is not None and second_row["interrupt_received_ms"] is None
+
+
 def test_a_link_profile_between_device_and_server_adds_its_delay_to_what_the_device_sees() -> None:
     """100 ms RTT without jitter: the uplink's 50 ms and the downlink's 50 ms are both in the device's figures."""
     slow = NetProfile("test-100ms", rtt_ms=100.0, handshake=False)
@@ -305,7 +335,7 @@ def test_a_link_profile_between_device_and_server_adds_its_delay_to_what_the_dev
         async with gateway(turns) as url:
             for profile in (None, slow):
                 async with EmulatedDevice(DeviceSettings(url=url, profile=profile), RealClock()) as device:
-                    out.append(await device.turn(clip(), speech_end_ms=SPEECH_END_MS, question_id="q", round_no=1))
+                    out.append(await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, "")))
         return out
 
     direct, delayed = real(scenario)

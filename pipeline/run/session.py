@@ -39,16 +39,28 @@ Progress = Callable[[str], None]
 TraceSink = Callable[[dict[str, Any]], None]  # takes each finished turn's trace line (OTLP JSON)
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One question as a device asks it: its audio, where its speech ends, and the turn span's id."""
+
+    frames: Sequence[AudioFrame]
+    speech_end_ms: int | None
+    question_id: str
+    round_no: int
+    traceparent: str  # reserved before the turn: the server's spans join this turn's trace
+
+
 class RemoteTurns(Protocol):
-    """A server reached over a real transport, as a device reaches it (``async with`` holds the session)."""
+    """A server reached over a real transport, as a device reaches it (``async with`` holds the session).
+
+    ``then`` is the question the device asks next: a user who barges in by speaking starts it
+    mid-answer, and the device's next ``turn`` call continues that turn instead of starting one."""
 
     async def __aenter__(self) -> Any: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
 
-    async def turn(
-        self, frames: Sequence[AudioFrame], speech_end_ms: int | None, question_id: str, round_no: int, traceparent: str
-    ) -> TurnTimeline: ...
+    async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,41 +230,57 @@ class _Fleet:
     async def _rounds(self, device: int, questions: tuple[Question, ...], remote: RemoteTurns | None) -> None:
         run, cfg = self.run, self.run.config
         history: list[Message] = []
-        for round_no in range(1, cfg.run.rounds + 1):
-            for index, q in enumerate(questions):
-                clip = self.audio[q.id]
-                before = self.probe.sample() if self.probe else None
-                reserved = ""
-                if isinstance(clip, BadAudio):
-                    timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
-                    note = str(clip)
-                elif remote is not None:  # the server keeps the conversation's history
-                    if q.id not in self.speech_ends:  # the same clip every round: found once
-                        self.speech_ends[q.id] = await speech_end_ms(build_vad(cfg, run.engines, q), clip.frames)
-                    # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
-                    reserved = self.tracing.reserve_turn()
-                    timeline = await remote.turn(clip.frames, self.speech_ends[q.id], q.id, round_no, reserved)
-                    note = clip.note
-                else:
-                    context = tuple(history)
-                    salt = (device * 1000 + round_no) * 1000 + index
-                    stages = build_stages(cfg, run.engines, q, salt, context)
-                    timeline = await run_turn(
-                        clip.frames,
-                        stages,
-                        run.clock,
-                        realtime=cfg.run.pacing == "realtime",
-                        timeout_s=cfg.run.turn_timeout_s,
-                    )
-                    note = clip.note
-                    if timeline.ok:
-                        history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
-                load = self.probe.between(before, self.probe.sample()) if self.probe else None
-                temp = self.thermometer.reading(timeline.start_ns, timeline.end_ns or timeline.start_ns)
-                attrs = turn_attributes(run, q, round_no, note, load, temp)
-                if cfg.fleet.devices > 1:
-                    attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
-                self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
+        plan = [(r, i, q) for r in range(1, cfg.run.rounds + 1) for i, q in enumerate(questions)]
+        asks: dict[int, Ask | None] = {}
+        for pos, (round_no, index, q) in enumerate(plan):
+            clip = self.audio[q.id]
+            before = self.probe.sample() if self.probe else None
+            reserved = ""
+            if isinstance(clip, BadAudio):
+                timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
+                note = str(clip)
+            elif remote is not None:  # the server keeps the conversation's history
+                ask = await self._ask(plan, pos, asks)
+                then = await self._ask(plan, pos + 1, asks) if pos + 1 < len(plan) else None
+                assert ask is not None
+                reserved = ask.traceparent
+                timeline = await remote.turn(ask, then)
+                note = clip.note
+            else:
+                context = tuple(history)
+                salt = (device * 1000 + round_no) * 1000 + index
+                stages = build_stages(cfg, run.engines, q, salt, context)
+                timeline = await run_turn(
+                    clip.frames,
+                    stages,
+                    run.clock,
+                    realtime=cfg.run.pacing == "realtime",
+                    timeout_s=cfg.run.turn_timeout_s,
+                )
+                note = clip.note
+                if timeline.ok:
+                    history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
+            load = self.probe.between(before, self.probe.sample()) if self.probe else None
+            temp = self.thermometer.reading(timeline.start_ns, timeline.end_ns or timeline.start_ns)
+            attrs = turn_attributes(run, q, round_no, note, load, temp)
+            if cfg.fleet.devices > 1:
+                attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
+            self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
+
+    async def _ask(self, plan: list[tuple[int, int, Question]], pos: int, asks: dict[int, Ask | None]) -> Ask | None:
+        """The device's ``pos``-th question as it will ask it (None for a clip that cannot be read), made once."""
+        if pos not in asks:
+            round_no, _, q = plan[pos]
+            clip = self.audio[q.id]
+            if isinstance(clip, BadAudio):
+                asks[pos] = None
+            else:
+                if q.id not in self.speech_ends:  # the same clip every round: found once
+                    vad = build_vad(self.run.config, self.run.engines, q)
+                    self.speech_ends[q.id] = await speech_end_ms(vad, clip.frames)
+                # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
+                asks[pos] = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn())
+        return asks[pos]
 
 
 def keep_history(history: list[Message], rounds: int) -> list[Message]:

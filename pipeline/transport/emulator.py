@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame, AudioOut
 from pipeline.run.device import Player, close, drain
 from pipeline.run.recorder import TurnRecorder
+from pipeline.run.session import Ask
 from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
 from pipeline.transport import protocol
@@ -41,7 +41,8 @@ class DeviceSettings:
     tail_ms: int = 3000  # auto mode: silence streamed after the clip until the server says what it heard
     connect_timeout_s: float = 10.0
     turn_timeout_s: float = 60.0
-    barge_in_after_ms: int | None = None  # the user cuts in: abort this long after the answer became audible
+    barge_in_after_ms: int | None = None  # the user cuts in this long after the answer became audible
+    barge_in_with: str = "abort"  # abort: the device sends abort; speech: the user starts the next question
     profile: NetProfile | None = None  # the link emulator between device and server; None: direct
 
 
@@ -55,6 +56,7 @@ class EmulatedDevice:
             LinkSettings(s.url, s.token, s.protocol_version, s.device_id, s.connect_timeout_s, s.profile)
         )
         self.label = self.link.label
+        self._pending: _DeviceTurn | None = None  # a turn the user started by barging in, not yet asked for
 
     @property
     def session_id(self) -> str:
@@ -67,66 +69,103 @@ class EmulatedDevice:
     async def __aexit__(self, *exc: object) -> None:
         await self.link.close()
 
-    async def turn(
-        self,
-        frames: Sequence[AudioFrame],
-        speech_end_ms: int | None,
-        question_id: str,
-        round_no: int,
-        traceparent: str = "",
-    ) -> TurnTimeline:
+    async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline:
         """Ask one question; the device's timeline of it, failures recorded on it (M7).
 
-        ``traceparent`` (W3C) goes with ``listen``: a server of ours makes its spans children of it."""
-        recorder = TurnRecorder(self.clock)
-        tl = recorder.timeline
-        tl.device = DeviceTiming(transport=self.link.transport, protocol_version=self.settings.protocol_version)
-        if not self.link.is_open:
-            recorder.fail("disconnected", "the connection to the server is gone")
-            return recorder.finish()
-        turn = _DeviceTurn(self, recorder, frames, speech_end_ms)
+        ``ask.traceparent`` (W3C) goes with ``listen``: a server of ours makes its spans children of it.
+        ``then``: the next question, which a user barging in by speaking starts mid-answer; its turn
+        is then already under way when ``turn`` is called for it."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.ask == ask:
+            turn = pending
+            self.link.turn_started()  # the old answer has stopped: what comes now is this turn's
+        else:
+            if pending is not None:  # started for a question that is not the one asked now
+                await pending.stop()
+            turn = _DeviceTurn(self, ask)
+            if not self.link.is_open:
+                turn.recorder.fail("disconnected", "the connection to the server is gone")
+                return turn.recorder.finish()
+            try:
+                await turn.start()
+            except ChannelGone as exc:
+                turn.recorder.fail("disconnected", str(exc))
+                return turn.recorder.finish()
+        return await self._finish(turn, then)
+
+    async def _finish(self, turn: _DeviceTurn, then: Ask | None) -> TurnTimeline:
+        recorder, tl = turn.recorder, turn.recorder.timeline
+        others = [turn.sending] if turn.sending is not None else []
+        after = self.settings.barge_in_after_ms
+        speech = self.settings.barge_in_with == "speech"
+        if after is not None and (not speech or then is not None):  # speech: the last question has no next one
+            others.append(asyncio.create_task(turn.interrupt(after, then if speech else None)))
+        work = [asyncio.create_task(turn.receive()), asyncio.create_task(turn.play())]
+        await supervise(recorder, work, others, self.settings.turn_timeout_s)
+        tl.packets = self.link.packet_counts()
+        _check(recorder)
+        if not tl.ok and self.link.is_open:
+            if self._pending is not None:
+                await self._pending.stop()
+                self._pending = None
+            await _abandon(self.link, self.session_id)
+        return recorder.finish()
+
+    def barge_in(self, then: Ask) -> None:
+        """The user starts speaking the next question now: its turn begins while the old answer stops."""
+        turn = _DeviceTurn(self, then)
+        turn.sending = asyncio.create_task(turn.start_speaking())
+        self._pending = turn
+
+    def listen_message(self, ask: Ask) -> dict[str, Any]:
         listen: dict[str, Any] = {
             "type": "listen",
             "state": "start",
             "mode": self.settings.listen_mode,
             "session_id": self.session_id,
         }
-        listen["lab"] = {"question_id": question_id, "round": round_no}  # real servers ignore unknown fields
-        if traceparent:
-            listen["traceparent"] = traceparent
-        self.link.turn_started()
-        try:
-            await self.link.send_json(listen)
-        except ChannelGone as exc:
-            recorder.fail("disconnected", str(exc))
-            return recorder.finish()
-        others = [asyncio.create_task(turn.send())]
-        if self.settings.barge_in_after_ms is not None:
-            others.append(asyncio.create_task(turn.interrupt(self.settings.barge_in_after_ms)))
-        work = [asyncio.create_task(turn.receive()), asyncio.create_task(turn.play())]
-        await supervise(recorder, work, others, self.settings.turn_timeout_s)
-        tl.packets = self.link.packet_counts()
-        _check(recorder)
-        if not tl.ok and self.link.is_open:
-            await _abandon(self.link, self.session_id)
-        return recorder.finish()
+        listen["lab"] = {"question_id": ask.question_id, "round": ask.round_no}  # real servers ignore unknown fields
+        if ask.traceparent:
+            listen["traceparent"] = ask.traceparent
+        return listen
 
 
 class _DeviceTurn:
-    def __init__(
-        self, device: EmulatedDevice, recorder: TurnRecorder, frames: Sequence[AudioFrame], speech_end_ms: int | None
-    ) -> None:
-        assert recorder.timeline.device is not None
+    def __init__(self, device: EmulatedDevice, ask: Ask) -> None:
+        self.device, self.ask = device, ask
         self.link, self.settings, self.session_id = device.link, device.settings, device.session_id
-        self.clock, self.recorder = device.clock, recorder
-        self.timing: DeviceTiming = recorder.timeline.device
-        self.frames = frames
+        self.clock = device.clock
+        self.recorder = TurnRecorder(self.clock)
+        self.timing = DeviceTiming(transport=self.link.transport, protocol_version=self.settings.protocol_version)
+        self.recorder.timeline.device = self.timing
+        self.frames = frames = ask.frames
+        self.sending: asyncio.Task[None] | None = None
         # the frame that holds the last speech; no speech found: the clip's last frame
-        end = speech_end_ms if speech_end_ms is not None else len(frames) * FRAME_MS
+        end = ask.speech_end_ms if ask.speech_end_ms is not None else len(frames) * FRAME_MS
         self.speech_end_seq = min(max(0, (end - 1) // FRAME_MS), max(0, len(frames) - 1))
         self.heard = asyncio.Event()
         self.sounding = asyncio.Event()  # the answer became audible
         self.playout: asyncio.Queue[object] = asyncio.Queue()
+
+    async def start(self) -> None:
+        """Say ``listen start`` and start the microphone."""
+        self.link.turn_started()
+        await self.link.send_json(self.device.listen_message(self.ask))
+        self.sending = asyncio.create_task(self.send())
+
+    async def start_speaking(self) -> None:
+        """A barge-in: ``listen start`` mid-answer (the server stops the old answer), then the microphone."""
+        try:
+            await self.link.send_json(self.device.listen_message(self.ask))
+        except ChannelGone as exc:
+            self.recorder.fail("disconnected", str(exc))
+            return
+        await self.send()
+
+    async def stop(self) -> None:
+        if self.sending is not None:
+            self.sending.cancel()
+            await asyncio.gather(self.sending, return_exceptions=True)
 
     async def send(self) -> None:
         """The microphone: each frame once its 60 ms are captured; in auto mode silence until the server hears."""
@@ -223,8 +262,9 @@ class _DeviceTurn:
                 self.timing.first_audible_ns = self.clock.now_ns() - event.duration_ms * 1_000_000
                 self.sounding.set()
 
-    async def interrupt(self, after_ms: int) -> None:
-        """Barge-in: once the answer has sounded for ``after_ms``, abort it and stop playing at once."""
+    async def interrupt(self, after_ms: int, then: Ask | None) -> None:
+        """Barge-in: once the answer has sounded for ``after_ms``, stop playing at once, and abort it or
+        (``then``) start speaking the next question, which makes the server stop it."""
         await self.sounding.wait()
         await asyncio.sleep(max(0, after_ms - FRAME_MS) / 1000)  # it became audible one frame ago
         self.timing.abort_ns = self.clock.now_ns()
@@ -235,6 +275,9 @@ class _DeviceTurn:
                 waiting.append(item)
         for item in waiting:
             self.playout.put_nowait(item)
+        if then is not None:
+            self.device.barge_in(then)
+            return
         await self.link.send_json({"type": "abort", "session_id": self.session_id, "reason": "wake_word_detected"})
 
 
