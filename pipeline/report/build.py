@@ -20,6 +20,7 @@ from pipeline.report.sections import (
     reference,
     result,
     segments,
+    sweep,
     uncertainty,
     wire,
 )
@@ -28,6 +29,7 @@ from pipeline.report.sections.base import Context, Section
 TITLE = header.TITLE
 
 SECTIONS: tuple[Section, ...] = (
+    sweep.section,  # first: in a sweep's folder it is the reading; elsewhere it shows nothing
     result.section,
     segments.section,
     wire.section,
@@ -42,12 +44,20 @@ SECTIONS: tuple[Section, ...] = (
 )
 
 
+# A folder that is one sweep (every run a point of it): the sweep is the reading; the condition
+# sections would pool its points, which differ by design, so they are left out.
+SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
+
+
 def build(data: Dataset, draw: bool = True) -> Document:
     ctx = Context(data, draw)
-    body: list[Block] = [block for section in SECTIONS for block in section(ctx)]
+    sweeps = sweep.covering(ctx)
+    sections = SWEEP_SECTIONS if sweeps else SECTIONS
+    body: list[Block] = [block for section in sections for block in section(ctx)]
     head = header.section(ctx)  # last: it notes an empty dataset after the sections' own notes
     status = _status(ctx.incomplete)
-    return Document(TITLE, (*head[:2], status, *head[2:], *body), not ctx.incomplete, ctx.check.comparable)
+    comparable = sweep.comparable(ctx, sweeps) if sweeps else ctx.check.comparable
+    return Document(TITLE, (*head[:2], status, *head[2:], *body), not ctx.incomplete, comparable)
 
 
 def _status(reasons: Sequence[str]) -> Paragraph:

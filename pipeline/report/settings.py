@@ -104,9 +104,12 @@ def _same_condition_agree(key: str, recorded: Sequence[tuple[RunInfo, dict[str, 
 
 
 def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
-    """Each run's questions in the order of its first round."""
+    """Each run's questions in the order of its first round (its first device's: several devices
+    ask the set rotated, interleaved in time, and the device count is a setting of its own)."""
     firsts: dict[str, tuple[int, list[tuple[int, str]]]] = {}
     for row in rows:
+        if row.get("device") not in (None, "", 0):
+            continue
         run = str(row.get("run_id"))
         rnd = row.get("round")
         rnd = rnd if isinstance(rnd, int) else 0

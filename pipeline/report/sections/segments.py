@@ -1,7 +1,12 @@
 """Section 2, the four segments (M2): queue, network, first-token inference, generation.
 
 The client sees only the first-token wait (the first three together) and the generation;
-the split comes from the server's own timings where it reports them.
+the split comes from the server's own timings where it reports them. Where a scheduler
+stands in front of a shared local model (condition B with ``[scheduler] concurrency``), the
+queue is measured on the client side too: the turn's ``llm.queue`` spans (``queue_wait_ms``).
+Whether that wait lies inside the first-token wait is read from the spans (the queue span
+within its ``llm.call``, or ending before the call's request), never assumed; only inside it
+is "first-token wait - queue" a meaningful estimate of network + first-token inference.
 """
 
 from __future__ import annotations
@@ -11,14 +16,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.rows import TurnSpans
+from pipeline.analysis.traces import SpanRecord
 from pipeline.report import cells
 from pipeline.report.compare import Stat, stat, stat_of
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table
+from pipeline.report.load import Dataset
 from pipeline.report.sections.base import ESTIMATED, MEASURED, Conditions, Context, header, row
+from pipeline.tracing import names
 
 SERVER_TIMINGS = ("server_queue_ms", "server_prompt_ms", "server_generation_ms")
 INSIDE = "not measured (the client sees only the sum below)"
+QUEUE = "queue_wait_ms"
+NO_QUEUE = "- (no queue measured)"
+# where a condition's llm.queue spans lie against their LLM calls (queue_placement)
+Q_INSIDE, Q_BEFORE, Q_MIXED = "inside", "before", "mixed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +44,7 @@ class Segments:
     server_prompt: Stat  # first-token inference (prompt processing)
     server_generation: Stat
     network: Stat  # estimated: client first-token wait - server queue - server prompt
+    queue: Stat  # measured by the client's scheduler (llm.queue spans), summed over the turn's calls
 
     @property
     def has_server(self) -> bool:
@@ -41,9 +55,43 @@ def has_server_timings(cond: Condition) -> bool:
     return any(cond.values(metric).size for metric in SERVER_TIMINGS)
 
 
-def _network(cond: Condition) -> np.ndarray:
+def network_values(cond: Condition) -> np.ndarray:
+    """Per turn, the network estimate (client first-token wait - server queue - server prompt), sorted."""
     network = cond.turn_sum_column() - cond.column("server_queue_ms") - cond.column("server_prompt_ms")
     return np.sort(network[~np.isnan(network)])
+
+
+def has_queue(cond: Condition) -> bool:
+    return bool(cond.values(QUEUE).size)
+
+
+def _after_queue(cond: Condition) -> np.ndarray:
+    """Per turn, first-token wait - queue wait: network + first-token inference when the queue is inside."""
+    rest = cond.turn_sum_column() - cond.column(QUEUE)
+    return np.sort(rest[~np.isnan(rest)])
+
+
+def _placement(turn: TurnSpans, queue: SpanRecord) -> str:
+    calls = turn.named(names.LLM_CALL)
+    if any(c.start_ns <= queue.start_ns and queue.end_ns <= c.end_ns for c in calls):
+        return Q_INSIDE
+    if any(queue.end_ns <= c.start_ns for c in calls):
+        return Q_BEFORE
+    return Q_MIXED
+
+
+def queue_placement(turns: Sequence[TurnSpans]) -> str | None:
+    """Where the turns' queue waits lie: inside their call (so inside its first-token wait), before its
+    request, or mixed; None without queue spans."""
+    found = {_placement(t, q) for t in turns for q in t.named(names.LLM_QUEUE)}
+    return found.pop() if len(found) == 1 else (Q_MIXED if found else None)
+
+
+def condition_turns(data: Dataset, label: str) -> list[TurnSpans]:
+    """The turn spans behind a condition's rows (none for rows not read from spans)."""
+    if data.turns is None:
+        return []
+    return [t for t, r in zip(data.turns, data.rows, strict=True) if str(r.get("condition") or "") == label]
 
 
 def segments(cond: Condition) -> Segments:
@@ -54,12 +102,18 @@ def segments(cond: Condition) -> Segments:
         server_queue=stat(cond, "server_queue_ms"),
         server_prompt=stat(cond, "server_prompt_ms"),
         server_generation=stat(cond, "server_generation_ms"),
-        network=stat_of(_network(cond), 0.5, f"{cond.label}|network_estimate", turns),
+        network=stat_of(network_values(cond), 0.5, f"{cond.label}|network_estimate", turns),
+        queue=stat(cond, QUEUE),
     )
 
 
-def segment_tables(labels: Sequence[str], conds: Conditions) -> tuple[Table, Table]:
+def segment_tables(
+    labels: Sequence[str], conds: Conditions, placements: dict[str, str | None] | None = None
+) -> tuple[Table, Table]:
+    """The client's and the server's view; ``placements`` (condition -> ``queue_placement``) says
+    where a measured queue lies."""
     segs = {c: segments(cond) for c, cond in conds.items()}
+    placements = placements or {}
 
     def client(pick: Callable[[Segments], Stat]) -> Callable[[Condition], str]:
         return lambda c: cells.stat(pick(segs[c.label]))
@@ -72,8 +126,9 @@ def segment_tables(labels: Sequence[str], conds: Conditions) -> tuple[Table, Tab
 
         return cell
 
+    inside = [c for c, cond in conds.items() if has_queue(cond) and placements.get(c) == Q_INSIDE]
     client_rows = (
-        row("queue", labels, conds, lambda c: INSIDE, "-"),
+        _queue_row(labels, conds, segs),
         row("network", labels, conds, lambda c: INSIDE, "-"),
         row("first-token inference", labels, conds, lambda c: INSIDE, "-"),
         row(
@@ -83,6 +138,7 @@ def segment_tables(labels: Sequence[str], conds: Conditions) -> tuple[Table, Tab
             client(lambda s: s.client_first_token),
             MEASURED,
         ),
+        *((_after_queue_row(labels, conds, inside),) if inside else ()),
         row(
             "generation (first token to end of call, ms)",
             labels,
@@ -114,6 +170,52 @@ def segment_tables(labels: Sequence[str], conds: Conditions) -> tuple[Table, Tab
         Table("segments-client", header("segment (client view)", labels), client_rows, caption),
         Table("segments-server", header("segment (server view)", labels), server_rows, caption),
     )
+
+
+def _queue_row(labels: Sequence[str], conds: Conditions, segs: dict[str, Segments]) -> tuple[str, ...]:
+    """M2's queue: measured where a scheduler stood in front of the model, inside the sum elsewhere."""
+    queued = {c for c, cond in conds.items() if has_queue(cond)}
+    if not queued:
+        return row("queue", labels, conds, lambda c: INSIDE, "-")
+
+    def cell(c: Condition) -> str:
+        return cells.stat(segs[c.label].queue) if c.label in queued else INSIDE
+
+    return row("queue (scheduler, ms)", labels, conds, cell, f"{MEASURED} (llm.queue spans)")
+
+
+def _after_queue_row(labels: Sequence[str], conds: Conditions, inside: Sequence[str]) -> tuple[str, ...]:
+    def cell(c: Condition) -> str:
+        if c.label not in inside:
+            return NO_QUEUE
+        return cells.stat(stat_of(_after_queue(c), 0.5, f"{c.label}|after_queue", len(c.measured)))
+
+    return row("network + first-token inference = first-token wait - queue (ms)", labels, conds, cell, ESTIMATED)
+
+
+def queue_notes(conds: Conditions, placements: dict[str, str | None]) -> list[Paragraph]:
+    """Where each measured queue lies against the first-token wait, in words computed from the spans."""
+    out = []
+    for label, cond in conds.items():
+        if not has_queue(cond):
+            continue
+        wait = stat(cond, QUEUE)
+        turns = cells.count(wait.n, wait.turns)
+        said = f"{title(label)}: queue measured, median {cells.ms(wait.value)} ms per turn ({turns} turns)"
+        where = placements.get(label)
+        if where == Q_INSIDE:
+            said += "; it lies inside the first-token wait (each llm.queue span within its LLM call)."
+        elif where == Q_BEFORE:
+            said += (
+                "; it ends before its call's request, so it is not inside the first-token wait: the turn's LLM "
+                "time is queue + first-token wait + generation."
+            )
+        elif where == Q_MIXED:
+            said += "; its llm.queue spans lie partly inside, partly outside their LLM calls."
+        else:
+            said += "; where it lies against the first-token wait could not be read (no spans behind these rows)."
+        out.append(Paragraph(said, NOTE))
+    return out
 
 
 def _tokens(cond: Condition, metric: str) -> str:
@@ -155,15 +257,30 @@ def section(ctx: Context) -> list[Block]:
             "timings (llama.cpp `timings`, server-side spans)."
         )
     )
-    out.extend(segment_tables(ctx.labels, ctx.conds))
+    placements = {c: queue_placement(condition_turns(ctx.data, c)) for c in ctx.conds}
+    out.extend(segment_tables(ctx.labels, ctx.conds, placements))
+    out.extend(queue_notes(ctx.conds, placements))
     out.append(prompt_table(ctx.labels, ctx.conds))
-    without = [title(c) for c, cond in ctx.conds.items() if cond.ok and not has_server_timings(cond)]
-    if without:
-        out.append(
-            Paragraph(
-                f"No server timings from {', '.join(without)}: queue, network and first-token inference cannot "
-                "be separated from the client alone, so they are not measured there.",
-                NOTE,
+    out.extend(_without_server(ctx.conds))
+    return out
+
+
+def _without_server(conds: Conditions) -> list[Paragraph]:
+    """What stays inside the client's sum where the server gave no timings (the queue, unless measured)."""
+    out = []
+    for queued in (False, True):
+        without = [
+            title(c)
+            for c, cond in conds.items()
+            if cond.ok and not has_server_timings(cond) and has_queue(cond) == queued
+        ]
+        inside = "network and first-token inference" if queued else "queue, network and first-token inference"
+        if without:
+            out.append(
+                Paragraph(
+                    f"No server timings from {', '.join(without)}: {inside} cannot be separated from the client "
+                    "alone, so they are not measured there.",
+                    NOTE,
+                )
             )
-        )
     return out

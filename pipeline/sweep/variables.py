@@ -1,0 +1,144 @@
+"""The variables a sweep may vary, and the settings each value overrides (METHOD M15, M18, M19).
+
+A variable names the settings its points may differ in (``settings``, dotted, ``fnmatch``
+patterns): ``sweep.json`` records them, and the report refuses a sweep whose runs differ in
+anything else (M11). Everything not named here is held: it comes from the same ``--config``
+files for every point.
+
+- ``devices``: ``[fleet] devices``, emulated devices asking at once. Their turns queue only
+  where a scheduler stands in front of the model (``[scheduler] concurrency`` > 0), so the
+  sweep warns when none does.
+- ``model``: ``[llm] model``; ``small``, ``default`` and ``large`` are the packaged
+  ``smollm2-135m``, ``qwen2.5-0.5b`` and ``qwen2.5-1.5b``; any other registry name or GGUF
+  path is taken as given.
+- ``history_rounds``, ``max_tokens``, ``threads`` (the LLM's), ``prompt_cache``: the ``[llm]``
+  setting of that name.
+- ``network``: ``[network] profile``. A profile applies to an OpenAI-compatible endpoint only,
+  so where the base settings run the LLM elsewhere every point gets the emulated cloud
+  (``fast-70b-api``) and condition A, the same for all points.
+- ``condition``: ``A`` (the emulated cloud behind the ``internet`` profile, as
+  ``pipeline.experiment`` runs it), ``B`` (the base settings) or ``B'`` (B offline, through
+  ``pipeline.offline``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.settings.config import Config
+
+Overrides = dict[str, dict[str, Any]]
+
+MODEL_SIZES = {"small": "smollm2-135m", "default": "qwen2.5-0.5b", "large": "qwen2.5-1.5b"}
+EMULATED_CLOUD: Overrides = {
+    "llm": {"impl": "openai", "model": "emulated-cloud"},
+    "cloud": {"emulator": "fast-70b-api"},
+}
+CONDITIONS = ("A", "B", "B'")
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be planned (an unknown variable, a value of the wrong kind); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    name: str
+    section: str  # where the setting lives ([section] key)
+    key: str
+    kind: str  # "int", "choice" (one of ``choices``) or "name" (any text)
+    settings: tuple[str, ...]  # what the points may differ in (the M11 check)
+    choices: tuple[str, ...] = ()
+
+
+def _llm(name: str, kind: str, choices: tuple[str, ...] = ()) -> Variable:
+    return Variable(name, "llm", name, kind, (f"llm.{name}",), choices)
+
+
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable("devices", "fleet", "devices", "int", ("fleet.devices",)),
+        Variable("model", "llm", "model", "name", ("llm.model",)),
+        _llm("history_rounds", "int"),
+        _llm("max_tokens", "int"),
+        _llm("threads", "int"),
+        _llm("prompt_cache", "choice", choices=("off", "prefix", "carry")),
+        Variable("network", "network", "profile", "name", ("network.profile",)),
+        Variable(
+            "condition",
+            "run",
+            "condition",
+            "choice",
+            ("run.condition", "llm.impl", "llm.model", "cloud.*", "network.*"),
+            choices=CONDITIONS,
+        ),
+    )
+}
+
+
+def get_variable(name: str) -> Variable:
+    try:
+        return VARIABLES[name]
+    except KeyError:
+        raise SweepError(f"unknown variable {name!r}; choose one of {', '.join(VARIABLES)}") from None
+
+
+def parse_value(variable: Variable, text: str) -> str:
+    """``text`` checked against the variable's kind; the value as the sweep names it.
+
+    Ranges are the settings' own to check (``pipeline.settings.config``): a value they refuse
+    makes a failed point, recorded, while the others run.
+    """
+    value = text.strip()
+    if not value:
+        raise SweepError(f"{variable.name}: an empty value")
+    if variable.kind == "int":
+        try:
+            return str(int(value))
+        except ValueError:
+            raise SweepError(f"{variable.name}={value}: a whole number is expected") from None
+    if variable.kind == "choice" and value not in variable.choices:
+        raise SweepError(f"{variable.name}={value}: choose from {', '.join(variable.choices)}")
+    return value
+
+
+def setting_value(variable: Variable, value: str) -> int | str:
+    """What the setting is set to: the number, the packaged model behind a size, or the text."""
+    if variable.kind == "int":
+        return int(value)
+    if variable.name == "model":
+        return MODEL_SIZES.get(value, value)
+    return value
+
+
+def overrides(variable: Variable, value: str, base: Config) -> Overrides:
+    """The settings this point overrides on top of the base ``--config`` files."""
+    if variable.name == "condition":
+        return {"run": {"condition": value}, **(_cloud("internet") if value == "A" else {})}
+    own: Overrides = {variable.section: {variable.key: setting_value(variable, value)}}
+    if variable.name == "network" and base.llm.impl != "openai":
+        # held the same for every point: only the profile differs between them
+        return {**_cloud(str(own["network"]["profile"])), "run": {"condition": "A"}}
+    return own
+
+
+def _cloud(profile: str) -> Overrides:
+    return {**{k: dict(v) for k, v in EMULATED_CLOUD.items()}, "network": {"profile": profile}}
+
+
+def warnings(variable: Variable, base: Config) -> list[str]:
+    """What makes this sweep show less than it seems to: said before it runs, with the fix."""
+    out = []
+    if variable.name == "devices" and base.scheduler.concurrency == 0:
+        out.append(
+            "no scheduler in front of the model ([scheduler] concurrency = 0): the turns' queue wait is not "
+            "recorded (queue_wait_ms stays empty); set [scheduler] concurrency = 1 to see the queue (M19)"
+        )
+    if variable.name in ("model", "threads", "prompt_cache") and base.llm.impl == "scripted":
+        out.append(
+            f"[llm] impl = 'scripted': {variable.name} changes only a label and config_id, not the scripted "
+            "latencies; use real models to read this sweep"
+        )
+    return out
