@@ -188,6 +188,11 @@ def fleet_warnings(cfg: Config, questions: int, remote: bool) -> list[str]:
     lockstep = lockstep_warning(cfg.fleet.devices, questions)
     if lockstep:
         out.append(lockstep)
+    if remote and (cfg.scheduler.concurrency or cfg.background.job != "none"):
+        out.append(
+            "[scheduler] and [background] act where the model is: give them to pipeline.serve's --config; "
+            "this device run ignores them"
+        )
     if cfg.fleet.devices > 1 and not remote and cfg.scheduler.concurrency == 0:
         out.append(
             f"{cfg.fleet.devices} devices share the model with no scheduler in front of it: their waits for it "

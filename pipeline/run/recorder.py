@@ -31,7 +31,15 @@ from pipeline.events import (
     ToolResult,
     Transcript,
 )
-from pipeline.tracing.timeline import CallTiming, QueueTiming, SentenceTiming, ToolTiming, TtsTiming, TurnTimeline
+from pipeline.tracing.timeline import (
+    CallTiming,
+    DownlinkTiming,
+    QueueTiming,
+    SentenceTiming,
+    ToolTiming,
+    TtsTiming,
+    TurnTimeline,
+)
 
 Handler = Callable[[Event, int], None]
 Observer = Callable[[str, Event], None]  # (role, event) for each stage output, after it is stamped
@@ -81,6 +89,14 @@ class TurnRecorder:
         async for event in events:
             self._observer(role, event)
             yield event
+
+    def sent(self) -> None:
+        """A server's transport has just sent one frame of answer audio down to the device."""
+        now, down = self._clock.now_ns(), self.timeline.downlink
+        if down is None:
+            self.timeline.downlink = DownlinkTiming(now, now)
+        else:
+            down.last_sent_ns, down.frames = now, down.frames + 1
 
     def fail(self, error_type: str, message: str) -> None:
         """Record the first failure of the turn; later ones are consequences."""

@@ -20,6 +20,7 @@ SENTENCE = "sentence"
 TTS = "tts"
 PLAYBACK = "playback"
 DEVICE = "device"  # a device's view of the turn across a real transport
+DOWNLINK = "downlink"  # a server's transport sending the answer's audio: first frame out to last
 LLM_QUEUE = "llm.queue"  # a call waiting for the shared model's scheduler, by the scheduler's own clock
 BACKGROUND_JOB = "background.job"  # work competing with the voice turns for the model (its own trace)
 
@@ -100,6 +101,7 @@ UNDECODABLE_FRAMES = "lab.transport.undecodable_frames"
 PACKETS_RECEIVED = "lab.transport.packets_received"  # lossy transports: this side's incoming audio packets
 PACKETS_LOST = "lab.transport.packets_lost"
 PACKETS_LATE = "lab.transport.packets_late"
+DOWNLINK_FRAMES_SENT = "lab.transport.downlink_frames_sent"
 
 # GenAI semantic conventions
 GEN_AI_OPERATION = "gen_ai.operation.name"

@@ -141,6 +141,11 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
             span.add_event(names.EV_SENTENCE_AUDIO, attributes={names.SENTENCE_INDEX: index}, timestamp=t)
     if tl.device is not None:
         _device_span(tl.device, child, end)
+    if tl.downlink is not None:
+        down = tl.downlink
+        child(
+            names.DOWNLINK, down.first_sent_ns, down.last_sent_ns, "downlink", {names.DOWNLINK_FRAMES_SENT: down.frames}
+        )
     for span, stop in pending:
         span.end(end_time=stop)
     turn.end(end_time=end)

@@ -95,6 +95,15 @@ class PlaybackTiming:
 
 
 @dataclass(slots=True)
+class DownlinkTiming:
+    """A server's side of the audio it sent a device: the first and the last frame leaving, and how many."""
+
+    first_sent_ns: int
+    last_sent_ns: int
+    frames: int = 1
+
+
+@dataclass(slots=True)
 class DeviceTiming:
     """What a device saw of a turn over a real transport: when each message and frame came and went."""
 
@@ -138,6 +147,7 @@ class TurnTimeline:
     tts: list[TtsTiming] = field(default_factory=list)
     playback: PlaybackTiming = field(default_factory=PlaybackTiming)
     device: DeviceTiming | None = None  # only a device across a real transport has one
+    downlink: DownlinkTiming | None = None  # only a server across a real transport has one
     packets: PacketCounts | None = None  # the incoming audio of a lossy transport (server: uplink; device: downlink)
     end_ns: int | None = None
     leftover_ns: int = 0  # after the turn ended or was cancelled: waiting for its stages' engine work to finish

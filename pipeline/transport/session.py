@@ -220,6 +220,7 @@ async def _send(turn: ServerTurn) -> None:
             # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
             packet = await loop.run_in_executor(_CODEC_THREADS, turn.encoder.encode, item.pcm)
             await turn.channel.send_audio(packet, timestamp_ms=frames * protocol.FRAME_MS)
+            turn.recorder.sent()
             frames += 1
 
 

@@ -4,8 +4,10 @@ Shown only for conditions whose rows come from a device over a transport (``repl
 From the user's end of speech: the server's recognised text arriving, the first audio frame
 arriving, the first sound played; between the last two the device's own segment (decode, jitter
 buffer, start of playback); on a lossy transport the packets lost and late; with barge-in, how
-fast the answer stopped. The network's own share is not separable from the device alone: the
-server's trace of the same turn (joined by trace id) holds the rest.
+fast the answer stopped. The network's own share is not separable from the device alone; with
+our server's traces read beside the device's (the server's turn span is a child of the device's),
+the first sound splits into uplink, server, downlink and the device's own part
+(``pipeline.analysis.wire``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ def section(ctx: Context) -> list[Block]:
             MEASURED,
         ),
     )
+    if any(len(c.values("uplink_ms")) for c in wired.values()):  # the server's spans joined to the device's
+        rows += (
+            line("first sound, split: uplink (speech-end frame sent -> at the server; ms)", "uplink_ms"),
+            line("first sound, split: server (-> first audio frame sent; ms)", "server_first_audio_ms"),
+            line("first sound, split: downlink (-> at the device; ms)", "downlink_ms"),
+            line("first sound, split: device (-> decoded, buffered, sounding; ms)", "device_buffer_ms"),
+        )
     if any(len(c.values("packets_lost")) for c in wired.values()):  # a lossy transport (UDP)
         rows += (
             row("packets lost (incoming audio)", ctx.labels, ctx.conds, packets("packets_lost"), MEASURED),
@@ -75,8 +84,8 @@ def section(ctx: Context) -> list[Block]:
         )
     if any(len(c.values("interrupt_played_ms")) for c in wired.values()):  # barge-in was asked for
         rows += (
-            line("barge-in: abort -> last frame received (ms)", "interrupt_received_ms"),
-            line("barge-in: abort -> silence (ms)", "interrupt_played_ms"),
+            line("barge-in -> last frame received (ms)", "interrupt_received_ms"),
+            line("barge-in -> silence (ms)", "interrupt_played_ms"),
         )
     caption = (
         "Medians over measured successful turns, from the device's own spans; times from the user's end of speech."
@@ -85,7 +94,8 @@ def section(ctx: Context) -> list[Block]:
     out.append(
         Paragraph(
             "The device's rows hold no stage times: the server's own trace of each turn (the same trace id when "
-            "both ends are this lab) splits the rest into queue, inference and generation."
+            "both ends are this lab; give both trace folders) splits the rest into uplink, the server's stages "
+            "(queue, inference, generation) and downlink."
         )
     )
     return out
