@@ -82,6 +82,24 @@ def test_two_ray_workers_give_the_rows_one_process_gives(tmp_path: Path) -> None
         assert list(rows[0]) == list(COLUMNS) and {r["ok"] for r in rows} == {1}
 
 
+def test_every_workers_spans_reach_one_otlp_receiver(tmp_path: Path) -> None:
+    from pipeline.analysis.traces import ReadProblems, read_trace_file
+    from tests.otlp_receivers import HttpReceiver
+
+    fixtures = make_fixtures(tmp_path / "fx", ["q1", "q2"])
+    args = [str(fixtures), "--config", str(SIM), "--fast", "--rounds", "1", "--devices", "2", "--workers", "2"]
+    with HttpReceiver() as receiver:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "workers"}
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            assert main([*args, "--out", str(tmp_path / "o"), "--run-id", "w", "--quiet"], env=env) == 0
+    spans = list(read_trace_file(tmp_path / "o" / "traces" / "w.jsonl", ReadProblems()))
+    in_file = {s.span_id for s in spans}
+    on_wire = {s.span_id.hex() for s in receiver.received.spans}
+    missing = sorted((s.name, s.parent_span_id) for s in spans if s.span_id not in on_wire)
+    assert len(in_file) > 10 and on_wire == in_file, missing  # both workers' spans, each once, nothing else
+    assert sum(s.name == "session" for s in receiver.received.spans) == 2  # one session per worker
+
+
 class DyingDevice:
     """A device of a fake server: device 1's second turn kills its worker process outright."""
 

@@ -65,8 +65,9 @@ class WorkerSpec:
     api_key: str | None = field(default=None, repr=False)
 
 
-def run_share(spec: WorkerSpec, trace_path: Path, sink: TraceSink) -> None:
-    """One worker's devices, start to end, on this thread (its own event loop and clock)."""
+def run_share(spec: WorkerSpec, trace_path: Path, lines: TraceSink) -> None:
+    """One worker's devices, start to end, on this thread (its own event loop and clock); every trace
+    line it writes (turns, background jobs, its session's span at the end) also goes to ``lines``."""
     clock = RealClock()
     engines = load_engines(spec.config, spec.model_cache, {}, spec.roles)
     engines.endpoint, engines.identity = spec.endpoint, dict(spec.identity)
@@ -81,12 +82,16 @@ def run_share(spec: WorkerSpec, trace_path: Path, sink: TraceSink) -> None:
         spec.remote,
         spec.devices,
     )
-    tracing = Tracing(trace_path, spec.service_name, spec.otlp)
+    tracing = Tracing(trace_path, spec.service_name, spec.otlp, tee=lines)
     try:
-        run_on_clock(run_session(run, tracing, sink, lambda _m: None), clock)
+        run_on_clock(run_session(run, tracing, _no_rows, lambda _m: None), clock)
     finally:
         tracing.shutdown()
         engines.close()
+
+
+def _no_rows(_line: dict[str, Any]) -> None:
+    """A worker makes no rows: its driver does, from the lines it is handed."""
 
 
 class DeviceWorker:
@@ -191,9 +196,11 @@ def _take(
         return
     for line in lines:
         tracing.add_line(line)
-        sink(line)
         outcome.lines += 1
-        for key in _turn_keys(line):
+        keys = _turn_keys(line)
+        if keys:  # a turn's line makes rows; a session's or a background job's does not
+            sink(line)
+        for key in keys:
             done[key] = True
 
 

@@ -9,7 +9,7 @@ or breaks a run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,8 +125,10 @@ class Tracing:
         service_name: str,
         otlp: OtlpSettings | None = None,
         exporter: SpanExporter | None = None,
+        tee: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.trace_path = trace_path
+        self.tee = tee  # also given every line written (a worker's lines, for its driver)
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._buffer = _LineBuffer()
         self._ids = _ReservableIds()
@@ -195,6 +197,8 @@ class Tracing:
             return None
         data = spans_to_otlp_json(spans)
         self.add_line(data)
+        if self.tee is not None:
+            self.tee(data)
         return data
 
     def add_line(self, data: dict[str, Any]) -> None:
