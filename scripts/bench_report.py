@@ -1,26 +1,36 @@
 """How long the report takes, and how much memory, for a large experiment.
 
-    .venv/bin/python scripts/bench_report.py [--turns 100000] [--span-turns 10000] [--no-tracemalloc]
+    .venv/bin/python scripts/bench_report.py [--span-turns 100000] [--baseline DIR] [--turns 100000]
+                                             [--no-tracemalloc]
 
-1. From rows: ``--turns`` synthetic turns (A, B, B' in equal parts, 30 questions per round,
+1. From trace files (issue 12: 100,000 turns to a finished report in under 10 s, reading
+   included): the committed fixture traces copied (new ids, later rounds, later times) to
+   ``--span-turns`` turns, then, in a fresh interpreter, the files read into rows and the whole
+   report built and written. With ``--baseline DIR``, another checkout of this project (for
+   the code before a change: ``git worktree add /tmp/base <commit>``), the same files go
+   through that checkout's code the same way, and both are printed side by side with whether
+   their bench.csv and report.md came out the same.
+2. From rows: ``--turns`` synthetic turns (A, B, B' in equal parts, 30 questions per round,
    round 1 warm-up, 1 % failures, B and B' with server timings, B with a temperature) built
    directly as bench rows, then the whole report: statistics, plots, Markdown, HTML and
    bench.csv written to a temporary folder. Goal: under 10 s on the 2-core machine.
-2. From spans: the committed fixture traces copied (new ids, later rounds, later times) to
-   ``--span-turns`` turns, then the same report from those trace files: reading and
-   rows included.
 
 Peak memory is the process's maximum resident size (``ru_maxrss``) before and after each
 step, and, in a separate untimed pass, the peak of Python allocations seen by tracemalloc
-during the report (tracemalloc slows allocation down, so its pass is not timed).
+during the report (tracemalloc slows allocation down, so its pass is not timed). Every
+measurement prints the machine's load average beside it: on a shared machine a figure
+means little without it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,23 +39,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# The checkout whose code is measured: this one, or, in a child run for --baseline, the one given.
+CODE = Path(os.environ.get("BENCH_REPORT_CODE", str(ROOT)))
+sys.path.insert(0, str(CODE))
 
 from pipeline.analysis.numbers import Row  # noqa: E402  (after the path set-up, so it runs from a checkout)
 from pipeline.report.build import build  # noqa: E402
-from pipeline.report.load import Dataset, load_paths  # noqa: E402
+from pipeline.report.load import Dataset  # noqa: E402
 from pipeline.report.output import write  # noqa: E402
 
 QUESTIONS = 30
 CONDITIONS = {"A": (520.0, 0.18, 25.0), "B": (300.0, 0.06, 110.0), "B'": (300.0, 0.06, 110.0)}
 FIXTURES = ROOT / "tests" / "data" / "report" / "experiment" / "traces"
+GOAL_S = 10.0
+STEPS = ("read", "build", "write")  # what a child run times, in order
+STEP_NAMES = {
+    "read": "trace files read, rows computed",
+    "build": "statistics, tables and plots",
+    "write": "Markdown, HTML and bench.csv written",
+}
 
 
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def load_text() -> str:
+    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def synthetic(turns: int, seed: int = 7) -> Dataset:
@@ -111,34 +135,38 @@ def _set(span: dict[str, Any], key: str, value: dict[str, Any]) -> None:
             a["value"] = value
 
 
+def _moved(raw: bytes, copy: int, length: int) -> bytes:
+    """One fixture line as copy ``copy``: new ids, ``copy`` run-lengths later, 3 * ``copy`` rounds on."""
+    line = msgspec.json.decode(raw)  # a fresh copy to change
+    for span in _spans(line):
+        _ids(span, copy)
+        for key in ("startTimeUnixNano", "endTimeUnixNano"):
+            span[key] = str(int(span[key]) + copy * length)
+        for e in span.get("events", []):
+            e["timeUnixNano"] = str(int(e["timeUnixNano"]) + copy * length)
+        if span["name"] == "turn":
+            rnd = next(int(a["value"]["intValue"]) for a in span["attributes"] if a["key"] == "lab.round")
+            _set(span, "lab.round", {"intValue": str(rnd + 3 * copy)})
+            _set(span, "lab.warmup", {"boolValue": rnd == 1 and copy == 0})
+    return msgspec.json.encode(line) + b"\n"  # compact UTF-8, as the exporter writes
+
+
 def spread_traces(turns: int, folder: Path) -> int:
     """The fixture runs copied until ``turns`` turns: copy k moves 3k rounds on and k run-lengths later."""
     written = 0
     for path in sorted(FIXTURES.glob("*.jsonl")):
-        source = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = path.read_bytes().splitlines()
+        source = [msgspec.json.decode(raw) for raw in lines]
         per_file = math.ceil(turns / 3)
         start = min(int(s["startTimeUnixNano"]) for d in source for s in _spans(d))
         length = max(int(s["endTimeUnixNano"]) for d in source for s in _spans(d)) - start
-        with (folder / path.name).open("w", encoding="utf-8") as out:
+        with (folder / path.name).open("wb") as out:
             copy, done = 0, 0
             while done < per_file and written < turns:
-                for data in source[:-1]:  # the session line last, once, is not needed for rows
+                for raw in lines[:-1]:  # the session line last, once, is not needed for rows
                     if done >= per_file or written >= turns:
                         break
-                    line = json.loads(json.dumps(data))
-                    for span in _spans(line):
-                        _ids(span, copy)
-                        for key in ("startTimeUnixNano", "endTimeUnixNano"):
-                            span[key] = str(int(span[key]) + copy * length)
-                        for e in span.get("events", []):
-                            e["timeUnixNano"] = str(int(e["timeUnixNano"]) + copy * length)
-                        if span["name"] == "turn":
-                            rnd = next(
-                                int(a["value"]["intValue"]) for a in span["attributes"] if a["key"] == "lab.round"
-                            )
-                            _set(span, "lab.round", {"intValue": str(rnd + 3 * copy)})
-                            _set(span, "lab.warmup", {"boolValue": rnd == 1 and copy == 0})
-                    out.write(json.dumps(line, separators=(",", ":")) + "\n")
+                    out.write(_moved(raw, copy, length))
                     done += 1
                     written += 1
                 copy += 1
@@ -183,26 +211,115 @@ def rows_step(turns: int, work: Path, trace_memory: bool) -> float:
     return total
 
 
+def child(traces: Path, out: Path) -> None:
+    """One measurement, in the fresh interpreter a parent started: the report command a user runs
+    (``python -m pipeline.report TRACES --out OUT``), its steps timed; the times as one JSON line."""
+    from pipeline.report import __main__ as command
+
+    seconds: dict[str, float] = {}
+
+    def timing(step: str, run: Callable[..., Any]) -> Callable[..., Any]:
+        def timed_run(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return run(*args, **kwargs)
+            finally:
+                seconds[step] = time.perf_counter() - t0
+
+        return timed_run
+
+    for step, name in zip(STEPS, ("load", "build", "write"), strict=True):  # the command's own steps
+        setattr(command, name, timing(step, getattr(command, name)))
+    with contextlib.redirect_stdout(sys.stderr):  # its summary lines: stdout is for the JSON line
+        status = command.main([str(traces), "--out", str(out)])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime  # beside the wall times: waits for the disk or for the other jobs
+    print(json.dumps({"seconds": seconds, "status": status, "cpu": cpu, "rss_mib": rss_mib()}))
+
+
+def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
+    """``code``'s report of ``traces``, in a fresh interpreter (nothing warm, nothing shared)."""
+    env = {**os.environ, "BENCH_REPORT_CODE": str(code)}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(traces), str(out)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process"] = time.perf_counter() - t0
+    result["rows"] = _csv_rows(out / "bench.csv")
+    result["load"] = load_text()
+    return result
+
+
+def _csv_rows(path: Path) -> int:
+    if not path.is_file():
+        return 0
+    with path.open(encoding="utf-8") as fh:
+        return sum(1 for _ in fh) - 1  # the header
+
+
+def _same(a: Path, b: Path) -> str:
+    if not (a.is_file() and b.is_file()):
+        return "not both written"
+    return "the same" if a.read_bytes() == b.read_bytes() else "DIFFERENT"
+
+
+def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
+    """Part 1: trace files -> finished report, this checkout (and the baseline); the total of this one."""
+    traces = work / "traces"
+    traces.mkdir()
+    written, _ = timed("trace files written (not counted)", lambda: spread_traces(turns, traces))
+    size = sum(f.stat().st_size for f in traces.iterdir()) / 2**20
+    print(f"  {written} turns in {size:.0f} MiB of trace files")
+    runs = {"this checkout": measure(CODE, traces, work / "after")}
+    if baseline is not None:
+        runs["baseline"] = measure(baseline, traces, work / "before")
+    print(f"  {'':<44}" + "".join(f"{name:>16}" for name in runs))
+    for step in STEPS:
+        print(f"  {STEP_NAMES[step]:<44}" + "".join(f"{r['seconds'][step]:14.2f} s" for r in runs.values()))
+    totals = {name: float(sum(r["seconds"].values())) for name, r in runs.items()}
+    print(f"  {'total, reading included':<44}" + "".join(f"{t:14.2f} s" for t in totals.values()))
+    print(
+        f"  {'the whole process (start, imports, exit)':<44}"
+        + "".join(f"{r['process']:14.2f} s" for r in runs.values())
+    )
+    print(f"  {'CPU time of the process (user + system)':<44}" + "".join(f"{r['cpu']:14.2f} s" for r in runs.values()))
+    print(f"  {'peak RSS':<44}" + "".join(f"{r['rss_mib']:12.0f} MiB" for r in runs.values()))
+    for name, r in runs.items():
+        print(f"  {name}: {r['rows']} rows in bench.csv, exit status {r['status']}; {r['load']} after its run")
+    if baseline is not None:
+        for file in ("bench.csv", "report.md"):
+            same = _same(work / "after" / file, work / "before" / file)
+            print(f"  {file} of this checkout and of the baseline: {same}")
+    return totals["this checkout"]
+
+
+def verdict(total: float, what: str) -> str:
+    return f"verdict: {'met' if total < GOAL_S else 'MISSED'} the {GOAL_S:.0f} s goal for {what} ({total:.2f} s)"
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--child"]:
+        child(Path(sys.argv[2]), Path(sys.argv[3]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--turns", type=int, default=100_000)
-    p.add_argument("--span-turns", type=int, default=10_000, help="0 skips the from-spans measurement")
+    p.add_argument("--span-turns", type=int, default=100_000, help="0 skips the from-trace-files measurement")
+    p.add_argument("--baseline", type=Path, help="another checkout: its code measured on the same trace files")
+    p.add_argument("--turns", type=int, default=100_000, help="synthetic rows; 0 skips the from-rows measurement")
     p.add_argument("--no-tracemalloc", action="store_true", help="skip the untimed tracemalloc pass")
     args = p.parse_args()
+    verdicts = []
+    print(f"machine: {os.cpu_count()} CPUs, {load_text()}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        print(f"report from {args.turns} synthetic rows (goal: under 10 s)")
-        total = rows_step(args.turns, work, not args.no_tracemalloc)
         if args.span_turns:
-            print(f"report from {args.span_turns} turns of trace files (reading and rows included)")
-            (work / "traces").mkdir()
-            written, _ = timed(
-                "trace files written (not counted)", lambda: spread_traces(args.span_turns, work / "traces")
-            )
-            loaded, t_load = timed(f"{written} turns read, rows computed", lambda: load_paths([work / "traces"]))
-            t_report = report_from_rows(loaded, work / "spans")
-            print(f"  {'total with reading':<44}{t_load + t_report:8.2f} s")
-        print(f"verdict: {'met' if total < 10 else 'MISSED'} the 10 s goal for {args.turns} turns ({total:.2f} s)")
+            print(f"report from {args.span_turns} turns of trace files, reading included (goal: under {GOAL_S:.0f} s)")
+            total = spans_step(args.span_turns, work, args.baseline)
+            verdicts.append(verdict(total, f"{args.span_turns} turns from trace files"))
+        if args.turns:
+            print(f"report from {args.turns} synthetic rows (goal: under {GOAL_S:.0f} s)")
+            total = rows_step(args.turns, work, not args.no_tracemalloc)
+            verdicts.append(verdict(total, f"{args.turns} synthetic rows"))
+    print("\n".join(verdicts))
     return 0
 
 

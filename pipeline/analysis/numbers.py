@@ -6,6 +6,7 @@ disagree about which turns count or how a median is taken.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,4 +32,17 @@ def quantile(values: Sequence[float] | np.ndarray, q: float) -> float:
 
 
 def median(values: Sequence[float] | np.ndarray) -> float:
+    # A row takes the median of its turn's few sentences: numpy's call costs more than a row's other
+    # columns together, so a short list of finite floats gets numpy's own arithmetic here, in Python
+    # (linear method: the middle one plus nothing for an odd count, b - (b - a) / 2 for an even one).
+    if isinstance(values, (list, tuple)) and 0 < len(values) <= 32 and all(type(v) is float for v in values):
+        s: list[float] = sorted(values)
+        if -math.inf < s[0] and s[-1] < math.inf and all(v == v for v in s):  # no NaN: sorted() needs order
+            n = len(s)
+            if n == 1:
+                return s[0]
+            a, b = s[(n - 1) // 2], s[(n - 1) // 2 + 1]
+            # with both 0.0 and -0.0 about, which one lands in the middle is up to numpy's partition
+            if (a != 0.0 and b != 0.0) or all(math.copysign(1.0, v) > 0 for v in s if v == 0.0):
+                return a + (b - a) * 0.0 if n % 2 else b - (b - a) * 0.5
     return quantile(values, 0.5)

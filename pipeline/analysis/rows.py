@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import attrgetter
 
+from pipeline.analysis import textmetrics
 from pipeline.analysis.numbers import Row, median
-from pipeline.analysis.textmetrics import error_rate, keyword_score
 from pipeline.analysis.traces import AttrValue, ReadProblems, SpanRecord
 from pipeline.tracing import names
+
+# The same question is asked round after round (M5) and by every device of a fleet, and the ASR
+# usually hears a clip the same way each time: its score (normalisation and edit distance, the
+# dearest part of a row) is computed once per distinct (reference, transcript, language), and an
+# answer's keywords once per distinct answer.
+error_rate = lru_cache(maxsize=1 << 16)(textmetrics.error_rate)
+keyword_score = lru_cache(maxsize=1 << 16)(textmetrics.keyword_score)
 
 # A device's view across a real transport (empty in-process).
 DEVICE_COLUMNS = (
@@ -115,13 +124,32 @@ def _str(value: AttrValue) -> str:
 class TurnSpans:
     turn: SpanRecord
     children: list[SpanRecord] = field(default_factory=list)
+    # children by name, built at the first lookup: a row looks children up by name over a dozen times.
+    # Tuples, as the garbage collector stops walking a tuple of plain records (a fleet holds a million).
+    _by_name: dict[str, tuple[SpanRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _indexed: int = field(default=-1, init=False, repr=False, compare=False)  # len(children) when built
+
+    def _reindex(self) -> None:
+        found: dict[str, list[SpanRecord]] = {}
+        for s in self.children:
+            found.setdefault(s.name, []).append(s)
+        self._by_name = {name: tuple(spans) for name, spans in found.items()}
+        self._indexed = len(self.children)
 
     def named(self, name: str) -> list[SpanRecord]:
-        return [s for s in self.children if s.name == name]
+        if self._indexed != len(self.children):  # first lookup, or children added since
+            self._reindex()
+        return list(self._by_name.get(name, ()))
 
     def first(self, name: str) -> SpanRecord | None:
-        found = self.named(name)
+        if self._indexed != len(self.children):
+            self._reindex()
+        found = self._by_name.get(name)
         return found[0] if found else None
+
+
+_START = attrgetter("start_ns")  # sort keys for a million spans: cheaper than a lambda's call
+_TURN_START = attrgetter("turn.start_ns")
 
 
 def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[TurnSpans]:
@@ -131,8 +159,9 @@ def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[Tur
         by_id.setdefault(span.span_id, span)
     turns = {sid: TurnSpans(s) for sid, s in by_id.items() if s.name == names.TURN}
     for span in by_id.values():
-        if span.parent_span_id in turns:
-            turns[span.parent_span_id].children.append(span)
+        parent = turns.get(span.parent_span_id)
+        if parent is not None:
+            parent.children.append(span)
     out = []
     for t in turns.values():
         version = t.turn.attributes.get(names.SCHEMA)
@@ -141,9 +170,9 @@ def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[Tur
                 f"turn span {t.turn.span_id}: trace schema version {version!r} is not {names.SCHEMA_VERSION!r}; skipped"
             )
             continue
-        t.children.sort(key=lambda s: s.start_ns)
+        t.children.sort(key=_START)
         out.append(t)
-    out.sort(key=lambda t: t.turn.start_ns)
+    out.sort(key=_TURN_START)
     return out
 
 

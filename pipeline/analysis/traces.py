@@ -2,6 +2,14 @@
 
 Works on any such file: ours, a Jaeger ``/api/v3`` export, a Collector's file
 exporter. Lines that cannot be read are reported, not fatal.
+
+A line is decoded twice over only when it needs to be: first straight from the file's
+bytes into typed structs (``msgspec``: no dicts for the OTLP wrapping, most of the cost of
+a fleet's million spans), and, if anything in it is unusual (invalid UTF-8, a number out
+of range, a field of an unexpected type, ``NaN``), again by the plain decoding
+(``json`` into dicts, ``spans_from_traces_data``), which decides whether the line is
+readable and says why not. Both give the same spans for any line the fast one accepts,
+so a file reads the same either way, only faster.
 """
 
 from __future__ import annotations
@@ -11,20 +19,24 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from sys import intern
 from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 AttrValue = str | bool | int | float | list[Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class SpanEvent:
+# Structs, not dataclasses: built in C, about ten times cheaper than a frozen dataclass's
+# __init__, which matters at a million spans; gc=False as they hold no cycles.
+class SpanEvent(msgspec.Struct, frozen=True, gc=False):
     name: str
     time_ns: int
-    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    attributes: dict[str, AttrValue] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
+class SpanRecord(msgspec.Struct, frozen=True, gc=False):
     trace_id: str
     span_id: str
     parent_span_id: str
@@ -36,7 +48,10 @@ class SpanRecord:
     status_code: int = 0
 
     def event_ns(self, name: str) -> int | None:
-        return next((e.time_ns for e in self.events if e.name == name), None)
+        for e in self.events:
+            if e.name == name:
+                return e.time_ns
+        return None
 
 
 @dataclass(slots=True)
@@ -47,6 +62,10 @@ class ReadProblems:
 
     def add(self, message: str) -> None:
         self.messages.append(message)
+
+
+# What the plain decoding gives up on: a line with any of these is reported, not fatal.
+_UNREADABLE = (ValueError, KeyError, TypeError, AttributeError, OverflowError)
 
 
 def _finite(number: float) -> float:
@@ -107,17 +126,157 @@ def spans_from_traces_data(data: dict[str, Any]) -> list[SpanRecord]:
     return out
 
 
+# The OTLP JSON shape as the fast decoding sees it. Fields the plain decoding converts are
+# typed Any and converted the same way below; fields it leaves out (resources, scopes, kind,
+# flags, links) are skipped unread. A missing field is UNSET where the plain decoding's
+# answer differs between missing and null.
+class _AnyValue(msgspec.Struct, rename="camel", gc=False):
+    string_value: Any = UNSET
+    bool_value: Any = UNSET
+    int_value: Any = UNSET
+    double_value: Any = UNSET
+    array_value: _ArrayValue | UnsetType = UNSET
+
+
+class _ArrayValue(msgspec.Struct, gc=False):
+    values: list[_AnyValue] = []
+
+
+class _KeyValue(msgspec.Struct, gc=False):
+    key: Any
+    value: _AnyValue = msgspec.field(default_factory=_AnyValue)  # none given: no value, as any_value({})
+
+
+class _Event(msgspec.Struct, rename="camel", gc=False):
+    time_unix_nano: Any
+    name: Any
+    attributes: list[_KeyValue] = []
+
+
+class _Status(msgspec.Struct, gc=False):
+    code: Any = 0
+
+
+class _Span(msgspec.Struct, rename="camel", gc=False):
+    trace_id: Any
+    span_id: Any
+    name: Any
+    start_time_unix_nano: Any
+    end_time_unix_nano: Any
+    parent_span_id: Any = ""
+    attributes: list[_KeyValue] = []
+    events: list[_Event] = []
+    status: _Status | UnsetType = UNSET
+
+
+class _ScopeSpans(msgspec.Struct, gc=False):
+    spans: list[_Span] = []
+
+
+class _ResourceSpans(msgspec.Struct, rename="camel", gc=False):
+    scope_spans: list[_ScopeSpans] = []
+
+
+class _TracesData(msgspec.Struct, rename="camel", gc=False):
+    resource_spans: list[_ResourceSpans] = []
+
+
+_DECODER = msgspec.json.Decoder(_TracesData)
+
+
+def _value(v: _AnyValue) -> AttrValue:
+    """``any_value`` for the fast decoding's struct: the same order, the same conversions."""
+    if v.string_value is not UNSET:
+        return str(v.string_value)
+    if v.bool_value is not UNSET:
+        return bool(v.bool_value)
+    if v.int_value is not UNSET:
+        return int(v.int_value)
+    if v.double_value is not UNSET:
+        return _finite(float(v.double_value))
+    if isinstance(v.array_value, _ArrayValue):
+        return [_value(x) for x in v.array_value.values]
+    return None
+
+
+def _struct_attributes(items: list[_KeyValue]) -> dict[str, AttrValue]:
+    out: dict[str, AttrValue] = {}
+    for kv in items:
+        # one copy of each key for all spans: a fleet's spans repeat a few dozen keys millions of times
+        key = intern(kv.key)  # not a string: a TypeError, and the plain decoding decides
+        v = kv.value
+        # _value's first three cases inline: a call per attribute would be a third of the reading
+        if v.string_value is not UNSET:
+            out[key] = str(v.string_value)
+        elif v.bool_value is not UNSET:
+            out[key] = bool(v.bool_value)
+        elif v.int_value is not UNSET:
+            out[key] = int(v.int_value)
+        else:
+            out[key] = _value(v)
+    return out
+
+
+def _span(s: _Span) -> SpanRecord:
+    return SpanRecord(
+        s.trace_id,
+        s.span_id,
+        s.parent_span_id,
+        intern(s.name),  # names too repeat a million times
+        int(s.start_time_unix_nano),
+        int(s.end_time_unix_nano),
+        _struct_attributes(s.attributes) if s.attributes else {},
+        tuple(
+            SpanEvent(intern(e.name), int(e.time_unix_nano), _struct_attributes(e.attributes) if e.attributes else {})
+            for e in s.events
+        ),
+        0 if s.status is UNSET else int(s.status.code),
+    )
+
+
+def _fast_spans(line: bytes) -> list[SpanRecord] | None:
+    """The line's spans, or None where the plain decoding has to decide."""
+    try:
+        data = _DECODER.decode(line)
+        return [_span(s) for rs in data.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    except (*_UNREADABLE, RecursionError):  # msgspec's errors are ValueErrors
+        return None
+
+
+def _plain_spans(line: bytes) -> list[SpanRecord]:
+    """The line as a text-mode read gives it (invalid UTF-8 replaced, its line end one ``\\n``), decoded plainly."""
+    text = line.decode("utf-8", errors="replace")
+    if text.endswith(("\r", "\n")):
+        text = text.rstrip("\r\n") + "\n"  # one terminator at most: splitlines(keepends=True) cut there
+    if not text.strip():
+        return []
+    return spans_from_traces_data(json.loads(text, parse_constant=_no_constants))
+
+
+# Several lines' worth: with the default 8 KiB, every line of ours (about 9 KiB a turn) takes two reads.
+_BUFFER = 1 << 20
+
+
+def _lines(raw: bytes) -> Iterable[bytes]:
+    # A file read in binary splits at "\n" only; text mode also ends a line at a lone "\r".
+    return raw.splitlines(keepends=True) if b"\r" in raw else (raw,)
+
+
 def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[SpanRecord]:
     """Spans from every readable line of ``path``; unreadable lines go to ``problems``."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line, parse_constant=_no_constants)
-                yield from spans_from_traces_data(data)
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                problems.add(f"{path}:{number}: unreadable trace line ({type(exc).__name__}: {exc})")
+    number = 0
+    with path.open("rb", buffering=_BUFFER) as fh:
+        for raw in fh:
+            for line in _lines(raw):
+                number += 1
+                spans = _fast_spans(line)
+                if spans is None:
+                    try:
+                        spans = _plain_spans(line)
+                    except _UNREADABLE as exc:
+                        problems.add(f"{path}:{number}: unreadable trace line ({type(exc).__name__}: {exc})")
+                        continue
+                yield from spans
 
 
 def trace_files(path: Path) -> list[Path]:

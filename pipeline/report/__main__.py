@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pipeline.report.build import build
 from pipeline.report.jaeger import JaegerQuery, load_jaeger
-from pipeline.report.load import Dataset, LoadError, load_paths
+from pipeline.report.load import Dataset, LoadError, cyclic_gc_paused, load_paths
 from pipeline.report.output import write
 
 
@@ -63,17 +63,18 @@ def default_out(args: argparse.Namespace) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    try:
-        data = load(args)
-    except LoadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    doc = build(data, draw=not args.no_plots)
-    try:
-        written = write(doc, data, default_out(args))
-    except OSError as exc:
-        print(f"error: cannot write the report: {exc}", file=sys.stderr)
-        return 2
+    with cyclic_gc_paused():  # back on once the report is written: until then it would only walk the dataset
+        try:
+            data = load(args)
+        except LoadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        doc = build(data, draw=not args.no_plots)
+        try:
+            written = write(doc, data, default_out(args))
+        except OSError as exc:
+            print(f"error: cannot write the report: {exc}", file=sys.stderr)
+            return 2
     for problem in data.problems:
         print(f"warning: {problem}", file=sys.stderr)
     print(f"{len(data.rows)} turn(s), {len(data.runs)} run(s): {'complete' if doc.complete else 'INCOMPLETE'}")

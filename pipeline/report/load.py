@@ -9,8 +9,10 @@ failed in a failed turn, each run's recorded settings, and the turn spans themse
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +69,7 @@ def _run_infos(turns: Sequence[TurnSpans]) -> dict[str, RunInfo]:
     config_ids: dict[str, dict[str, None]] = {}
     configs: dict[str, dict[str, None]] = {}
     counts: dict[str, int] = {}
+    canonical: dict[str, str] = {}  # every turn of a run records the same settings: parse them once
     for t in turns:
         a = t.turn.attributes
         run_id = str(a.get(names.RUN_ID) or "")
@@ -77,7 +80,9 @@ def _run_infos(turns: Sequence[TurnSpans]) -> dict[str, RunInfo]:
         config_ids.setdefault(run_id, {})[str(a.get(names.CONFIG_ID) or "")] = None
         recorded = a.get(names.CONFIG_JSON)
         if isinstance(recorded, str) and recorded:
-            configs.setdefault(run_id, {})[_canonical(recorded)] = None
+            if recorded not in canonical:
+                canonical[recorded] = _canonical(recorded)
+            configs.setdefault(run_id, {})[canonical[recorded]] = None
     return {
         run_id: RunInfo(
             run_id=run_id,
@@ -160,6 +165,20 @@ def _bench_check(folder: Path, rows: Sequence[Row], runs: Sequence[str]) -> list
     ]
 
 
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Cyclic garbage collection off while a dataset is built (and, in the report command, while the
+    report is made from it). None of its records is in a cycle, but a fleet's millions of them set
+    off collections again and again, each walking all of them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_paths(paths: Sequence[Path], runs: Sequence[str] = ()) -> Dataset:
     """Trace files and experiment folders -> dataset. A missing path raises ``LoadError``."""
     files: list[Path] = []
@@ -168,14 +187,15 @@ def load_paths(paths: Sequence[Path], runs: Sequence[str] = ()) -> Dataset:
             raise LoadError(f"{path}: not found")
         files.extend([path] if path.is_file() else _folder_files(path))
     problems = ReadProblems()
-    spans: list[SpanRecord] = []
-    for file in files:
-        try:
-            spans.extend(read_trace_file(file, problems))
-        except OSError as exc:
-            problems.add(f"{file}: could not be read ({exc})")
     source = ", ".join(str(p) for p in paths)
-    data = dataset_from_spans(spans, problems, source, runs)
+    with cyclic_gc_paused():
+        spans: list[SpanRecord] = []
+        for file in files:
+            try:
+                spans.extend(read_trace_file(file, problems))
+            except OSError as exc:
+                problems.add(f"{file}: could not be read ({exc})")
+        data = dataset_from_spans(spans, problems, source, runs)
     data.files = [str(f) for f in files]
     if not files:
         data.problems.insert(0, f"no trace files (*.jsonl) found in {source}")

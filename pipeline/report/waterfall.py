@@ -104,8 +104,10 @@ def representative(cond: Condition, rows: Sequence[Row]) -> int | None:
     low, median, high = (quantile(values, q) for q in (0.25, 0.5, 0.75))
     best: tuple[int, float, int, int] | None = None
     for i, row in enumerate(rows):
+        if row.get("condition") != cond.label:  # first: the other conditions' rows, most of them
+            continue
         v = number(row.get("whole_turn_ms"))
-        if row.get("condition") != cond.label or not measured_ok(row) or v is None:
+        if not measured_ok(row) or v is None:
             continue
         if not low <= v <= high:
             continue
