@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from pipeline import replay
+from pipeline.analysis.rows import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 from pipeline.report.__main__ import main as report_main
 from tests.mqtt_broker import mosquitto
@@ -85,6 +86,23 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     md = (tmp_path / "dev" / "r" / "report.md").read_text(encoding="utf-8")
     transport = next(line for line in md.splitlines() if line.startswith("| transport |"))
     assert "websocket" in transport and "packets lost" not in md  # TCP loses nothing
+    assert "first sound, split" not in md  # the device's traces alone cannot split it
+    # both ends' traces together: each device row's first sound splits into four measured parts
+    problems = ReadProblems()
+    both = [
+        s for d in ("dev", "server") for f in trace_files(tmp_path / d / "traces") for s in read_trace_file(f, problems)
+    ]
+    joined = [r for r in rows_from_spans(both) if r["transport"]]
+    assert len(joined) == 4
+    for r in joined:
+        parts = [r[k] for k in ("uplink_ms", "server_first_audio_ms", "downlink_ms", "device_buffer_ms")]
+        assert all(isinstance(v, float) and v >= 0 for v in parts), parts
+        assert abs(sum(parts) - r["first_audible_ms"]) < 0.01  # type: ignore[arg-type, operator]
+    out = tmp_path / "both"
+    assert report_main([str(tmp_path / "dev"), str(tmp_path / "server"), "--out", str(out)]) in (0, 1)
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "first sound, split: uplink" in md
+    assert "4 server turn(s) joined to their device's turns" in md
 
 
 def turn_spans(out: Path) -> list[SpanRecord]:

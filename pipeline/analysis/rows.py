@@ -6,7 +6,7 @@ orchestration, so a trace file from anywhere gives the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
@@ -14,6 +14,7 @@ from operator import attrgetter
 from pipeline.analysis import textmetrics
 from pipeline.analysis.numbers import Row, median
 from pipeline.analysis.traces import AttrValue, ReadProblems, SpanRecord
+from pipeline.analysis.wire import WIRE_COLUMNS, wire_split
 from pipeline.tracing import names
 
 # The same question is asked round after round (M5) and by every device of a fleet, and the ASR
@@ -87,6 +88,7 @@ COLUMNS = (
     "device",
     "devices",
     "queue_wait_ms",
+    *WIRE_COLUMNS,
 )
 
 
@@ -190,8 +192,22 @@ def sentence_first_tokens(t: TurnSpans) -> tuple[float, ...]:
     return tuple(v for v in found if v is not None)
 
 
-def turn_row(t: TurnSpans) -> Row:
-    """One bench.csv row from one turn's spans."""
+def turn_rows(turns: Sequence[TurnSpans]) -> list[Row]:
+    """Each turn's row; a device's turn whose server's spans are among ``turns`` (joined traces:
+    the server's turn span is a child of the device's) gains the split of its first sound."""
+    by_id = {t.turn.span_id: t for t in turns}
+    return [turn_row(t, _served_by(t, by_id)) for t in turns]
+
+
+def _served_by(t: TurnSpans, by_id: dict[str, TurnSpans]) -> TurnSpans | None:
+    if t.first(names.DEVICE) is None:
+        return None
+    server = t.first(names.TURN)  # the server's turn span, filed among the device turn's children
+    return by_id.get(server.span_id) if server is not None else None
+
+
+def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
+    """One bench.csv row from one turn's spans (and, for a device's turn, its server's)."""
     a = t.turn.attributes
     speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
     calls = sorted(t.named(names.LLM_CALL), key=lambda s: _int(s.attributes.get(names.CALL_INDEX)))
@@ -247,6 +263,13 @@ def turn_row(t: TurnSpans) -> Row:
         "device": _optional_int(a.get(names.DEVICE_INDEX)),
         "devices": _optional_int(a.get(names.DEVICE_COUNT)),
         "queue_wait_ms": _queue_wait(t),
+        **wire_split(
+            t.turn,
+            t.first(names.DEVICE),
+            server.turn if server is not None else None,
+            server.first(names.DOWNLINK) if server is not None else None,
+            _ms,
+        ),
     }
 
 
@@ -347,4 +370,4 @@ def _quality(t: TurnSpans, a: dict[str, AttrValue]) -> Row:
 
 
 def rows_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[Row]:
-    return [turn_row(t) for t in group_turns(spans, problems or ReadProblems())]
+    return turn_rows(group_turns(spans, problems or ReadProblems()))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, turn_row
+from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, turn_rows
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 from pipeline.tracing import names
 
@@ -111,7 +111,14 @@ def dataset_from_spans(
     ``runs``, when given, keeps only those run ids (the others are named in the notes).
     """
     turns = group_turns(spans, problems)
+    rows = turn_rows(turns)  # before any run is left out: a device's row may need its server's spans
+    turns, rows, joined = _without_joined_servers(turns, rows)
     notes = []
+    if joined:
+        notes.append(
+            f"{joined} server turn(s) joined to their device's turns (the same traces): they give the device rows "
+            "the split of the first sound, and are not counted again as turns of their own"
+        )
     if runs:
         wanted = set(runs)
         found = {str(t.turn.attributes.get(names.RUN_ID) or "") for t in turns}
@@ -121,8 +128,8 @@ def dataset_from_spans(
             notes.append(f"runs left out as asked: {', '.join(left_out)}")
         if missing:
             problems.add(f"asked-for run(s) not found in the traces: {', '.join(missing)}")
-        turns = [t for t in turns if str(t.turn.attributes.get(names.RUN_ID) or "") in wanted]
-    rows = [turn_row(t) for t in turns]
+        keep = [i for i, t in enumerate(turns) if str(t.turn.attributes.get(names.RUN_ID) or "") in wanted]
+        turns, rows = [turns[i] for i in keep], [rows[i] for i in keep]
     return Dataset(
         rows=rows,
         sentence_ms=[sentence_first_tokens(t) for t in turns],
@@ -133,6 +140,17 @@ def dataset_from_spans(
         problems=list(problems.messages),
         notes=notes,
     )
+
+
+def _without_joined_servers(
+    turns: list[TurnSpans], rows: list[Row]
+) -> tuple[list[TurnSpans], list[Row], int]:
+    """A server's turn whose device's turn is here too is the same turn seen from the other end."""
+    devices = {t.turn.span_id for t in turns if t.first(names.DEVICE) is not None}
+    keep = [i for i, t in enumerate(turns) if t.turn.parent_span_id not in devices]
+    if len(keep) == len(turns):
+        return turns, rows, 0
+    return [turns[i] for i in keep], [rows[i] for i in keep], len(turns) - len(keep)
 
 
 def _folder_files(path: Path) -> list[Path]:

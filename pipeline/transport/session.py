@@ -219,8 +219,8 @@ async def _send(turn: ServerTurn) -> None:
                 start = loop.time()
             # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
             packet = await loop.run_in_executor(_CODEC_THREADS, turn.encoder.encode, item.pcm)
+            turn.recorder.sent()  # handed to the transport now: the device may have it before send_audio returns
             await turn.channel.send_audio(packet, timestamp_ms=frames * protocol.FRAME_MS)
-            turn.recorder.sent()
             frames += 1
 
 
