@@ -125,7 +125,8 @@ def _steps(g: Growth) -> str:
 
 def _change(g: Growth) -> str:
     d = g.change
-    ratio = f", x{(d.base + d.value) / d.base:.2f}" if d.base and d.value is not None else ""
+    # a ratio from under a millisecond (an empty queue) says nothing the ms do not say better
+    ratio = f", x{(d.base + d.value) / d.base:.2f}" if d.base and d.base >= 1.0 and d.value is not None else ""
     return f"{cells.signed(d.value)} {cells.interval(d.interval, sign=True)}{ratio}"
 
 
