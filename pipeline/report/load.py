@@ -142,9 +142,7 @@ def dataset_from_spans(
     )
 
 
-def _without_joined_servers(
-    turns: list[TurnSpans], rows: list[Row]
-) -> tuple[list[TurnSpans], list[Row], int]:
+def _without_joined_servers(turns: list[TurnSpans], rows: list[Row]) -> tuple[list[TurnSpans], list[Row], int]:
     """A server's turn whose device's turn is here too is the same turn seen from the other end."""
     devices = {t.turn.span_id for t in turns if t.first(names.DEVICE) is not None}
     keep = [i for i, t in enumerate(turns) if t.turn.parent_span_id not in devices]
