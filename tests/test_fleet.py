@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import CallEnd, QueueWait, TokenDelta
 from pipeline.fleet.arrivals import lockstep_warning, rotated, start_offsets_ms
@@ -206,13 +206,8 @@ def fleet_run(tmp_path: Path, extra: list[str], run_id: str = "f") -> tuple[int,
     return code, buffer.getvalue(), rows, out / "traces" / f"{run_id}.jsonl"
 
 
-def spans_named(trace: Path, name: str) -> list[dict[str, object]]:
-    found = []
-    for line in trace.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                found += [s for s in ss["spans"] if s["name"] == name]
-    return found
+def spans_named(trace: Path, name: str) -> list[SpanRecord]:
+    return [s for s in read_trace_file(trace, ReadProblems()) if s.name == name]
 
 
 def test_three_devices_share_one_model_and_the_queue_is_measured(tmp_path: Path) -> None:
@@ -225,9 +220,9 @@ def test_three_devices_share_one_model_and_the_queue_is_measured(tmp_path: Path)
     waits_ms = sorted(number(r["queue_wait_ms"]) or 0.0 for r in rows)
     assert waits_ms[0] == 0.0 and waits_ms[-1] > 0.0
     # a waiting call gets the model the moment the call before it ends (the scheduler's own clock)
-    calls = {int(s["endTimeUnixNano"]) for s in spans_named(trace, "llm.call")}  # type: ignore[call-overload]
-    queued = [s for s in spans_named(trace, "llm.queue") if s["endTimeUnixNano"] != s["startTimeUnixNano"]]
-    assert queued and all(int(s["endTimeUnixNano"]) in calls for s in queued)  # type: ignore[call-overload]
+    calls = {s.end_ns for s in spans_named(trace, "llm.call")}
+    queued = [s for s in spans_named(trace, "llm.queue") if s.end_ns != s.start_ns]
+    assert queued and all(s.end_ns in calls for s in queued)
 
 
 def test_one_device_without_a_scheduler_has_an_empty_queue_column(tmp_path: Path) -> None:

@@ -192,18 +192,22 @@ def sentence_first_tokens(t: TurnSpans) -> tuple[float, ...]:
     return tuple(v for v in found if v is not None)
 
 
-def turn_rows(turns: Sequence[TurnSpans]) -> list[Row]:
-    """Each turn's row; a device's turn whose server's spans are among ``turns`` (joined traces:
-    the server's turn span is a child of the device's) gains the split of its first sound."""
+def servers_of(turns: Sequence[TurnSpans]) -> dict[str, TurnSpans]:
+    """Device turn span id -> its server's turn, where both ends' spans are among ``turns`` (joined
+    traces: the server's turn span is a child of the device's, filed among its children)."""
     by_id = {t.turn.span_id: t for t in turns}
-    return [turn_row(t, _served_by(t, by_id)) for t in turns]
+    out = {}
+    for t in turns:
+        server = t.first(names.TURN) if t.first(names.DEVICE) is not None else None
+        if server is not None and server.span_id in by_id:
+            out[t.turn.span_id] = by_id[server.span_id]
+    return out
 
 
-def _served_by(t: TurnSpans, by_id: dict[str, TurnSpans]) -> TurnSpans | None:
-    if t.first(names.DEVICE) is None:
-        return None
-    server = t.first(names.TURN)  # the server's turn span, filed among the device turn's children
-    return by_id.get(server.span_id) if server is not None else None
+def turn_rows(turns: Sequence[TurnSpans], servers: dict[str, TurnSpans] | None = None) -> list[Row]:
+    """Each turn's row; a device's turn whose server's spans are here gains the split of its first sound."""
+    servers = servers_of(turns) if servers is None else servers
+    return [turn_row(t, servers.get(t.turn.span_id)) for t in turns]
 
 
 def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:

@@ -59,7 +59,6 @@ class BackgroundLoad:
             raise ValueError(f"background job {kind!r}: {', '.join(JOBS)}")
         self.kind, self.period_ms, self.max_tokens = kind, period_ms, max_tokens
         self.backend, self.clock, self.on_job = backend, clock, on_job
-        self.jobs: list[JobTimeline] = []
 
     async def run(self) -> None:
         """Start jobs at their times until cancelled; jobs still running then are stopped and recorded."""
@@ -90,7 +89,6 @@ class BackgroundLoad:
             job.error_type, job.error_message = type(exc).__name__, str(exc) or type(exc).__name__
         finally:
             job.end_ns = self.clock.now_ns()
-            self.jobs.append(job)
             self.on_job(job)
 
     async def _stream(self, job: JobTimeline, backend: ChatBackend, request: ChatRequest) -> None:

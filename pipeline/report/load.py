@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, turn_rows
+from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, servers_of, turn_rows
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 from pipeline.tracing import names
 
@@ -111,8 +111,9 @@ def dataset_from_spans(
     ``runs``, when given, keeps only those run ids (the others are named in the notes).
     """
     turns = group_turns(spans, problems)
-    rows = turn_rows(turns)  # before any run is left out: a device's row may need its server's spans
-    turns, rows, joined = _without_joined_servers(turns, rows)
+    servers = servers_of(turns)  # before any run is left out: a device's row may need its server's spans
+    rows = turn_rows(turns, servers)
+    turns, rows, joined = _without_joined_servers(turns, rows, servers)
     notes = []
     if joined:
         notes.append(
@@ -142,12 +143,14 @@ def dataset_from_spans(
     )
 
 
-def _without_joined_servers(turns: list[TurnSpans], rows: list[Row]) -> tuple[list[TurnSpans], list[Row], int]:
+def _without_joined_servers(
+    turns: list[TurnSpans], rows: list[Row], servers: dict[str, TurnSpans]
+) -> tuple[list[TurnSpans], list[Row], int]:
     """A server's turn whose device's turn is here too is the same turn seen from the other end."""
-    devices = {t.turn.span_id for t in turns if t.first(names.DEVICE) is not None}
-    keep = [i for i, t in enumerate(turns) if t.turn.parent_span_id not in devices]
-    if len(keep) == len(turns):
+    if not servers:
         return turns, rows, 0
+    served = {t.turn.span_id for t in servers.values()}
+    keep = [i for i, t in enumerate(turns) if t.turn.span_id not in served]
     return [turns[i] for i in keep], [rows[i] for i in keep], len(turns) - len(keep)
 
 

@@ -15,6 +15,7 @@ from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph
 from pipeline.report.load import Dataset
 from pipeline.report.runs import RunFacts, run_facts
+from pipeline.report.sweeps import Sweep, read_sweeps
 
 Conditions = dict[str, Condition]
 Pair = tuple[str, str]  # (condition, baseline)
@@ -48,6 +49,8 @@ class Context:
     check: settings.SettingsCheck = field(init=False)
     drifts: list[drift.Drift] = field(init=False)
     pairs: list[Pair] = field(init=False)
+    sweeps: list[Sweep] = field(init=False)  # recorded beside the traces (``sweep.json``)
+    sweep_problems: list[str] = field(init=False)
     incomplete: list[str] = field(default_factory=list)  # what could not be computed, for the status line
 
     def __post_init__(self) -> None:
@@ -57,6 +60,7 @@ class Context:
         self.check = settings.check(list(self.data.runs.values()), self.data.rows)
         self.drifts = drift.check_runs(self.data.rows)
         self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
+        self.sweeps, self.sweep_problems = read_sweeps(self.data.files)
 
     @property
     def simulated(self) -> list[RunFacts]:

@@ -28,7 +28,7 @@ from pipeline.report.runs import BUSY_SHARE, RunLoad, run_loads
 from pipeline.report.sections.base import MEASURED, Context
 from pipeline.report.sections.segments import Q_INSIDE, queue_placement
 from pipeline.report.sections.sweep_reading import METRICS, Metric, Series, quantile_or_none, reading
-from pipeline.report.sweeps import OK, Sweep, SweepPoint, check, read_sweeps
+from pipeline.report.sweeps import OK, Sweep, SweepPoint, check
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +235,8 @@ def _in_view(sweep: Sweep, runs: set[str]) -> bool:
 
 
 def section(ctx: Context) -> list[Block]:
-    sweeps, problems = read_sweeps(ctx.data.files)
-    out: list[Block] = [Paragraph(p, WARNING) for p in problems]
-    shown = [s for s in sweeps if _in_view(s, set(ctx.data.runs))]
+    out: list[Block] = [Paragraph(p, WARNING) for p in ctx.sweep_problems]
+    shown = _shown(ctx)
     for sweep in shown:
         out.extend(_sweep_blocks(ctx, sweep))
     if shown and not covering(ctx):
@@ -252,11 +251,14 @@ def section(ctx: Context) -> list[Block]:
     return out
 
 
+def _shown(ctx: Context) -> list[Sweep]:
+    return [s for s in ctx.sweeps if _in_view(s, set(ctx.data.runs))]
+
+
 def covering(ctx: Context) -> list[Sweep]:
     """The sweeps whose points are every run in view: then the report is the sweep's reading alone
     (pooling its points by condition would mix the values of its variable)."""
-    sweeps, _ = read_sweeps(ctx.data.files)
-    shown = [s for s in sweeps if _in_view(s, set(ctx.data.runs))]
+    shown = _shown(ctx)
     points = {p.run_id for s in shown for p in s.points}
     return shown if shown and set(ctx.data.runs) <= points else []
 
