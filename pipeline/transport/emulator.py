@@ -178,8 +178,9 @@ class _DeviceTurn:
                 break
             due += frame.duration_ms / 1000
             await asyncio.sleep(max(0.0, due - loop.time()))
-            await self.link.send_audio(encoder.encode(frame.pcm), frame.seq * FRAME_MS)
-            now = self.clock.now_ns()
+            packet = encoder.encode(frame.pcm)
+            now = self.clock.now_ns()  # handed to the transport now: the server may have it before send_audio returns
+            await self.link.send_audio(packet, frame.seq * FRAME_MS)
             self.timing.uplink_frames += 1
             self.timing.last_uplink_ns = now
             if self.timing.first_uplink_ns is None:
