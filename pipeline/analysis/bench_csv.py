@@ -51,11 +51,30 @@ class BenchCsv:
                 csv.writer(fh).writerow(COLUMNS)
 
     def append(self, rows: Iterable[Row]) -> None:
+        self.append_lines(csv_line(row) for row in rows)
+
+    def append_lines(self, lines: Iterable[str]) -> None:
+        """Rows already made lines by ``csv_line``."""
         with self.path.open("a", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh)
-            for row in rows:
-                writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+            fh.writelines(lines)
             fh.flush()
+
+
+class _Text:
+    """A file for csv.writer that hands back what is written: ``writerow`` returns ``write``'s result."""
+
+    @staticmethod
+    def write(text: str) -> str:
+        return text
+
+
+_LINE_WRITER = csv.writer(_Text())
+
+
+def csv_line(row: Row) -> str:
+    """One row as bench.csv writes it (quoted as needed, CRLF-ended as the csv module writes)."""
+    line: str = _LINE_WRITER.writerow([_cell(row.get(c)) for c in COLUMNS])
+    return line
 
 
 def bench_run_ids(path: Path) -> set[str]:

@@ -19,8 +19,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from sys import intern
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -126,58 +125,66 @@ def spans_from_traces_data(data: dict[str, Any]) -> list[SpanRecord]:
     return out
 
 
-# The OTLP JSON shape as the fast decoding sees it. Fields the plain decoding converts are
-# typed Any and converted the same way below; fields it leaves out (resources, scopes, kind,
-# flags, links) are skipped unread. A missing field is UNSET where the plain decoding's
-# answer differs between missing and null.
-class _AnyValue(msgspec.Struct, rename="camel", gc=False):
-    string_value: Any = UNSET
-    bool_value: Any = UNSET
-    int_value: Any = UNSET
-    double_value: Any = UNSET
+# The OTLP JSON shape as the fast decoding sees it, typed as our exporter writes it (64-bit
+# integers as strings or numbers, the rest as JSON types): msgspec checks those types in C, so
+# the conversion below is a choice, not a conversion. Anything else (a null, a number where text
+# belongs, an int written as a float) fails the decoding, and the plain decoding decides. A field
+# left out is UNSET, so an explicit null never passes for a missing field. Fields the plain
+# decoding leaves out (resources, scopes, kind, flags, links) are skipped unread.
+class _AnyValue(msgspec.Struct, rename="camel", frozen=True, gc=False):
+    string_value: str | UnsetType = UNSET
+    bool_value: bool | UnsetType = UNSET
+    int_value: int | str | UnsetType = UNSET
+    double_value: float | UnsetType = UNSET
     array_value: _ArrayValue | UnsetType = UNSET
 
 
-class _ArrayValue(msgspec.Struct, gc=False):
+class _ArrayValue(msgspec.Struct, frozen=True, gc=False):
     values: list[_AnyValue] = []
 
 
-class _KeyValue(msgspec.Struct, gc=False):
-    key: Any
-    value: _AnyValue = msgspec.field(default_factory=_AnyValue)  # none given: no value, as any_value({})
+_NO_VALUE = _AnyValue()
 
 
-class _Event(msgspec.Struct, rename="camel", gc=False):
-    time_unix_nano: Any
-    name: Any
+class _KeyValue(msgspec.Struct, frozen=True, gc=False):
+    key: str
+    value: _AnyValue = _NO_VALUE  # none given: no value, as any_value({})
+
+
+_Integer = int | str  # OTLP JSON writes 64-bit integers as strings; int() takes either, as the plain decoding does
+
+
+class _Event(msgspec.Struct, rename="camel", frozen=True, gc=False):
+    time_unix_nano: _Integer
+    name: str
     attributes: list[_KeyValue] = []
 
 
-class _Status(msgspec.Struct, gc=False):
-    code: Any = 0
+class _Status(msgspec.Struct, frozen=True, gc=False):
+    code: _Integer = 0
 
 
-class _Span(msgspec.Struct, rename="camel", gc=False):
-    trace_id: Any
-    span_id: Any
-    name: Any
-    start_time_unix_nano: Any
-    end_time_unix_nano: Any
-    parent_span_id: Any = ""
+class _Span(msgspec.Struct, rename="camel", frozen=True, gc=False):
+    trace_id: str
+    span_id: str
+    name: str
+    start_time_unix_nano: _Integer
+    end_time_unix_nano: _Integer
+    parent_span_id: str = ""
     attributes: list[_KeyValue] = []
     events: list[_Event] = []
     status: _Status | UnsetType = UNSET
 
 
-class _ScopeSpans(msgspec.Struct, gc=False):
+class _ScopeSpans(msgspec.Struct, frozen=True, gc=False):
     spans: list[_Span] = []
 
 
-class _ResourceSpans(msgspec.Struct, rename="camel", gc=False):
+class _ResourceSpans(msgspec.Struct, rename="camel", frozen=True, gc=False):
     scope_spans: list[_ScopeSpans] = []
 
 
-class _TracesData(msgspec.Struct, rename="camel", gc=False):
+class _TracesData(msgspec.Struct, rename="camel", frozen=True, gc=False):
     resource_spans: list[_ResourceSpans] = []
 
 
@@ -187,14 +194,14 @@ _DECODER = msgspec.json.Decoder(_TracesData)
 def _value(v: _AnyValue) -> AttrValue:
     """``any_value`` for the fast decoding's struct: the same order, the same conversions."""
     if v.string_value is not UNSET:
-        return str(v.string_value)
+        return v.string_value
     if v.bool_value is not UNSET:
-        return bool(v.bool_value)
+        return v.bool_value
     if v.int_value is not UNSET:
         return int(v.int_value)
     if v.double_value is not UNSET:
-        return _finite(float(v.double_value))
-    if isinstance(v.array_value, _ArrayValue):
+        return _finite(v.double_value)
+    if v.array_value is not UNSET:
         return [_value(x) for x in v.array_value.values]
     return None
 
@@ -202,18 +209,15 @@ def _value(v: _AnyValue) -> AttrValue:
 def _struct_attributes(items: list[_KeyValue]) -> dict[str, AttrValue]:
     out: dict[str, AttrValue] = {}
     for kv in items:
-        # one copy of each key for all spans: a fleet's spans repeat a few dozen keys millions of times
-        key = intern(kv.key)  # not a string: a TypeError, and the plain decoding decides
         v = kv.value
-        # _value's first three cases inline: a call per attribute would be a third of the reading
-        if v.string_value is not UNSET:
-            out[key] = str(v.string_value)
-        elif v.bool_value is not UNSET:
-            out[key] = bool(v.bool_value)
-        elif v.int_value is not UNSET:
-            out[key] = int(v.int_value)
-        else:
-            out[key] = _value(v)
+        # _value's first three cases inline, in its order: a call per attribute would be a third of the reading
+        x: Any = v.string_value
+        if x is UNSET:
+            x = v.bool_value
+            if x is UNSET:
+                x = v.int_value
+                x = _value(v) if x is UNSET else int(x)
+        out[kv.key] = x
     return out
 
 
@@ -222,14 +226,18 @@ def _span(s: _Span) -> SpanRecord:
         s.trace_id,
         s.span_id,
         s.parent_span_id,
-        intern(s.name),  # names too repeat a million times
+        s.name,
         int(s.start_time_unix_nano),
         int(s.end_time_unix_nano),
         _struct_attributes(s.attributes) if s.attributes else {},
         tuple(
-            SpanEvent(intern(e.name), int(e.time_unix_nano), _struct_attributes(e.attributes) if e.attributes else {})
-            for e in s.events
-        ),
+            [
+                SpanEvent(e.name, int(e.time_unix_nano), _struct_attributes(e.attributes) if e.attributes else {})
+                for e in s.events
+            ]
+        )
+        if s.events
+        else (),
         0 if s.status is UNSET else int(s.status.code),
     )
 
@@ -262,21 +270,64 @@ def _lines(raw: bytes) -> Iterable[bytes]:
     return raw.splitlines(keepends=True) if b"\r" in raw else (raw,)
 
 
-def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[SpanRecord]:
-    """Spans from every readable line of ``path``; unreadable lines go to ``problems``."""
+class TraceLine(NamedTuple):
+    """One line of a trace file as read: where it starts, and its spans or why it has none."""
+
+    number: int  # counted from the first line read (1 for a whole file)
+    offset: int  # byte offset of the physical line it is in (a lone CR may cut one into several)
+    part: int  # which of that physical line's lines it is
+    spans: list[SpanRecord]
+    unreadable: str  # why the line could not be read ("" when it could)
+
+
+def unreadable_message(path: Path | str, number: int, why: str) -> str:
+    return f"{path}:{number}: unreadable trace line ({why})"
+
+
+def read_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[TraceLine]:
+    """Every line of ``path`` from byte ``start`` (a line's first byte) to the line holding byte ``end`` - 1."""
     number = 0
+    offset = start
     with path.open("rb", buffering=_BUFFER) as fh:
+        fh.seek(start)
         for raw in fh:
-            for line in _lines(raw):
+            if end is not None and offset >= end:
+                return
+            for part, line in enumerate(_lines(raw)):
                 number += 1
                 spans = _fast_spans(line)
-                if spans is None:
-                    try:
-                        spans = _plain_spans(line)
-                    except _UNREADABLE as exc:
-                        problems.add(f"{path}:{number}: unreadable trace line ({type(exc).__name__}: {exc})")
-                        continue
-                yield from spans
+                if spans is not None:
+                    yield TraceLine(number, offset, part, spans, "")
+                    continue
+                try:
+                    yield TraceLine(number, offset, part, _plain_spans(line), "")
+                except _UNREADABLE as exc:
+                    yield TraceLine(number, offset, part, [], f"{type(exc).__name__}: {exc}")
+            offset += len(raw)
+
+
+def read_line_at(path: Path, offset: int, part: int) -> list[SpanRecord]:
+    """The spans of one line found by ``read_lines`` (none if it cannot be read now)."""
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        lines = list(_lines(fh.readline()))
+    if part >= len(lines):
+        return []
+    spans = _fast_spans(lines[part])
+    if spans is not None:
+        return spans
+    try:
+        return _plain_spans(lines[part])
+    except _UNREADABLE:
+        return []
+
+
+def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[SpanRecord]:
+    """Spans from every readable line of ``path``; unreadable lines go to ``problems``."""
+    for line in read_lines(path):
+        if line.unreadable:
+            problems.add(unreadable_message(path, line.number, line.unreadable))
+        yield from line.spans
 
 
 def trace_files(path: Path) -> list[Path]:

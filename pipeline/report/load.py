@@ -2,9 +2,11 @@
 
 Rows are always recomputed from the spans by ``pipeline.analysis.rows`` (a bench.csv found
 beside the traces is only cross-checked, never trusted over them). Besides the rows the
-dataset keeps what rows cannot hold: every sentence's first-token time, which stages
-failed in a failed turn, each run's recorded settings, and the turn spans themselves
-(for the waterfall plot).
+dataset keeps what rows cannot hold (``TurnFacts``): every sentence's first-token time, which
+stages failed in a failed turn, each run's recorded settings, where queue waits lay, and a way
+back to any turn's spans (for the waterfall plot): the spans themselves where they were given
+in memory, or where in the files they were read. Files are read by ``reading`` (in several
+processes when there is much to read).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, servers_of, turn_rows
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
-from pipeline.tracing import names
+from pipeline.analysis.rows import COLUMNS, TurnSpans, group_turns
+from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
+from pipeline.report.reading import read_files, reread_turn
+from pipeline.report.turn_facts import RunFacts, TurnFacts, facts_of, queue_places
 
 
 class LoadError(ValueError):
@@ -46,43 +49,57 @@ class Dataset:
     rows: list[Row]
     sentence_ms: list[tuple[float, ...]]
     failed_stages: list[tuple[str, ...]]
-    turns: list[TurnSpans] | None  # None for rows not read from spans (synthetic benchmarks)
+    turns: list[TurnSpans] | None  # the spans, where they were given in memory (Jaeger, tests)
     runs: dict[str, RunInfo]
     source: str
     files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     offline_verdicts: list[str] = field(default_factory=list)  # what B' runs' network checks found
+    # each row's facts, where the rows were read from spans (empty for others: synthetic benchmarks)
+    facts: list[TurnFacts] = field(default_factory=list)
+    workers: int = 1  # processes that read the trace files
+
+    def turn_spans(self, i: int) -> TurnSpans | None:
+        """Row ``i``'s turn spans: kept, or read again from the lines they came from; None if neither can be."""
+        if self.turns is not None:
+            return self.turns[i]
+        if self.facts and self.facts[i].lines:
+            return reread_turn(self.facts[i])
+        return None
+
+    def queue_places(self, i: int) -> tuple[str, ...]:
+        """Where row ``i``'s queue waits lay against its LLM calls (``turn_facts.Q_*``), one per wait."""
+        if self.facts:
+            return self.facts[i].queue
+        return queue_places(self.turns[i]) if self.turns is not None else ()
+
+    @property
+    def from_spans(self) -> bool:
+        return bool(self.facts) or self.turns is not None
+
+    @property
+    def csv_lines(self) -> list[str] | None:
+        """The rows as bench.csv lines, where they were made while reading (None: to be made)."""
+        return [f.csv_line for f in self.facts] if len(self.facts) == len(self.rows) and self.facts else None
 
 
-def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
-    """Names of the turn's stage spans that ended in error, first failure first, each once."""
-    seen: dict[str, None] = {}
-    for child in turn.children:
-        if child.status_code == names.STATUS_ERROR:
-            seen.setdefault(child.name, None)
-    return tuple(seen)
-
-
-def _run_infos(turns: Sequence[TurnSpans]) -> dict[str, RunInfo]:
+def _run_infos(facts: Sequence[TurnFacts]) -> dict[str, RunInfo]:
     condition: dict[str, str] = {}
     config_ids: dict[str, dict[str, None]] = {}
     configs: dict[str, dict[str, None]] = {}
     counts: dict[str, int] = {}
     canonical: dict[str, str] = {}  # every turn of a run records the same settings: parse them once
-    for t in turns:
-        a = t.turn.attributes
-        run_id = str(a.get(names.RUN_ID) or "")
-        count = a.get(names.QUESTION_COUNT)
-        if isinstance(count, int) and not isinstance(count, bool):
-            counts.setdefault(run_id, count)
-        condition.setdefault(run_id, str(a.get(names.CONDITION) or ""))
-        config_ids.setdefault(run_id, {})[str(a.get(names.CONFIG_ID) or "")] = None
-        recorded = a.get(names.CONFIG_JSON)
-        if isinstance(recorded, str) and recorded:
-            if recorded not in canonical:
-                canonical[recorded] = _canonical(recorded)
-            configs.setdefault(run_id, {})[canonical[recorded]] = None
+    for f in facts:
+        r: RunFacts = f.run
+        if r.question_count is not None:
+            counts.setdefault(r.run_id, r.question_count)
+        condition.setdefault(r.run_id, r.condition)
+        config_ids.setdefault(r.run_id, {})[r.config_id] = None
+        if r.config_json is not None:
+            if r.config_json not in canonical:
+                canonical[r.config_json] = _canonical(r.config_json)
+            configs.setdefault(r.run_id, {})[canonical[r.config_json]] = None
     return {
         run_id: RunInfo(
             run_id=run_id,
@@ -106,14 +123,23 @@ def _canonical(text: str) -> str:
 def dataset_from_spans(
     spans: Iterable[SpanRecord], problems: ReadProblems, source: str, runs: Sequence[str] = ()
 ) -> Dataset:
-    """Group spans into turns, compute one row per turn, keep the per-turn extras beside it.
+    """Group spans into turns, compute one row per turn, keep the per-turn extras and the spans beside it.
 
     ``runs``, when given, keeps only those run ids (the others are named in the notes).
     """
     turns = group_turns(spans, problems)
-    servers = servers_of(turns)  # before any run is left out: a device's row may need its server's spans
-    rows = turn_rows(turns, servers)
-    turns, rows, joined = _without_joined_servers(turns, rows, servers)
+    facts, joined = facts_of(turns)
+    by_id = {t.turn.span_id: t for t in turns}
+    data = dataset_from_facts(facts, joined, problems.messages, source, runs)
+    data.turns = [by_id[f.span_id] for f in data.facts]
+    return data
+
+
+def dataset_from_facts(
+    facts: list[TurnFacts], joined: int, problems: Sequence[str], source: str, runs: Sequence[str] = ()
+) -> Dataset:
+    """The dataset of turns' facts, in their order; ``runs``, when given, keeps only those run ids."""
+    said = list(problems)
     notes = []
     if joined:
         notes.append(
@@ -122,36 +148,25 @@ def dataset_from_spans(
         )
     if runs:
         wanted = set(runs)
-        found = {str(t.turn.attributes.get(names.RUN_ID) or "") for t in turns}
+        found = {f.run.run_id for f in facts}
         left_out = sorted(found - wanted)
         missing = sorted(wanted - found)
         if left_out:
             notes.append(f"runs left out as asked: {', '.join(left_out)}")
         if missing:
-            problems.add(f"asked-for run(s) not found in the traces: {', '.join(missing)}")
-        keep = [i for i, t in enumerate(turns) if str(t.turn.attributes.get(names.RUN_ID) or "") in wanted]
-        turns, rows = [turns[i] for i in keep], [rows[i] for i in keep]
+            said.append(f"asked-for run(s) not found in the traces: {', '.join(missing)}")
+        facts = [f for f in facts if f.run.run_id in wanted]
     return Dataset(
-        rows=rows,
-        sentence_ms=[sentence_first_tokens(t) for t in turns],
-        failed_stages=[failed_stages(t) for t in turns],
-        turns=turns,
-        runs=_run_infos(turns),
+        rows=[dict(zip(COLUMNS, f.values, strict=True)) for f in facts],
+        sentence_ms=[f.sentence_ms for f in facts],
+        failed_stages=[f.failed for f in facts],
+        turns=None,
+        runs=_run_infos(facts),
         source=source,
-        problems=list(problems.messages),
+        problems=said,
         notes=notes,
+        facts=facts,
     )
-
-
-def _without_joined_servers(
-    turns: list[TurnSpans], rows: list[Row], servers: dict[str, TurnSpans]
-) -> tuple[list[TurnSpans], list[Row], int]:
-    """A server's turn whose device's turn is here too is the same turn seen from the other end."""
-    if not servers:
-        return turns, rows, 0
-    served = {t.turn.span_id for t in servers.values()}
-    keep = [i for i, t in enumerate(turns) if t.turn.span_id not in served]
-    return [turns[i] for i in keep], [rows[i] for i in keep], len(turns) - len(keep)
 
 
 def _folder_files(path: Path) -> list[Path]:
@@ -198,23 +213,20 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_paths(paths: Sequence[Path], runs: Sequence[str] = ()) -> Dataset:
-    """Trace files and experiment folders -> dataset. A missing path raises ``LoadError``."""
+def load_paths(paths: Sequence[Path], runs: Sequence[str] = (), workers: int | None = None) -> Dataset:
+    """Trace files and experiment folders -> dataset. A missing path raises ``LoadError``.
+
+    ``workers``: processes to read the files with (default: one per core when there is much to read)."""
     files: list[Path] = []
     for path in paths:
         if not path.exists():
             raise LoadError(f"{path}: not found")
         files.extend([path] if path.is_file() else _folder_files(path))
-    problems = ReadProblems()
     source = ", ".join(str(p) for p in paths)
     with cyclic_gc_paused():
-        spans: list[SpanRecord] = []
-        for file in files:
-            try:
-                spans.extend(read_trace_file(file, problems))
-            except OSError as exc:
-                problems.add(f"{file}: could not be read ({exc})")
-        data = dataset_from_spans(spans, problems, source, runs)
+        read = read_files(files, workers)
+        data = dataset_from_facts(read.facts, read.joined, read.problems, source, runs)
+    data.workers = read.workers
     data.files = [str(f) for f in files]
     if not files:
         data.problems.insert(0, f"no trace files (*.jsonl) found in {source}")

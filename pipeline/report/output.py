@@ -43,6 +43,10 @@ def write(doc: Document, data: Dataset, out: Path) -> Written:
     _replace(page, html.render(doc).encode("utf-8"))
     tmp = csv_path.with_name("bench.csv.tmp")
     tmp.unlink(missing_ok=True)
-    BenchCsv(tmp).append(data.rows)
+    lines = data.csv_lines  # made while the traces were read, where they were
+    if lines is None:
+        BenchCsv(tmp).append(data.rows)
+    else:
+        BenchCsv(tmp).append_lines(lines)
     os.replace(tmp, csv_path)
     return Written(md, page, csv_path, tuple(plots))

@@ -47,7 +47,7 @@ def section(ctx: Context) -> list[Block]:
 
 def _waterfalls(ctx: Context) -> list[Block]:
     out: list[Block] = []
-    if ctx.data.turns is None:
+    if not ctx.data.from_spans:
         return [Paragraph("No waterfall: these rows were not read from spans.", NOTE)]
     for label, cond in ctx.conds.items():
         i = representative(cond, ctx.data.rows)
@@ -55,7 +55,11 @@ def _waterfalls(ctx: Context) -> list[Block]:
             continue
         row = ctx.data.rows[i]
         name = f"{title(label)}: run {row.get('run_id')}, {row.get('question_id')} round {row.get('round')}"
-        w = Waterfall(f"Representative turn, {name}", tuple(bars(ctx.data.turns[i])))
+        spans = ctx.data.turn_spans(i)
+        if spans is None:
+            out.append(Paragraph(f"No waterfall for {name}: its spans could not be read again.", NOTE))
+            continue
+        w = Waterfall(f"Representative turn, {name}", tuple(bars(spans)))
         key = "waterfall-" + ("Bp" if label == "B'" else "".join(ch if ch.isalnum() else "_" for ch in label))
         out.append(
             Figure(

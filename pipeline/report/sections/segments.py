@@ -17,21 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.analysis.rows import TurnSpans
-from pipeline.analysis.traces import SpanRecord
 from pipeline.report import cells
 from pipeline.report.compare import Stat, stat, stat_of
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.sections.base import ESTIMATED, MEASURED, Conditions, Context, header, row
-from pipeline.tracing import names
+from pipeline.report.turn_facts import Q_BEFORE, Q_INSIDE, Q_MIXED, placement, queue_places
 
 SERVER_TIMINGS = ("server_queue_ms", "server_prompt_ms", "server_generation_ms")
 INSIDE = "not measured (the client sees only the sum below)"
 QUEUE = "queue_wait_ms"
 NO_QUEUE = "- (no queue measured)"
-# where a condition's llm.queue spans lie against their LLM calls (queue_placement)
-Q_INSIDE, Q_BEFORE, Q_MIXED = "inside", "before", "mixed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,27 +68,15 @@ def _after_queue(cond: Condition) -> np.ndarray:
     return np.sort(rest[~np.isnan(rest)])
 
 
-def _placement(turn: TurnSpans, queue: SpanRecord) -> str:
-    calls = turn.named(names.LLM_CALL)
-    if any(c.start_ns <= queue.start_ns and queue.end_ns <= c.end_ns for c in calls):
-        return Q_INSIDE
-    if any(queue.end_ns <= c.start_ns for c in calls):
-        return Q_BEFORE
-    return Q_MIXED
-
-
 def queue_placement(turns: Sequence[TurnSpans]) -> str | None:
     """Where the turns' queue waits lie: inside their call (so inside its first-token wait), before its
     request, or mixed; None without queue spans."""
-    found = {_placement(t, q) for t in turns for q in t.named(names.LLM_QUEUE)}
-    return found.pop() if len(found) == 1 else (Q_MIXED if found else None)
+    return placement(queue_places(t) for t in turns)
 
 
-def condition_turns(data: Dataset, label: str) -> list[TurnSpans]:
-    """The turn spans behind a condition's rows (none for rows not read from spans)."""
-    if data.turns is None:
-        return []
-    return [t for t, r in zip(data.turns, data.rows, strict=True) if str(r.get("condition") or "") == label]
+def condition_placement(data: Dataset, label: str) -> str | None:
+    """Where the queue waits of a condition's turns lie (None without any, or for rows not read from spans)."""
+    return placement(data.queue_places(i) for i, r in enumerate(data.rows) if str(r.get("condition") or "") == label)
 
 
 def segments(cond: Condition) -> Segments:
@@ -257,7 +242,7 @@ def section(ctx: Context) -> list[Block]:
             "timings (llama.cpp `timings`, server-side spans)."
         )
     )
-    placements = {c: queue_placement(condition_turns(ctx.data, c)) for c in ctx.conds}
+    placements = {c: condition_placement(ctx.data, c) for c in ctx.conds}
     out.extend(segment_tables(ctx.labels, ctx.conds, placements))
     out.extend(queue_notes(ctx.conds, placements))
     out.append(prompt_table(ctx.labels, ctx.conds))

@@ -26,9 +26,9 @@ from pipeline.report.document import NOTE, WARNING, Block, Heading, Paragraph, T
 from pipeline.report.load import Dataset
 from pipeline.report.runs import BUSY_SHARE, RunLoad, run_loads
 from pipeline.report.sections.base import MEASURED, Context
-from pipeline.report.sections.segments import Q_INSIDE, queue_placement
 from pipeline.report.sections.sweep_reading import METRICS, Metric, Series, quantile_or_none, reading
 from pipeline.report.sweeps import OK, Sweep, SweepPoint, check
+from pipeline.report.turn_facts import Q_INSIDE, placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +161,8 @@ def quality_reading(sweep: Sweep, ran: Sequence[Point]) -> tuple[str, bool]:
 
 
 def _queue_inside(data: Dataset, ran: Sequence[Point]) -> bool:
-    if data.turns is None:
-        return False
     runs = {p.point.run_id for p in ran}
-    turns = [t for t, r in zip(data.turns, data.rows, strict=True) if r.get("run_id") in runs]
-    return queue_placement(turns) == Q_INSIDE
+    return placement(data.queue_places(i) for i, r in enumerate(data.rows) if r.get("run_id") in runs) == Q_INSIDE
 
 
 def _sweep_blocks(ctx: Context, sweep: Sweep) -> list[Block]:

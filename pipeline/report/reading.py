@@ -1,0 +1,213 @@
+"""Trace files -> every turn's facts, read by several processes at once when there is much to read.
+
+A fleet's hundred thousand turns are about a gigabyte of trace lines, and decoding them, grouping
+their spans into turns and computing the rows is Python work that one core does in most of a
+minute. So the files are cut, at line ends and in file order, into one share per core; each
+share is read in a forked worker process (``read_share``), which groups its spans into turns
+and returns each turn's ``TurnFacts``; the parent puts them in the order one process reading
+everything would have (by turn start, ties in reading order) and numbers problems by their lines.
+
+That is only the same as reading everything in one process when no turn's spans are divided
+between two shares: each share reports the span ids it read, its turn span ids and the parents
+it could not find, and where a parent is a turn of another share (a device's turn in one file and
+its server's in another, or a turn cut across a share's edge), or one span id is in two shares,
+the files are read again in one process. A small read (under ``PARALLEL_BYTES``) is one share.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from pipeline.analysis.rows import TurnSpans, group_turns
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_line_at, read_lines, unreadable_message
+from pipeline.report.turn_facts import LineRef, TurnFacts, facts_of
+
+# Below this much to read, forking and handing results back costs more than a second core saves.
+PARALLEL_BYTES = 32 << 20
+MOST_WORKERS = 8
+_CUT_SEARCH = 1 << 16  # how far ahead a cut looks for a line end at a time
+
+
+class Piece(NamedTuple):
+    """Bytes ``start`` to ``end`` (None: to the end) of a trace file: whole lines, in order."""
+
+    path: str
+    start: int
+    end: int | None
+
+
+class ShareResult(NamedTuple):
+    facts: list[TurnFacts]
+    joined: int  # server turns joined to their device's turns, left out
+    read_problems: list[tuple[int, int, str]]  # (piece, line number within the piece (0: none), text)
+    group_problems: list[str]
+    lines: list[int]  # lines read from each piece
+    span_hashes: np.ndarray  # hash of every span id read (first copies): a span id in two shares
+    turn_ids: frozenset[str]
+    dangling: frozenset[str]  # parent ids of spans whose parent this share did not read
+
+
+class Read(NamedTuple):
+    facts: list[TurnFacts]
+    joined: int
+    problems: list[str]
+    workers: int  # processes that read the files (1: this one)
+
+
+def read_share(pieces: Sequence[Piece]) -> ShareResult:
+    """Read some pieces of trace files and turn them into turn facts (in a worker, or in this process)."""
+    spans: list[SpanRecord] = []
+    where: dict[str, LineRef] = {}  # span id -> the line of its first copy
+    problems: list[tuple[int, int, str]] = []
+    counts = []
+    for i, piece in enumerate(pieces):
+        path = Path(piece.path)
+        number = 0
+        try:
+            for line in read_lines(path, piece.start, piece.end):
+                number = line.number
+                if line.unreadable:
+                    problems.append((i, number, line.unreadable))
+                    continue
+                ref = LineRef(piece.path, line.offset, line.part)
+                for span in line.spans:
+                    where.setdefault(span.span_id, ref)
+                spans.extend(line.spans)
+        except OSError as exc:
+            problems.append((i, 0, f"{path}: could not be read ({exc})"))
+        counts.append(number)
+    grouped = ReadProblems()
+    turns = group_turns(spans, grouped)
+    facts, joined = facts_of(turns, lambda t: _lines_of(t, where))
+    turn_ids = frozenset(t.turn.span_id for t in turns)
+    dangling = frozenset(s.parent_span_id for s in spans if s.parent_span_id and s.parent_span_id not in where)
+    hashes = np.fromiter(map(hash, where), dtype=np.int64, count=len(where))
+    return ShareResult(facts, joined, problems, grouped.messages, counts, hashes, turn_ids, dangling)
+
+
+def _lines_of(turn: TurnSpans, where: dict[str, LineRef]) -> tuple[LineRef, ...]:
+    refs = {where[turn.turn.span_id]: None}
+    for child in turn.children:
+        refs.setdefault(where[child.span_id], None)
+    return tuple(refs)
+
+
+def cut(files: Sequence[Path], shares: int) -> list[list[Piece]]:
+    """The files as ``shares`` runs of whole lines of about equal size, in file order."""
+    sizes = [_size(f) for f in files]
+    total = sum(sizes)
+    out: list[list[Piece]] = [[]]
+    target = total / shares
+    done = 0  # bytes before the current file
+    for path, size in zip(files, sizes, strict=True):
+        start = 0
+        while len(out) < shares and done + size > target * len(out) and size > 0:
+            at = _line_end(path, max(start, int(target * len(out) - done)))
+            if at is None or at >= size:
+                break
+            if at > start:
+                out[-1].append(Piece(str(path), start, at))
+            out.append([])
+            start = at
+        out[-1].append(Piece(str(path), start, None))
+        done += size
+    return [share for share in out if share]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # read as a whole, where its error is reported
+
+
+def _line_end(path: Path, at: int) -> int | None:
+    """The offset just after the first line end at or after ``at``."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(at)
+            offset = at
+            while block := fh.read(_CUT_SEARCH):
+                found = block.find(b"\n")
+                if found >= 0:
+                    return offset + found + 1
+                offset += len(block)
+    except OSError:
+        return None
+    return None
+
+
+def _workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MOST_WORKERS))
+
+
+def _can_fork() -> bool:
+    # forking a process with other threads running can copy a lock one of them holds
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
+    """Every turn's facts from ``files``; ``workers`` (default: one per core, for a large read) processes."""
+    if workers is None:
+        big = sum(_size(f) for f in files) >= PARALLEL_BYTES
+        workers = _workers() if big and _can_fork() else 1
+    shares = cut(files, workers) if workers > 1 else []
+    if len(shares) > 1:
+        with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(read_share, shares))
+        if _independent(results):
+            return _merged(shares, results)
+    whole = [Piece(str(f), 0, None) for f in files]
+    return _merged([whole], [read_share(whole)])
+
+
+def _independent(results: Sequence[ShareResult]) -> bool:
+    """No turn's spans divided between shares: what each share made of its turns is what one process would."""
+    hashes = np.concatenate([r.span_hashes for r in results])
+    if np.unique(hashes).size != hashes.size:  # a span id in two shares (or, rarely, two ids' hashes alike)
+        return False
+    for i, r in enumerate(results):
+        others = (o.turn_ids for j, o in enumerate(results) if j != i)
+        if any(not r.dangling.isdisjoint(ids) for ids in others):
+            return False
+    return True
+
+
+def _merged(shares: Sequence[Sequence[Piece]], results: Sequence[ShareResult]) -> Read:
+    facts = [f for r in results for f in r.facts]
+    facts.sort(key=_start)  # stable: ties stay in reading order, as one process's sort leaves them
+    return Read(facts, sum(r.joined for r in results), list(_problems(shares, results)), len(results))
+
+
+def _start(f: TurnFacts) -> int:
+    return f.start_ns
+
+
+def _problems(shares: Sequence[Sequence[Piece]], results: Sequence[ShareResult]) -> Iterator[str]:
+    before: dict[str, int] = {}  # lines of a file in earlier pieces
+    for pieces, r in zip(shares, results, strict=True):
+        for i, number, text in r.read_problems:
+            yield unreadable_message(pieces[i].path, before.get(pieces[i].path, 0) + number, text) if number else text
+        for piece, count in zip(pieces, r.lines, strict=True):
+            before[piece.path] = before.get(piece.path, 0) + count
+    for r in results:
+        yield from r.group_problems
+
+
+def reread_turn(facts: TurnFacts) -> TurnSpans | None:
+    """The spans of one turn read before, read again from the lines it was read from."""
+    spans = [s for ref in facts.lines for s in read_line_at(Path(ref.path), ref.offset, ref.part)]
+    found = [t for t in group_turns(spans, ReadProblems()) if t.turn.span_id == facts.span_id]
+    return found[0] if found else None

@@ -1,0 +1,128 @@
+"""What the report keeps of one turn's spans: its row and the few things a row cannot hold.
+
+A report needs every turn's bench.csv row, but of the spans behind it only a little more:
+each sentence's first-token time, which stages failed, the run's recorded settings, where
+the turn's queue waits lay against its LLM calls, and, for the one turn a waterfall shows,
+where its spans were read so they can be read again. ``TurnFacts`` holds exactly that, as
+plain tuples and strings, so a worker process can hand a hundred thousand of them back
+cheaply and the spans themselves never have to cross.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
+
+from pipeline.analysis.bench_csv import csv_line
+from pipeline.analysis.rows import COLUMNS, TurnSpans, sentence_first_tokens, servers_of, turn_row
+from pipeline.analysis.traces import SpanRecord
+from pipeline.tracing import names
+
+# where a turn's llm.queue spans lie against its LLM calls
+Q_INSIDE, Q_BEFORE, Q_MIXED = "inside", "before", "mixed"
+
+
+class LineRef(NamedTuple):
+    """A line of a trace file: the file, its physical line's byte offset, and which part of it (see ``read_lines``)."""
+
+    path: str
+    offset: int
+    part: int
+
+
+class RunFacts(NamedTuple):
+    """What a turn span says of its run (``report.load`` gathers them into ``RunInfo``)."""
+
+    run_id: str
+    condition: str
+    config_id: str
+    config_json: str | None
+    question_count: int | None
+
+
+class TurnFacts(NamedTuple):
+    start_ns: int
+    span_id: str
+    values: tuple[str | int | float | None, ...]  # the row, in COLUMNS order
+    csv_line: str  # the row as bench.csv writes it
+    sentence_ms: tuple[float, ...]
+    failed: tuple[str, ...]
+    run: RunFacts
+    queue: tuple[str, ...]  # Q_* of each llm.queue span, in span order
+    lines: tuple[LineRef, ...]  # where its spans were read (empty for spans not read from files)
+
+
+def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
+    """Names of the turn's stage spans that ended in error, first failure first, each once."""
+    seen: dict[str, None] = {}
+    for child in turn.children:
+        if child.status_code == names.STATUS_ERROR:
+            seen.setdefault(child.name, None)
+    return tuple(seen)
+
+
+def queue_place(turn: TurnSpans, queue: SpanRecord) -> str:
+    calls = turn.named(names.LLM_CALL)
+    if any(c.start_ns <= queue.start_ns and queue.end_ns <= c.end_ns for c in calls):
+        return Q_INSIDE
+    if any(queue.end_ns <= c.start_ns for c in calls):
+        return Q_BEFORE
+    return Q_MIXED
+
+
+def queue_places(turn: TurnSpans) -> tuple[str, ...]:
+    return tuple(queue_place(turn, q) for q in turn.named(names.LLM_QUEUE))
+
+
+def placement(places: Iterable[tuple[str, ...]]) -> str | None:
+    """Where a set of turns' queue waits lie: all inside their calls, all before, mixed; None without any."""
+    found = {p for turn in places for p in turn}
+    return found.pop() if len(found) == 1 else (Q_MIXED if found else None)
+
+
+def run_facts(turn: SpanRecord, same: Callable[[str], str]) -> RunFacts:
+    a = turn.attributes
+    count = a.get(names.QUESTION_COUNT)
+    recorded = a.get(names.CONFIG_JSON)
+    return RunFacts(
+        str(a.get(names.RUN_ID) or ""),
+        str(a.get(names.CONDITION) or ""),
+        str(a.get(names.CONFIG_ID) or ""),
+        same(recorded) if isinstance(recorded, str) and recorded else None,
+        count if isinstance(count, int) and not isinstance(count, bool) else None,
+    )
+
+
+def facts_of(
+    turns: Sequence[TurnSpans], lines_of: Callable[[TurnSpans], tuple[LineRef, ...]] | None = None
+) -> tuple[list[TurnFacts], int]:
+    """Each turn's facts, and how many server turns were left out as joined to their device's turn
+    (the same turn seen from the other end: it gives the device's row the split of its first sound)."""
+    servers = servers_of(turns)
+    served = {t.turn.span_id for t in servers.values()}
+    # one copy of each distinct text a fleet's turns repeat (a run's settings, its ids): a worker's
+    # answer then carries it once, not once a turn
+    texts: dict[str, str] = {}
+
+    def same(text: str) -> str:
+        return texts.setdefault(text, text)
+
+    out = []
+    for t in turns:
+        if t.turn.span_id in served:
+            continue
+        row = turn_row(t, servers.get(t.turn.span_id))
+        out.append(
+            TurnFacts(
+                t.turn.start_ns,
+                t.turn.span_id,
+                tuple([row[c] for c in COLUMNS]),
+                csv_line(row),
+                sentence_first_tokens(t),
+                failed_stages(t),
+                run_facts(t.turn, same),
+                queue_places(t),
+                lines_of(t) if lines_of is not None else (),
+            )
+        )
+    return out, len(served)

@@ -1,0 +1,146 @@
+"""Trace files read by several processes give the dataset one process gives.
+
+Each case reads the same files with ``workers=1`` (everything in this process) and ``workers=2``
+(two forked readers, each a share of the lines) and compares everything a report uses: rows,
+per-sentence first tokens, failed stages, runs, problems (with their line numbers), notes, the
+bench.csv lines and the queue places. Where a turn's spans are divided between the shares (a
+parent in the other share, one span id in both), the files must be read again in one process,
+and the dataset is still the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.analysis.bench_csv import csv_line
+from pipeline.analysis.rows import COLUMNS, group_turns, turn_row
+from pipeline.analysis.traces import ReadProblems, read_trace_file
+from pipeline.report import reading
+from pipeline.report.load import Dataset, load_paths
+
+DATA = Path(__file__).resolve().parent / "data" / "report"
+FOLDERS = [DATA / "experiment", DATA / "failed", DATA / "drift"]
+
+
+def same(one: Dataset, two: Dataset) -> None:
+    assert two.rows == one.rows
+    assert [list(r) for r in two.rows] == [list(r) for r in one.rows]  # the columns in the same order too
+    assert two.sentence_ms == one.sentence_ms
+    assert two.failed_stages == one.failed_stages
+    assert two.runs == one.runs
+    assert two.problems == one.problems
+    assert two.notes == one.notes
+    assert two.csv_lines == one.csv_lines
+    assert [two.queue_places(i) for i in range(len(two.rows))] == [one.queue_places(i) for i in range(len(one.rows))]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _spans(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for rs in data["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+
+
+def _line(spans: list[dict[str, Any]]) -> str:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_two_readers_give_what_one_gives(folder: Path) -> None:
+    one, two = load_paths([folder], workers=1), load_paths([folder], workers=2)
+    assert one.workers == 1 and two.workers == 2 and one.rows
+    same(one, two)
+
+
+def test_the_rows_and_lines_are_those_of_the_spans(tmp_path: Path) -> None:
+    data = load_paths([DATA / "experiment"], workers=2)
+    spans = [
+        s for f in sorted((DATA / "experiment" / "traces").glob("*.jsonl")) for s in read_trace_file(f, ReadProblems())
+    ]
+    rows = [turn_row(t) for t in group_turns(spans, ReadProblems())]
+    assert data.rows == rows
+    assert data.csv_lines == [csv_line(r) for r in rows]
+    assert set(rows[0]) == set(COLUMNS)
+
+
+def test_a_turn_read_again_is_the_turn_that_was_read(tmp_path: Path) -> None:
+    folder = DATA / "experiment"
+    data = load_paths([folder], workers=2)
+    spans = [s for f in sorted((folder / "traces").glob("*.jsonl")) for s in read_trace_file(f, ReadProblems())]
+    turns = group_turns(spans, ReadProblems())
+    for i in (0, len(turns) // 2, len(turns) - 1):
+        again = data.turn_spans(i)
+        assert again is not None and again.turn == turns[i].turn and again.children == turns[i].children
+
+
+def test_children_in_another_file_are_read_in_one_process(tmp_path: Path) -> None:
+    # each turn span in one file, its children in another (a device's turn and its server's turn, say)
+    turns, children = [], []
+    for data in _lines(DATA / "experiment" / "traces" / "a1.jsonl"):
+        spans = _spans(data)
+        turns.append(_line([s for s in spans if s["name"] == "turn"]))
+        children.append(_line([s for s in spans if s["name"] != "turn"]))
+    (tmp_path / "1-turns.jsonl").write_text("\n".join(turns) + "\n", encoding="utf-8")
+    (tmp_path / "2-children.jsonl").write_text("\n".join(children) + "\n", encoding="utf-8")
+    one, two = load_paths([tmp_path], workers=1), load_paths([tmp_path], workers=2)
+    assert two.workers == 1  # the shares were not independent: read again in one process
+    same(one, two)
+    assert all(r["llm_calls"] for r in two.rows)  # the children were found
+
+
+def test_one_span_in_both_shares_is_read_in_one_process(tmp_path: Path) -> None:
+    text = (DATA / "experiment" / "traces" / "b1.jsonl").read_text(encoding="utf-8")
+    (tmp_path / "t.jsonl").write_text(text + text, encoding="utf-8")  # every span twice, once in each half
+    one, two = load_paths([tmp_path], workers=1), load_paths([tmp_path], workers=2)
+    assert two.workers == 1
+    same(one, two)
+
+
+def test_unreadable_lines_keep_their_line_numbers_in_the_second_share(tmp_path: Path) -> None:
+    lines = (DATA / "experiment" / "traces" / "a1.jsonl").read_text(encoding="utf-8").splitlines()
+    odd = [*lines[:3], "{not json", *lines[3:], "[1, 2]", "", lines[0][:50]]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(odd) + "\n", encoding="utf-8")
+    one, two = load_paths([path], workers=1), load_paths([path], workers=2)
+    assert two.workers == 2
+    same(one, two)
+    numbers = [int(p.split(":")[1]) for p in two.problems]
+    assert numbers == [4, len(lines) + 2, len(lines) + 4]
+
+
+def test_a_file_that_cannot_be_read_is_said_once(tmp_path: Path) -> None:
+    good = DATA / "experiment" / "traces" / "a1.jsonl"
+    bad = tmp_path / "b.jsonl"
+    bad.mkdir()  # a folder where a file is expected: opening it fails
+    files = [good, bad]
+    one, two = reading.read_files(files, workers=1), reading.read_files(files, workers=2)
+    assert one.problems == two.problems and len(two.problems) == 1 and str(bad) in two.problems[0]
+    assert one.facts == two.facts
+
+
+def test_the_cut_keeps_whole_lines_in_file_order(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(b"x" * 9 + b"\n" + b"y" * 9 + b"\n" + b"x" * 9 + b"\n" + b"y" * 9 + b"\n")
+    b.write_bytes(a.read_bytes())
+    A, B = str(a), str(b)
+    assert reading.cut([a, b], 2) == [
+        [reading.Piece(A, 0, None), reading.Piece(B, 0, 10)],
+        [reading.Piece(B, 10, None)],
+    ]
+    assert reading.cut([a, b], 3) == [
+        [reading.Piece(A, 0, 30)],
+        [reading.Piece(A, 30, None), reading.Piece(B, 0, 20)],
+        [reading.Piece(B, 20, None)],
+    ]
+    for shares in range(1, 9):
+        pieces = [p for s in reading.cut([a, b], shares) for p in s]
+        for path in (a, b):
+            raw = path.read_bytes()
+            parts = [p for p in pieces if p.path == str(path)]
+            assert b"".join(raw[p.start : p.end] for p in parts) == raw
+            assert all(p.start == 0 or raw[p.start - 1 : p.start] == b"\n" for p in parts)
