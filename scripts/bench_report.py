@@ -9,7 +9,10 @@
    report built and written. With ``--baseline DIR``, another checkout of this project (for
    the code before a change: ``git worktree add /tmp/base <commit>``), the same files go
    through that checkout's code the same way, and both are printed side by side with whether
-   their bench.csv and report.md came out the same.
+   their bench.csv and report.md came out the same. Before each measured run the files are
+   read once, untimed, so both find them in the page cache: on this shared VM reading them
+   from disk took 40 MiB/s one hour and the cache 4,500 MiB/s the next, and that is not the
+   report's work. That read's own speed is printed beside it.
 2. From rows: ``--turns`` synthetic turns (A, B, B' in equal parts, 30 questions per round,
    round 1 warm-up, 1 % failures, B and B' with server timings, B with a temperature) built
    directly as bench rows, then the whole report: statistics, plots, Markdown, HTML and
@@ -230,15 +233,46 @@ def child(traces: Path, out: Path) -> None:
 
     for step, name in zip(STEPS, ("load", "build", "write"), strict=True):  # the command's own steps
         setattr(command, name, timing(step, getattr(command, name)))
+    loaded = command.load
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        data = loaded(*args, **kwargs)
+        readers.append(getattr(data, "workers", 1))  # a checkout before the parallel reading has no such field
+        return data
+
+    readers: list[int] = []
+    command.load = load
     with contextlib.redirect_stdout(sys.stderr):  # its summary lines: stdout is for the JSON line
         status = command.main([str(traces), "--out", str(out)])
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = usage.ru_utime + usage.ru_stime  # beside the wall times: waits for the disk or for the other jobs
-    print(json.dumps({"seconds": seconds, "status": status, "cpu": cpu, "rss_mib": rss_mib()}))
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # forked readers and plot drawing
+    cpu = mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+    result = {
+        "seconds": seconds,
+        "status": status,
+        "cpu": cpu,
+        "rss_mib": rss_mib(),
+        "child_rss_mib": children.ru_maxrss / 1024,  # the largest child's
+        "readers": readers[0],
+    }
+    print(json.dumps(result))
+
+
+def warm(traces: Path) -> str:
+    """The files read once, so the measured run finds them in the page cache; how fast that read was."""
+    t0 = time.perf_counter()
+    size = 0
+    for path in sorted(traces.iterdir()):
+        with path.open("rb") as fh:
+            while block := fh.read(1 << 24):
+                size += len(block)
+    seconds = time.perf_counter() - t0
+    return f"{size / 2**20:.0f} MiB read beforehand in {seconds:.2f} s ({size / 2**20 / max(seconds, 1e-9):.0f} MiB/s)"
 
 
 def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
-    """``code``'s report of ``traces``, in a fresh interpreter (nothing warm, nothing shared)."""
+    """``code``'s report of ``traces``, in a fresh interpreter (nothing warm but the page cache, nothing shared)."""
+    warmed = warm(traces)
     env = {**os.environ, "BENCH_REPORT_CODE": str(code)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(traces), str(out)]
     t0 = time.perf_counter()
@@ -247,6 +281,7 @@ def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     result["process"] = time.perf_counter() - t0
     result["rows"] = _csv_rows(out / "bench.csv")
     result["load"] = load_text()
+    result["warmed"] = warmed
     return result
 
 
@@ -282,10 +317,17 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
         f"  {'the whole process (start, imports, exit)':<44}"
         + "".join(f"{r['process']:14.2f} s" for r in runs.values())
     )
-    print(f"  {'CPU time of the process (user + system)':<44}" + "".join(f"{r['cpu']:14.2f} s" for r in runs.values()))
+    print(
+        f"  {'CPU time, its children too (user + system)':<44}" + "".join(f"{r['cpu']:14.2f} s" for r in runs.values())
+    )
+    print(f"  {'processes that read the trace files':<44}" + "".join(f"{r['readers']:16d}" for r in runs.values()))
     print(f"  {'peak RSS':<44}" + "".join(f"{r['rss_mib']:12.0f} MiB" for r in runs.values()))
+    print(
+        f"  {'peak RSS of its largest child':<44}" + "".join(f"{r['child_rss_mib']:12.0f} MiB" for r in runs.values())
+    )
     for name, r in runs.items():
         print(f"  {name}: {r['rows']} rows in bench.csv, exit status {r['status']}; {r['load']} after its run")
+        print(f"  {name}: {r['warmed']} (not counted)")
     if baseline is not None:
         for file in ("bench.csv", "report.md"):
             same = _same(work / "after" / file, work / "before" / file)

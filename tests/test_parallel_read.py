@@ -5,7 +5,8 @@ Each case reads the same files with ``workers=1`` (everything in this process) a
 per-sentence first tokens, failed stages, runs, problems (with their line numbers), notes, the
 bench.csv lines and the queue places. Where a turn's spans are divided between the shares (a
 parent in the other share, one span id in both), the files must be read again in one process,
-and the dataset is still the same.
+and the dataset is still the same. And a report whose plots were drawn by a forked child is
+the report drawn in one process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pytest
 from pipeline.analysis.bench_csv import csv_line
 from pipeline.analysis.rows import COLUMNS, group_turns, turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.report import reading
+from pipeline.report import html, markdown, reading
+from pipeline.report.build import build
 from pipeline.report.load import Dataset, load_paths
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
@@ -144,3 +146,11 @@ def test_the_cut_keeps_whole_lines_in_file_order(tmp_path: Path) -> None:
             parts = [p for p in pieces if p.path == str(path)]
             assert b"".join(raw[p.start : p.end] for p in parts) == raw
             assert all(p.start == 0 or raw[p.start - 1 : p.start] == b"\n" for p in parts)
+
+
+def test_plots_drawn_in_another_process_are_the_same_report() -> None:
+    data = load_paths([DATA / "experiment"], workers=1)
+    apart, here = build(data, draw_apart=True), build(data, draw_apart=False)
+    assert [f.png for f in apart.figures()] == [f.png for f in here.figures()] and here.figures()
+    assert markdown.render(apart) == markdown.render(here)
+    assert html.render(apart) == html.render(here)

@@ -17,6 +17,7 @@ from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import TurnSpans
 from pipeline.analysis.traces import SpanRecord
+from pipeline.report import turn_facts
 from pipeline.report.build import build
 from pipeline.report.document import Document, Paragraph
 from pipeline.report.load import Dataset, RunInfo, load_paths
@@ -337,7 +338,7 @@ def test_the_segments_table_shows_a_measured_queue_for_b(tmp_path: Path) -> None
     rows = _rows("a", "A", None, [500.0, 520, 540]) + _rows("b", "B", [10.0, 20, 30], [300.0, 320, 340])
     data = _dataset(tmp_path, rows, {})
     ctx = Context(data, draw=False)
-    client, _ = segments.segment_tables(ctx.labels, ctx.conds, {"B": segments.Q_INSIDE})
+    client, _ = segments.segment_tables(ctx.labels, ctx.conds, {"B": turn_facts.Q_INSIDE})
     queue, _, _, wait, rest, _ = client.rows
     assert queue[0] == "queue (scheduler, ms)" and queue[-1] == "measured (llm.queue spans)"
     assert queue[1] == segments.INSIDE and queue[2].startswith("20.0 [") and queue[2].endswith("· 3/3")
@@ -364,9 +365,9 @@ def test_where_the_queue_lies_is_read_from_the_spans() -> None:
     turn = _span(names.TURN, 0, 100)
     inside = TurnSpans(turn, [_span(names.LLM_CALL, 10, 90), _span(names.LLM_QUEUE, 10, 40)])
     before = TurnSpans(turn, [_span(names.LLM_QUEUE, 0, 10), _span(names.LLM_CALL, 10, 90)])
-    assert segments.queue_placement([inside]) == segments.Q_INSIDE
-    assert segments.queue_placement([before]) == segments.Q_BEFORE
-    assert segments.queue_placement([inside, before]) == segments.Q_MIXED
+    assert segments.queue_placement([inside]) == turn_facts.Q_INSIDE
+    assert segments.queue_placement([before]) == turn_facts.Q_BEFORE
+    assert segments.queue_placement([inside, before]) == turn_facts.Q_MIXED
     assert segments.queue_placement([TurnSpans(turn, [_span(names.LLM_CALL, 10, 90)])]) is None
 
 

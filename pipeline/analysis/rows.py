@@ -139,9 +139,13 @@ class TurnSpans:
         self._indexed = len(self.children)
 
     def named(self, name: str) -> list[SpanRecord]:
+        return list(self.spans(name))
+
+    def spans(self, name: str) -> tuple[SpanRecord, ...]:
+        """``named`` without the copy, for reading only."""
         if self._indexed != len(self.children):  # first lookup, or children added since
             self._reindex()
-        return list(self._by_name.get(name, ()))
+        return self._by_name.get(name, ())
 
     def first(self, name: str) -> SpanRecord | None:
         if self._indexed != len(self.children):
@@ -180,14 +184,28 @@ def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[Tur
 
 def turn_language(t: TurnSpans) -> str:
     """The question's language, or the one the ASR detected when the question had none."""
-    asr = t.first(names.ASR)
+    return _language(t.turn.attributes, t.first(names.ASR))
+
+
+def _language(a: dict[str, AttrValue], asr: SpanRecord | None) -> str:
     detected = _str(asr.attributes.get(names.ASR_LANGUAGE)) if asr is not None else ""
-    return _str(t.turn.attributes.get(names.LANGUAGE)) or detected
+    return _str(a.get(names.LANGUAGE)) or detected
+
+
+def _call_index(span: SpanRecord) -> int:
+    return _int(span.attributes.get(names.CALL_INDEX))
+
+
+def _sentence_index(span: SpanRecord) -> int:
+    return _int(span.attributes.get(names.SENTENCE_INDEX))
 
 
 def sentence_first_tokens(t: TurnSpans) -> tuple[float, ...]:
     """Each sentence's first-token time (ms, from the moment it could start), in sentence order (M3)."""
-    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    return _first_tokens(sorted(t.spans(names.SENTENCE), key=_sentence_index))
+
+
+def _first_tokens(sentences: Sequence[SpanRecord]) -> tuple[float, ...]:
     found = (_ms(s.start_ns, s.event_ns(names.EV_FIRST_TOKEN)) for s in sentences)
     return tuple(v for v in found if v is not None)
 
@@ -214,14 +232,16 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
     """One bench.csv row from one turn's spans (and, for a device's turn, its server's)."""
     a = t.turn.attributes
     speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
-    calls = sorted(t.named(names.LLM_CALL), key=lambda s: _int(s.attributes.get(names.CALL_INDEX)))
+    calls = sorted(t.spans(names.LLM_CALL), key=_call_index)
     call_ft = [_ms(c.start_ns, c.event_ns(names.EV_FIRST_TOKEN)) for c in calls]
-    sentences = t.named(names.SENTENCE)
-    sentence_ft = sentence_first_tokens(t)
-    tts = sorted(t.named(names.TTS), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    sentences = sorted(t.spans(names.SENTENCE), key=_sentence_index)
+    sentence_ft = _first_tokens(sentences)
+    tts = sorted(t.spans(names.TTS), key=_sentence_index)
     vad = t.first(names.VAD)
     asr = t.first(names.ASR)
     playback = t.first(names.PLAYBACK)
+    device = t.first(names.DEVICE)
+    language = _language(a, asr)
     ok = a.get(names.OK) is True
     return {
         "run_id": _str(a.get(names.RUN_ID)),
@@ -241,35 +261,35 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
         "other_cpu_ms": _float(a.get(names.HOST_OTHER_CPU_MS)),
         "other_cpu_share": _share(_float(a.get(names.HOST_OTHER_CPU_MS)), t.turn),
         "load_avg_1m": _float(a.get(names.HOST_LOAD_AVG_1M)),
-        "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok and not _barged(t) else None,
+        "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
         "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
         "vad_endpoint_ms": _ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
         "asr_ms": _ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
         "llm_calls": len(calls),
         "llm_first_token_ms_per_call": ";".join("" if v is None else f"{v:g}" for v in call_ft),
-        "sentences": len(sentences) or _device_sentences(t),
+        "sentences": len(sentences) or _device_sentences(device),
         "sentence_first_token_min_ms": min(sentence_ft) if sentence_ft else None,
         "sentence_first_token_median_ms": round(median(sentence_ft), 3) if sentence_ft else None,
         "sentence_first_token_max_ms": max(sentence_ft) if sentence_ft else None,
         "tts_first_frame_ms": _ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
         **_llm_segments(calls),
         "llm_endpoint": _str(a.get(names.LLM_ENDPOINT)),
-        **_quality(t, a),
-        "language": turn_language(t),
+        **_quality(t, a, _Heard(asr, device, sentences, playback, language)),
+        "language": language,
         "category": _str(a.get(names.CATEGORY)),
         "scripted": _str(a.get(names.SCRIPTED)),
         "clock": _str(a.get(names.CLOCK)),
         "trace_id": t.turn.trace_id,
         "turn_start_ns": t.turn.start_ns,
-        **_device(t, speech_end),
+        **_device(device, playback, speech_end),
         "packets_lost": _optional_int(a.get(names.PACKETS_LOST)),
         "packets_late": _optional_int(a.get(names.PACKETS_LATE)),
         "device": _optional_int(a.get(names.DEVICE_INDEX)),
         "devices": _optional_int(a.get(names.DEVICE_COUNT)),
-        "queue_wait_ms": _queue_wait(t),
+        "queue_wait_ms": _queue_wait(t.spans(names.LLM_QUEUE)),
         **wire_split(
             t.turn,
-            t.first(names.DEVICE),
+            device,
             server.turn if server is not None else None,
             server.first(names.DOWNLINK) if server is not None else None,
             _ms,
@@ -277,21 +297,19 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
     }
 
 
-def _queue_wait(t: TurnSpans) -> float | None:
+def _queue_wait(queues: Sequence[SpanRecord]) -> float | None:
     """Time the turn's calls waited for the shared model (M2's queue); None where no scheduler stood in front."""
-    waits = [_ms(s.start_ns, s.end_ns) for s in t.named(names.LLM_QUEUE)]
+    waits = [_ms(s.start_ns, s.end_ns) for s in queues]
     known = [w for w in waits if w is not None]
     return round(sum(known), 3) if known else None
 
 
-def _device(t: TurnSpans, speech_end: int | None) -> Row:
+def _device(device: SpanRecord | None, playback: SpanRecord | None, speech_end: int | None) -> Row:
     """A device's view across a real transport, from the user's end of speech: empty in-process."""
-    device = t.first(names.DEVICE)
     if device is None:
-        return {key: "" if key == "transport" else None for key in DEVICE_COLUMNS}
+        return _NO_DEVICE.copy()
     abort = device.event_ns(names.EV_ABORT)
     last_in = device.event_ns(names.EV_LAST_AUDIO_RECEIVED)
-    playback = t.first(names.PLAYBACK)
     played = playback.end_ns if playback is not None else None
     return {
         "transport": _str(device.attributes.get(names.TRANSPORT)),
@@ -304,34 +322,42 @@ def _device(t: TurnSpans, speech_end: int | None) -> Row:
     }
 
 
-def _barged(t: TurnSpans) -> bool:
+_NO_DEVICE: Row = {key: "" if key == "transport" else None for key in DEVICE_COLUMNS}
+
+
+def _barged(device: SpanRecord | None) -> bool:
     """The user cut the answer off: the turn's end is the user's, not the pipeline's."""
-    device = t.first(names.DEVICE)
     return device is not None and device.event_ns(names.EV_ABORT) is not None
 
 
-def _device_sentences(t: TurnSpans) -> int:
-    device = t.first(names.DEVICE)
+def _device_sentences(device: SpanRecord | None) -> int:
     return sum(1 for e in device.events if e.name == names.EV_SENTENCE_START) if device is not None else 0
 
 
-def _transcript(t: TurnSpans) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Heard:
+    """What a turn's quality is read from, found once for the whole row."""
+
+    asr: SpanRecord | None
+    device: SpanRecord | None
+    sentences: list[SpanRecord]  # in sentence order
+    playback: SpanRecord | None
+    language: str
+
+
+def _transcript(asr: SpanRecord | None, device: SpanRecord | None) -> str | None:
     """What the ASR heard: from its span, or what the device was told (``stt``) when the server is not ours."""
-    asr = t.first(names.ASR)
     if asr is not None:
         return None if asr.status_code == names.STATUS_ERROR else _str(asr.attributes.get(names.TRANSCRIPT))
-    device = t.first(names.DEVICE)
     if device is None or device.event_ns(names.EV_STT) is None:
         return None
     return _str(device.attributes.get(names.TRANSCRIPT))
 
 
-def _answer(t: TurnSpans) -> str:
+def _answer(sentences: Sequence[SpanRecord], device: SpanRecord | None) -> str:
     """The spoken answer: the sentence spans, or the sentence texts the device was sent."""
-    sentences = sorted(t.named(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
     if sentences:
         return " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
-    device = t.first(names.DEVICE)
     said = [e for e in device.events if e.name == names.EV_SENTENCE_START] if device is not None else []
     return " ".join(_str(e.attributes.get(names.SENTENCE_TEXT)) for e in said)
 
@@ -359,17 +385,17 @@ def _llm_segments(calls: list[SpanRecord]) -> Row:
     }
 
 
-def _quality(t: TurnSpans, a: dict[str, AttrValue]) -> Row:
+def _quality(t: TurnSpans, a: dict[str, AttrValue], heard: _Heard) -> Row:
     """ASR error rate against the reference text, and expected keywords in the answer (M18)."""
-    heard = _transcript(t)
-    scored = None if heard is None else error_rate(_str(a.get(names.REFERENCE_TEXT)), heard, turn_language(t))
-    answer = _answer(t)
-    tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.named(names.LLM_CALL))
+    transcript = _transcript(heard.asr, heard.device)
+    scored = None if transcript is None else error_rate(_str(a.get(names.REFERENCE_TEXT)), transcript, heard.language)
+    answer = _answer(heard.sentences, heard.device)
+    tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.spans(names.LLM_CALL))
     quality = keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
     return {
         "asr_error_rate": round(scored[0], 4) if scored else None,
         "asr_error_metric": scored[1] if scored else "",
-        "answer_quality": round(quality, 4) if quality is not None and t.first(names.PLAYBACK) else None,
+        "answer_quality": round(quality, 4) if quality is not None and heard.playback else None,
     }
 
 

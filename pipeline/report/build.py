@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeline.report import forked
 from pipeline.report.document import WARNING, Block, Document, Paragraph
 from pipeline.report.load import Dataset
 from pipeline.report.sections import (
@@ -49,15 +50,37 @@ SECTIONS: tuple[Section, ...] = (
 SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
 
 
-def build(data: Dataset, draw: bool = True) -> Document:
+# From this many rows on, the plots are drawn in a forked child while this process writes the
+# other sections (about a second and a half of drawing at 100,000 turns); below, forking costs more.
+DRAW_APART_ROWS = 20_000
+
+
+def build(data: Dataset, draw: bool = True, draw_apart: bool | None = None) -> Document:
+    """The report of ``data``; ``draw_apart``: plots drawn in another process (default: for a large dataset)."""
     ctx = Context(data, draw)
     sweeps = sweep.covering(ctx)
     sections = SWEEP_SECTIONS if sweeps else SECTIONS
-    body: list[Block] = [block for section in sections for block in section(ctx)]
+    body = _sections(ctx, sections, draw_apart)
     head = header.section(ctx)  # last: it notes an empty dataset after the sections' own notes
     status = _status(ctx.incomplete)
     comparable = sweep.comparable(ctx, sweeps) if sweeps else ctx.check.comparable
     return Document(TITLE, (*head[:2], status, *head[2:], *body), not ctx.incomplete, comparable)
+
+
+def _sections(ctx: Context, sections: Sequence[Section], draw_apart: bool | None) -> list[Block]:
+    if draw_apart is None:
+        draw_apart = ctx.draw and len(ctx.data.rows) >= DRAW_APART_ROWS and forked.can_fork()
+    if not (draw_apart and figures.section in sections):
+        return [block for section in sections for block in section(ctx)]
+    drawing, child = forked.start_forked(lambda: figures.section(ctx))  # forked now: the context as it is
+    try:
+        return [
+            block
+            for section in sections
+            for block in (drawing.result() if section is figures.section else section(ctx))
+        ]
+    finally:
+        child.shutdown()
 
 
 def _status(reasons: Sequence[str]) -> Paragraph:

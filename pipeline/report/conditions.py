@@ -38,6 +38,9 @@ def number(value: object) -> float | None:
     return float(value)
 
 
+_PLAIN = frozenset((float, int, type(None)))  # cells numpy turns into floats as ``number`` does (not bool)
+
+
 def _nan_number(value: object) -> float:
     found = number(value)
     return np.nan if found is None else found
@@ -72,9 +75,13 @@ class Condition:
         """``metric`` of every measured successful turn, in order, NaN where it has none (cached)."""
         key = f"column:{metric}"
         if key not in self._cache:
-            # a float cell as it is, without a call (most cells, and millions of them at fleet scale)
-            found = (r.get(metric) for r in self.ok)
-            self._cache[key] = np.asarray([v if type(v) is float else _nan_number(v) for v in found], np.float64)
+            found = [r.get(metric) for r in self.ok]
+            if (
+                set(map(type, found)) <= _PLAIN
+            ):  # numpy's own conversion: None is NaN (most columns; a fleet's millions of cells)
+                self._cache[key] = np.array(found, np.float64)
+            else:
+                self._cache[key] = np.asarray([_nan_number(v) for v in found], np.float64)
         return self._cache[key]
 
     def values(self, metric: str) -> np.ndarray:

@@ -16,11 +16,7 @@ the files are read again in one process. A small read (under ``PARALLEL_BYTES``)
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,6 +24,7 @@ import numpy as np
 
 from pipeline.analysis.rows import TurnSpans, group_turns
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_line_at, read_lines, unreadable_message
+from pipeline.report import forked
 from pipeline.report.turn_facts import LineRef, TurnFacts, facts_of
 
 # Below this much to read, forking and handing results back costs more than a second core saves.
@@ -145,28 +142,14 @@ def _line_end(path: Path, at: int) -> int | None:
     return None
 
 
-def _workers() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MOST_WORKERS))
-
-
-def _can_fork() -> bool:
-    # forking a process with other threads running can copy a lock one of them holds
-    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-
-
 def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
     """Every turn's facts from ``files``; ``workers`` (default: one per core, for a large read) processes."""
     if workers is None:
         big = sum(_size(f) for f in files) >= PARALLEL_BYTES
-        workers = _workers() if big and _can_fork() else 1
+        workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
     shares = cut(files, workers) if workers > 1 else []
     if len(shares) > 1:
-        with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(read_share, shares))
+        results = forked.map_forked(read_share, shares)
         if _independent(results):
             return _merged(shares, results)
     whole = [Piece(str(f), 0, None) for f in files]
@@ -175,8 +158,8 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
 
 def _independent(results: Sequence[ShareResult]) -> bool:
     """No turn's spans divided between shares: what each share made of its turns is what one process would."""
-    hashes = np.concatenate([r.span_hashes for r in results])
-    if np.unique(hashes).size != hashes.size:  # a span id in two shares (or, rarely, two ids' hashes alike)
+    hashes = np.sort(np.concatenate([r.span_hashes for r in results]))
+    if bool((hashes[1:] == hashes[:-1]).any()):  # a span id in two shares (or, rarely, two ids' hashes alike)
         return False
     for i, r in enumerate(results):
         others = (o.turn_ids for j, o in enumerate(results) if j != i)
