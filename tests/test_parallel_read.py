@@ -22,7 +22,7 @@ from pipeline.analysis.rows import COLUMNS, group_turns, turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.report import html, markdown, reading
 from pipeline.report.build import build
-from pipeline.report.load import Dataset, load_paths
+from pipeline.report.load import Dataset, dataset_from_spans, load_paths
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 FOLDERS = [DATA / "experiment", DATA / "failed", DATA / "drift"]
@@ -154,3 +154,57 @@ def test_plots_drawn_in_another_process_are_the_same_report() -> None:
     assert [f.png for f in apart.figures()] == [f.png for f in here.figures()] and here.figures()
     assert markdown.render(apart) == markdown.render(here)
     assert html.render(apart) == html.render(here)
+
+
+# --- a share read a line at a time gives what grouping all its spans gives --------------------------
+
+
+def reference(folder: Path) -> Dataset:
+    """Every span of the folder's files grouped at once, in this process (the in-memory path)."""
+    problems = ReadProblems()
+    spans = [s for f in sorted(folder.glob("*.jsonl")) for s in read_trace_file(f, problems)]
+    return dataset_from_spans(spans, problems, str(folder))
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _turns_apart() -> tuple[list[str], list[str]]:
+    """The a1 fixture's lines cut in two: each turn span alone, and its children alone."""
+    turns, children = [], []
+    for data in _lines(DATA / "experiment" / "traces" / "a1.jsonl"):
+        spans = _spans(data)
+        turns.append(_line([s for s in spans if s["name"] == "turn"]))
+        children.append(_line([s for s in spans if s["name"] != "turn"]))
+    return turns, children
+
+
+@pytest.mark.parametrize("layout", ["turn first", "children first", "interleaved late", "one file each"])
+def test_turns_spread_over_lines_read_as_all_spans_at_once(tmp_path: Path, layout: str) -> None:
+    turns, children = _turns_apart()
+    if layout == "turn first":
+        _write(tmp_path / "t.jsonl", [x for pair in zip(turns, children, strict=True) for x in pair])
+    elif layout == "children first":
+        _write(tmp_path / "t.jsonl", [x for pair in zip(children, turns, strict=True) for x in pair])
+    elif layout == "interleaved late":  # each turn's children two lines after it
+        _write(tmp_path / "t.jsonl", [*turns[:2], *[x for p in zip(turns[2:], children, strict=False) for x in p]])
+        with (tmp_path / "t.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write("\n".join(children[-2:]) + "\n")
+    else:
+        _write(tmp_path / "1.jsonl", children)
+        _write(tmp_path / "2.jsonl", turns)
+    want = reference(tmp_path)
+    assert want.rows and all(r["llm_calls"] for r in want.rows)
+    for workers in (1, 2):
+        same(want, load_paths([tmp_path], workers=workers))
+
+
+def test_copies_of_spans_in_later_lines_count_once(tmp_path: Path) -> None:
+    lines = (DATA / "experiment" / "traces" / "b1.jsonl").read_text(encoding="utf-8").splitlines()
+    _write(tmp_path / "t.jsonl", [*lines, *lines[:5], lines[0]])
+    want = reference(tmp_path)
+    for workers in (1, 2):
+        got = load_paths([tmp_path], workers=workers)
+        same(want, got)
+    assert len(got.rows) == sum('"name":"turn"' in line for line in lines)  # each copy once

@@ -11,11 +11,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
-T = TypeVar("T")
 R = TypeVar("R")
 
 _FORK = "fork"
@@ -35,12 +34,6 @@ def cores() -> int:
 
 def pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_FORK))
-
-
-def map_forked(work: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``work`` on each item, one forked process each (``work`` and the items are pickled; the answers too)."""
-    with pool(len(items)) as workers:
-        return list(workers.map(work, items))
 
 
 def _run_pending() -> Any:

@@ -2,10 +2,11 @@
 
 A fleet's hundred thousand turns are about a gigabyte of trace lines, and decoding them, grouping
 their spans into turns and computing the rows is Python work that one core does in most of a
-minute. So the files are cut, at line ends and in file order, into one share per core; each
-share is read in a forked worker process (``read_share``), which groups its spans into turns
-and returns each turn's ``TurnFacts``; the parent puts them in the order one process reading
-everything would have (by turn start, ties in reading order) and numbers problems by their lines.
+minute. So the files are cut, at line ends and in file order, into one share per core, each
+read by a forked worker process (``read_share``: spans grouped into turns, and each turn's
+``TurnFacts`` returned); the facts are then put in the order one process reading everything
+would have (by turn start, ties in reading order), and problems are numbered by their lines in
+the whole file.
 
 That is only the same as reading everything in one process when no turn's spans are divided
 between two shares: each share reports the span ids it read, its turn span ids and the parents
@@ -26,6 +27,7 @@ from pipeline.analysis.rows import TurnSpans, group_turns
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_line_at, read_lines, unreadable_message
 from pipeline.report import forked
 from pipeline.report.turn_facts import LineRef, TurnFacts, facts_of
+from pipeline.tracing import names
 
 # Below this much to read, forking and handing results back costs more than a second core saves.
 PARALLEL_BYTES = 32 << 20
@@ -61,8 +63,7 @@ class Read(NamedTuple):
 
 def read_share(pieces: Sequence[Piece]) -> ShareResult:
     """Read some pieces of trace files and turn them into turn facts (in a worker, or in this process)."""
-    spans: list[SpanRecord] = []
-    where: dict[str, LineRef] = {}  # span id -> the line of its first copy
+    share = _Share()
     problems: list[tuple[int, int, str]] = []
     counts = []
     for i, piece in enumerate(pieces):
@@ -73,21 +74,75 @@ def read_share(pieces: Sequence[Piece]) -> ShareResult:
                 number = line.number
                 if line.unreadable:
                     problems.append((i, number, line.unreadable))
-                    continue
-                ref = LineRef(piece.path, line.offset, line.part)
-                for span in line.spans:
-                    where.setdefault(span.span_id, ref)
-                spans.extend(line.spans)
+                else:
+                    share.add(line.spans, LineRef(piece.path, line.offset, line.part))
         except OSError as exc:
             problems.append((i, 0, f"{path}: could not be read ({exc})"))
         counts.append(number)
-    grouped = ReadProblems()
-    turns = group_turns(spans, grouped)
-    facts, joined = facts_of(turns, lambda t: _lines_of(t, where))
-    turn_ids = frozenset(t.turn.span_id for t in turns)
-    dangling = frozenset(s.parent_span_id for s in spans if s.parent_span_id and s.parent_span_id not in where)
-    hashes = np.fromiter(map(hash, where), dtype=np.int64, count=len(where))
-    return ShareResult(facts, joined, problems, grouped.messages, counts, hashes, turn_ids, dangling)
+    return share.result(problems, counts)
+
+
+class _Share:
+    """A share's spans grouped into turns, and their facts made, a line at a time.
+
+    A line of ours holds one turn's whole trace, so its facts are made while its spans are fresh in
+    the processor's cache (about a sixth less time than grouping all the share's spans at the end).
+    That gives what grouping them all would only while no turn gains a span from another line: a
+    span whose parent is a turn of an earlier line, or a turn named as parent by spans read before
+    it. Where one is found, the share's turns are grouped again from all its spans at the end.
+    (A span id read before is skipped, as grouping keeps a span's first copy.)
+    """
+
+    def __init__(self) -> None:
+        self.spans: list[SpanRecord] = []  # first copies, in reading order
+        self.where: dict[str, LineRef] = {}  # span id -> the line of its first copy
+        self.turn_ids: set[str] = set()
+        self.unseen: set[str] = set()  # parents named before they were read
+        self.facts: list[TurnFacts] = []
+        self.joined = 0
+        self.grouped = ReadProblems()
+        self.spread = False  # a turn's spans are in more than one line
+
+    def add(self, spans: list[SpanRecord], ref: LineRef) -> None:
+        where = self.where
+        fresh = [s for s in spans if s.span_id not in where]
+        for s in fresh:
+            where.setdefault(s.span_id, ref)
+        for s in fresh:
+            parent = s.parent_span_id
+            if s.name == names.TURN:
+                if s.span_id in self.unseen:
+                    self.spread = True
+                self.turn_ids.add(s.span_id)
+            if parent and where.get(parent) is not ref:  # its parent not in this line
+                if parent in self.turn_ids:
+                    self.spread = True
+                elif parent not in where:
+                    self.unseen.add(parent)
+        self.spans.extend(fresh)
+        if not self.spread:
+            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: _lines_of(t, where))
+            self.facts.extend(facts)
+            self.joined += joined
+
+    def result(self, problems: list[tuple[int, int, str]], counts: list[int]) -> ShareResult:
+        if self.spread:
+            self.grouped = ReadProblems()
+            turns = group_turns(self.spans, self.grouped)
+            self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where))
+        where = self.where
+        dangling = frozenset(s.parent_span_id for s in self.spans if s.parent_span_id and s.parent_span_id not in where)
+        hashes = np.fromiter(map(hash, where), dtype=np.int64, count=len(where))
+        return ShareResult(
+            self.facts,
+            self.joined,
+            problems,
+            self.grouped.messages,
+            counts,
+            hashes,
+            frozenset(self.turn_ids),
+            dangling,
+        )
 
 
 def _lines_of(turn: TurnSpans, where: dict[str, LineRef]) -> tuple[LineRef, ...]:
@@ -149,7 +204,10 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
         workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
     shares = cut(files, workers) if workers > 1 else []
     if len(shares) > 1:
-        results = forked.map_forked(read_share, shares)
+        # every share in a worker, this process only waiting: holding none of the spans itself, it
+        # starts the report with a small heap (reading one share here made the report ~1 s slower)
+        with forked.pool(len(shares)) as readers:
+            results = list(readers.map(read_share, shares))
         if _independent(results):
             return _merged(shares, results)
     whole = [Piece(str(f), 0, None) for f in files]
