@@ -276,6 +276,7 @@ class TraceLine(NamedTuple):
     number: int  # counted from the first line read (1 for a whole file)
     offset: int  # byte offset of the physical line it is in (a lone CR may cut one into several)
     part: int  # which of that physical line's lines it is
+    after: int  # byte offset just after that physical line
     spans: list[SpanRecord]
     unreadable: str  # why the line could not be read ("" when it could)
 
@@ -293,17 +294,18 @@ def read_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[T
         for raw in fh:
             if end is not None and offset >= end:
                 return
+            after = offset + len(raw)
             for part, line in enumerate(_lines(raw)):
                 number += 1
                 spans = _fast_spans(line)
                 if spans is not None:
-                    yield TraceLine(number, offset, part, spans, "")
+                    yield TraceLine(number, offset, part, after, spans, "")
                     continue
                 try:
-                    yield TraceLine(number, offset, part, _plain_spans(line), "")
+                    yield TraceLine(number, offset, part, after, _plain_spans(line), "")
                 except _UNREADABLE as exc:
-                    yield TraceLine(number, offset, part, [], f"{type(exc).__name__}: {exc}")
-            offset += len(raw)
+                    yield TraceLine(number, offset, part, after, [], f"{type(exc).__name__}: {exc}")
+            offset = after
 
 
 def read_line_at(path: Path, offset: int, part: int) -> list[SpanRecord]:
