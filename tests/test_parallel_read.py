@@ -12,6 +12,7 @@ the report drawn in one process.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,10 @@ from pipeline.analysis.rows import COLUMNS, group_turns, turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.report import html, markdown, reading
 from pipeline.report.build import build
+from pipeline.report.document import Block
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
+from pipeline.report.sections import figures
+from pipeline.report.sections.base import Context
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 FOLDERS = [DATA / "experiment", DATA / "failed", DATA / "drift"]
@@ -208,3 +212,39 @@ def test_copies_of_spans_in_later_lines_count_once(tmp_path: Path) -> None:
         got = load_paths([tmp_path], workers=workers)
         same(want, got)
     assert len(got.rows) == sum('"name":"turn"' in line for line in lines)  # each copy once
+
+
+# --- a killed child costs time, not the report -----------------------------------------------------
+
+PARENT = os.getpid()
+_read_share = reading.read_share
+_figures = figures.section
+
+
+def _dying_reader(pieces: list[reading.Piece]) -> reading.ShareResult:
+    if os.getpid() != PARENT:
+        os._exit(3)  # as the kernel's out-of-memory killer would end it
+    return _read_share(pieces)
+
+
+def _dying_drawer(ctx: Context) -> list[Block]:
+    if os.getpid() != PARENT:
+        os._exit(3)
+    return _figures(ctx)
+
+
+def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    want = load_paths([DATA / "experiment"], workers=1)
+    monkeypatch.setattr(reading, "read_share", _dying_reader)
+    got = load_paths([DATA / "experiment"], workers=2)
+    assert got.workers == 1
+    same(want, got)
+
+
+def test_a_drawing_child_killed_means_the_plots_are_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = load_paths([DATA / "experiment"], workers=1)
+    want = build(data, draw_apart=False)
+    monkeypatch.setattr(figures, "section", _dying_drawer)
+    got = build(data, draw_apart=True)
+    assert [f.png for f in got.figures()] == [f.png for f in want.figures()] and want.figures()
+    assert markdown.render(got) == markdown.render(want)

@@ -7,6 +7,7 @@ document is the list below, with the status line (complete or not, and why) unde
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
 
 from pipeline.report import forked
 from pipeline.report.document import WARNING, Block, Document, Paragraph
@@ -73,12 +74,15 @@ def _sections(ctx: Context, sections: Sequence[Section], draw_apart: bool | None
     if not (draw_apart and figures.section in sections):
         return [block for section in sections for block in section(ctx)]
     drawing, child = forked.start_forked(lambda: figures.section(ctx))  # forked now: the context as it is
+
+    def drawn() -> list[Block]:
+        try:
+            return drawing.result()
+        except BrokenProcessPool:  # the child was killed (out of memory, say): drawn here instead
+            return figures.section(ctx)
+
     try:
-        return [
-            block
-            for section in sections
-            for block in (drawing.result() if section is figures.section else section(ctx))
-        ]
+        return [block for section in sections for block in (drawn() if section is figures.section else section(ctx))]
     finally:
         child.shutdown()
 

@@ -18,6 +18,7 @@ the files are read again in one process. A small read (under ``PARALLEL_BYTES``)
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import NamedTuple
 
@@ -211,9 +212,12 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
     if len(shares) > 1:
         # every share in a worker, this process only waiting: holding none of the spans itself, it
         # starts the report with a small heap (reading one share here made the report ~1 s slower)
-        with forked.pool(len(shares)) as readers:
-            results = list(readers.map(read_share, shares))
-        if _independent(results):
+        try:
+            with forked.pool(len(shares)) as readers:
+                results = list(readers.map(read_share, shares))
+        except BrokenProcessPool:  # a reader killed (out of memory, say): this process reads it all
+            results = []
+        if results and _independent(results):
             return _merged(shares, results)
     whole = [Piece(str(f), 0, None) for f in files]
     return _merged([whole], [read_share(whole)])
