@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pipeline.analysis.bench_csv import csv_line
-from pipeline.analysis.rows import COLUMNS, group_turns, turn_row
+from pipeline.analysis.rows import COLUMNS, group_turns, sentence_first_tokens, turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.report import html, markdown, reading
 from pipeline.report.build import build
@@ -68,8 +68,10 @@ def test_the_rows_and_lines_are_those_of_the_spans(tmp_path: Path) -> None:
     spans = [
         s for f in sorted((DATA / "experiment" / "traces").glob("*.jsonl")) for s in read_trace_file(f, ReadProblems())
     ]
-    rows = [turn_row(t) for t in group_turns(spans, ReadProblems())]
+    turns = group_turns(spans, ReadProblems())
+    rows = [turn_row(t) for t in turns]
     assert data.rows == rows
+    assert data.sentence_ms == [sentence_first_tokens(t) for t in turns]
     assert data.csv_lines == [csv_line(r) for r in rows]
     assert set(rows[0]) == set(COLUMNS)
 

@@ -230,6 +230,11 @@ def turn_rows(turns: Sequence[TurnSpans], servers: dict[str, TurnSpans] | None =
 
 def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
     """One bench.csv row from one turn's spans (and, for a device's turn, its server's)."""
+    return turn_row_and_sentences(t, server)[0]
+
+
+def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tuple[Row, tuple[float, ...]]:
+    """``turn_row``, and the ``sentence_first_tokens`` it was computed from (the report keeps both)."""
     a = t.turn.attributes
     speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
     calls = sorted(t.spans(names.LLM_CALL), key=_call_index)
@@ -243,7 +248,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
     device = t.first(names.DEVICE)
     language = _language(a, asr)
     ok = a.get(names.OK) is True
-    return {
+    row: Row = {
         "run_id": _str(a.get(names.RUN_ID)),
         "condition": _str(a.get(names.CONDITION)),
         "config_id": _str(a.get(names.CONFIG_ID)),
@@ -295,6 +300,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
             _ms,
         ),
     }
+    return row, sentence_ft
 
 
 def _queue_wait(queues: Sequence[SpanRecord]) -> float | None:

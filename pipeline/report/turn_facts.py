@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from pipeline.analysis.bench_csv import csv_line
-from pipeline.analysis.rows import COLUMNS, TurnSpans, sentence_first_tokens, servers_of, turn_row
+from pipeline.analysis.bench_csv import csv_line_of
+from pipeline.analysis.rows import COLUMNS, TurnSpans, servers_of, turn_row_and_sentences
 from pipeline.analysis.traces import SpanRecord
 from pipeline.tracing import names
 
@@ -111,14 +111,15 @@ def facts_of(
     for t in turns:
         if t.turn.span_id in served:
             continue
-        row = turn_row(t, servers.get(t.turn.span_id))
+        row, sentence_ms = turn_row_and_sentences(t, servers.get(t.turn.span_id))
+        values = tuple(map(row.__getitem__, COLUMNS))  # every column is in every row
         out.append(
             TurnFacts(
                 t.turn.start_ns,
                 t.turn.span_id,
-                tuple([row[c] for c in COLUMNS]),
-                csv_line(row),
-                sentence_first_tokens(t),
+                values,
+                csv_line_of(values),
+                sentence_ms,
                 failed_stages(t),
                 run_facts(t.turn, same),
                 queue_places(t),
