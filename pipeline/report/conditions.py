@@ -76,9 +76,9 @@ class Condition:
         key = f"column:{metric}"
         if key not in self._cache:
             found = [r.get(metric) for r in self.ok]
-            if (
-                set(map(type, found)) <= _PLAIN
-            ):  # numpy's own conversion: None is NaN (most columns; a fleet's millions of cells)
+            # numpy's own conversion where it converts as ``number`` does (None is NaN): most columns,
+            # and a fleet's millions of cells
+            if set(map(type, found)) <= _PLAIN:
                 self._cache[key] = np.array(found, np.float64)
             else:
                 self._cache[key] = np.asarray([_nan_number(v) for v in found], np.float64)
