@@ -250,3 +250,12 @@ def test_a_drawing_child_killed_means_the_plots_are_drawn_here(monkeypatch: pyte
     got = build(data, draw_apart=True)
     assert [f.png for f in got.figures()] == [f.png for f in want.figures()] and want.figures()
     assert markdown.render(got) == markdown.render(want)
+
+
+def test_a_share_hands_back_one_copy_of_a_runs_settings() -> None:
+    # read a line at a time, the turns of one run must still share one settings text: pickle then
+    # writes it once per share, not once per turn (it is about a kilobyte)
+    path = DATA / "experiment" / "traces" / "a1.jsonl"
+    facts = reading.read_share([reading.Piece(str(path), 0, None)]).facts
+    settings = [f.run.config_json for f in facts]
+    assert len(facts) > 1 and all(s is settings[0] for s in settings) and settings[0]

@@ -107,6 +107,7 @@ class _Share:
         self.joined = 0
         self.grouped = ReadProblems()
         self.spread = False  # a turn's spans are in more than one line
+        self.texts: dict[str, str] = {}  # one copy of each text the share's turns repeat (facts_of)
 
     def add(self, spans: list[SpanRecord], ref: LineRef) -> None:
         where = self.where
@@ -125,7 +126,7 @@ class _Share:
                 elif parent not in where:
                     self.unseen.add(parent)
         if not self.spread:
-            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: _lines_of(t, where))
+            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: _lines_of(t, where), self.texts)
             self.facts.extend(facts)
             self.joined += joined
 
@@ -141,7 +142,7 @@ class _Share:
                 continue  # said when it was first read
         self.grouped = ReadProblems()
         turns = group_turns(first.values(), self.grouped)
-        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where))
+        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.texts)
 
     def result(self, problems: list[tuple[int, int, str]], counts: list[int]) -> ShareResult:
         where = self.where

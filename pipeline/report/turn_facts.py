@@ -94,18 +94,22 @@ def run_facts(turn: SpanRecord, same: Callable[[str], str]) -> RunFacts:
 
 
 def facts_of(
-    turns: Sequence[TurnSpans], lines_of: Callable[[TurnSpans], tuple[LineRef, ...]] | None = None
+    turns: Sequence[TurnSpans],
+    lines_of: Callable[[TurnSpans], tuple[LineRef, ...]] | None = None,
+    texts: dict[str, str] | None = None,
 ) -> tuple[list[TurnFacts], int]:
     """Each turn's facts, and how many server turns were left out as joined to their device's turn
-    (the same turn seen from the other end: it gives the device's row the split of its first sound)."""
+    (the same turn seen from the other end: it gives the device's row the split of its first sound).
+
+    ``texts``: one copy of each distinct text the turns repeat (a run's settings), kept across calls
+    by a caller that makes facts a few turns at a time: a worker's answer then carries it once (pickle
+    writes an object once), not once a turn."""
     servers = servers_of(turns)
     served = {t.turn.span_id for t in servers.values()}
-    # one copy of each distinct text a fleet's turns repeat (a run's settings, its ids): a worker's
-    # answer then carries it once, not once a turn
-    texts: dict[str, str] = {}
+    known: dict[str, str] = {} if texts is None else texts
 
     def same(text: str) -> str:
-        return texts.setdefault(text, text)
+        return known.setdefault(text, text)
 
     out = []
     for t in turns:
