@@ -297,15 +297,19 @@ def read_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[T
             after = offset + len(raw)
             for part, line in enumerate(_lines(raw)):
                 number += 1
-                spans = _fast_spans(line)
-                if spans is not None:
-                    yield TraceLine(number, offset, part, after, spans, "")
-                    continue
-                try:
-                    yield TraceLine(number, offset, part, after, _plain_spans(line), "")
-                except _UNREADABLE as exc:
-                    yield TraceLine(number, offset, part, after, [], f"{type(exc).__name__}: {exc}")
+                yield TraceLine(number, offset, part, after, *_decoded(line))
             offset = after
+
+
+def _decoded(line: bytes) -> tuple[list[SpanRecord], str]:
+    """The line's spans and "", or no spans and why it cannot be read: fast where it can, else plainly."""
+    spans = _fast_spans(line)
+    if spans is not None:
+        return spans, ""
+    try:
+        return _plain_spans(line), ""
+    except _UNREADABLE as exc:
+        return [], f"{type(exc).__name__}: {exc}"
 
 
 def read_line_at(path: Path, offset: int, part: int) -> list[SpanRecord]:
@@ -313,15 +317,7 @@ def read_line_at(path: Path, offset: int, part: int) -> list[SpanRecord]:
     with path.open("rb") as fh:
         fh.seek(offset)
         lines = list(_lines(fh.readline()))
-    if part >= len(lines):
-        return []
-    spans = _fast_spans(lines[part])
-    if spans is not None:
-        return spans
-    try:
-        return _plain_spans(lines[part])
-    except _UNREADABLE:
-        return []
+    return _decoded(lines[part])[0] if part < len(lines) else []
 
 
 def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[SpanRecord]:
