@@ -51,8 +51,8 @@ SECTIONS: tuple[Section, ...] = (
 SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
 
 
-# From this many rows on, the plots are drawn in a forked child while this process writes the
-# other sections (about a second and a half of drawing at 100,000 turns); below, forking costs more.
+# From this many rows on, the plots (the report's dearest section at fleet scale) are drawn in a
+# forked child while this process writes the other sections; below, forking costs more than it saves.
 DRAW_APART_ROWS = 20_000
 
 

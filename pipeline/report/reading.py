@@ -91,8 +91,9 @@ class _Share:
     """A share's spans grouped into turns, and their facts made, a line at a time.
 
     A line of ours holds one turn's whole trace, so its facts are made while its spans are fresh in
-    the processor's cache (about a tenth less time than grouping all the share's spans at the end),
-    and only the facts are kept: the spans of a hundred thousand turns would take gigabytes. That
+    the processor's cache (less time than grouping all the share's spans at the end), and only the
+    facts are kept: one process holding 100,000 turns' spans peaked at 1,886 MiB
+    (``scripts/bench_report.py --baseline`` on the code before this reading). That
     gives what grouping them all would only while no turn gains a span from another line: a span
     whose parent is a turn of an earlier line, or a turn named as parent by spans read before it.
     Where one is found, the share is read again at the end and its spans grouped all at once.
@@ -212,7 +213,7 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
     shares = cut(files, workers) if workers > 1 else []
     if len(shares) > 1:
         # every share in a worker, this process only waiting: holding none of the spans itself, it
-        # starts the report with a small heap (reading one share here made the report ~1 s slower)
+        # starts the report with a small heap (tried: reading a share here, its report was slower)
         try:
             with forked.pool(len(shares)) as readers:
                 results = list(readers.map(read_share, shares))
