@@ -21,8 +21,10 @@
 Peak memory is the process's maximum resident size (``ru_maxrss``) before and after each
 step, and, in a separate untimed pass, the peak of Python allocations seen by tracemalloc
 during the report (tracemalloc slows allocation down, so its pass is not timed). Every
-measurement prints the machine's load average beside it: on a shared machine a figure
-means little without it.
+measurement prints the machine's load average beside it, and, for the trace files, the time a
+fixed piece of work no checkout's code takes part in took just before and after it: on this
+shared VM the same work ran a third slower some minutes than others, with nothing else
+running, and a figure means little without the machine's speed at the time.
 """
 
 from __future__ import annotations
@@ -270,9 +272,29 @@ def warm(traces: Path) -> str:
     return f"{size / 2**20:.0f} MiB read beforehand in {seconds:.2f} s ({size / 2**20 / max(seconds, 1e-9):.0f} MiB/s)"
 
 
+SPEED_LINES = 2000
+
+
+def speed_check(traces: Path) -> float:
+    """Milliseconds for a fixed piece of work that no checkout's code takes part in (the standard library's
+    JSON decoding of the first trace lines, and a walk over their spans): this VM's speed at the moment,
+    which moved by a third within minutes in this project's measurements. Lower is faster."""
+    first = sorted(traces.iterdir())[0]
+    with first.open("rb") as fh:
+        lines = [fh.readline() for _ in range(SPEED_LINES)]
+    t0 = time.perf_counter()
+    for line in lines:
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    {a["key"]: a["value"] for a in span.get("attributes", [])}
+    return (time.perf_counter() - t0) * 1000
+
+
 def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     """``code``'s report of ``traces``, in a fresh interpreter (nothing warm but the page cache, nothing shared)."""
     warmed = warm(traces)
+    speed = speed_check(traces)
     env = {**os.environ, "BENCH_REPORT_CODE": str(code)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(traces), str(out)]
     t0 = time.perf_counter()
@@ -282,6 +304,7 @@ def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     result["rows"] = _csv_rows(out / "bench.csv")
     result["load"] = load_text()
     result["warmed"] = warmed
+    result["speed"] = (speed, speed_check(traces))
     return result
 
 
@@ -328,6 +351,11 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
     for name, r in runs.items():
         print(f"  {name}: {r['rows']} rows in bench.csv, exit status {r['status']}; {r['load']} after its run")
         print(f"  {name}: {r['warmed']} (not counted)")
+        before, after = r["speed"]
+        print(
+            f"  {name}: the machine's speed, a fixed piece of work ({SPEED_LINES} trace lines decoded by the "
+            f"standard library, lower is faster): {before:.0f} ms just before its run, {after:.0f} ms just after"
+        )
     if baseline is not None:
         for file in ("bench.csv", "report.md"):
             same = _same(work / "after" / file, work / "before" / file)

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from pipeline.analysis.bench_csv import csv_line
+from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import COLUMNS, group_turns, sentence_first_tokens, turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.report import html, markdown, reading
+from pipeline.report import drift, html, markdown, reading
 from pipeline.report.build import build
 from pipeline.report.document import Block
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
@@ -60,6 +61,23 @@ def _line(spans: list[dict[str, Any]]) -> str:
 def test_two_readers_give_what_one_gives(folder: Path) -> None:
     one, two = load_paths([folder], workers=1), load_paths([folder], workers=2)
     assert one.workers == 1 and two.workers == 2 and one.rows
+    same(one, two)
+
+
+def test_more_shares_than_readers_give_what_one_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each reader takes several shares in turn (their answers come back while it reads the next)
+    made: list[int] = []
+    cut = reading.cut
+
+    def counted(files: list[Path], shares: int) -> list[list[reading.Piece]]:
+        made.append(len(cut(files, shares)))
+        return cut(files, shares)
+
+    monkeypatch.setattr(reading, "cut", counted)
+    monkeypatch.setattr(reading, "SHARES_PER_WORKER", 6)
+    one, two = load_paths([DATA / "experiment"], workers=1), load_paths([DATA / "experiment"], workers=2)
+    assert len(made) == 1 and made[0] > 2
+    assert two.workers == 2  # processes, not shares
     same(one, two)
 
 
@@ -156,7 +174,7 @@ def test_the_cut_keeps_whole_lines_in_file_order(tmp_path: Path) -> None:
 
 def test_plots_drawn_in_another_process_are_the_same_report() -> None:
     data = load_paths([DATA / "experiment"], workers=1)
-    apart, here = build(data, draw_apart=True), build(data, draw_apart=False)
+    apart, here = build(data, apart=True), build(data, apart=False)
     assert [f.png for f in apart.figures()] == [f.png for f in here.figures()] and here.figures()
     assert markdown.render(apart) == markdown.render(here)
     assert html.render(apart) == html.render(here)
@@ -235,6 +253,15 @@ def _dying_drawer(ctx: Context) -> list[Block]:
     return _figures(ctx)
 
 
+_check_runs = drift.check_runs
+
+
+def _dying_drift(rows: list[Row]) -> list[drift.Drift]:
+    if os.getpid() != PARENT:
+        os._exit(3)
+    return _check_runs(rows)
+
+
 def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
     want = load_paths([DATA / "experiment"], workers=1)
     monkeypatch.setattr(reading, "read_share", _dying_reader)
@@ -245,9 +272,9 @@ def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.Monk
 
 def test_a_drawing_child_killed_means_the_plots_are_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
     data = load_paths([DATA / "experiment"], workers=1)
-    want = build(data, draw_apart=False)
+    want = build(data, apart=False)
     monkeypatch.setattr(figures, "section", _dying_drawer)
-    got = build(data, draw_apart=True)
+    got = build(data, apart=True)
     assert [f.png for f in got.figures()] == [f.png for f in want.figures()] and want.figures()
     assert markdown.render(got) == markdown.render(want)
 
@@ -259,3 +286,13 @@ def test_a_share_hands_back_one_copy_of_a_runs_settings() -> None:
     facts = reading.read_share([reading.Piece(str(path), 0, None)]).facts
     settings = [f.run.config_json for f in facts]
     assert len(facts) > 1 and all(s is settings[0] for s in settings) and settings[0]
+
+
+def test_the_contexts_checks_made_apart_are_those_made_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = load_paths([DATA / "drift"], workers=1)
+    here = Context(data, draw=False)
+    apart = Context(data, draw=False, apart=True)
+    assert (apart.check, apart.drifts, apart.facts) == (here.check, here.drifts, here.facts) and here.drifts
+    monkeypatch.setattr(drift, "check_runs", _dying_drift)  # the child is killed: the checks are made here
+    killed = Context(data, draw=False, apart=True)
+    assert (killed.check, killed.drifts, killed.facts) == (here.check, here.drifts, here.facts)

@@ -78,17 +78,20 @@ def csv_line(row: Row) -> str:
 
 def csv_line_of(values: Iterable[object]) -> str:
     """``csv_line`` of a row's values, in COLUMNS order."""
-    cells = []
+    cells: list[str] = []
+    add = cells.append
     for value in values:
-        # _cell's commonest cases first, without its call: a fleet's report writes millions of cells
+        # _cell's cases, commonest first, without its call: a fleet's report writes millions of cells
         if value is None:
-            cells.append("")
+            add("")
         elif type(value) is float:
-            cells.append(f"{value:.3f}".rstrip("0").rstrip("."))
+            add(f"{value:.3f}".rstrip("0").rstrip("."))
+        elif type(value) is str:
+            add("'" + value if value.startswith(FORMULA_START) else value)
         elif type(value) is int:
-            cells.append(str(value))
+            add(str(value))
         else:
-            cells.append(_cell(value))
+            add(_cell(value))
     line: str = _LINE_WRITER.writerow(cells)
     return line
 

@@ -7,7 +7,6 @@ document is the list below, with the status line (complete or not, and why) unde
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures.process import BrokenProcessPool
 
 from pipeline.report import forked
 from pipeline.report.document import WARNING, Block, Document, Paragraph
@@ -51,40 +50,30 @@ SECTIONS: tuple[Section, ...] = (
 SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
 
 
-# From this many rows on, the plots (the report's dearest section at fleet scale) are drawn in a
-# forked child while this process writes the other sections; below, forking costs more than it saves.
-DRAW_APART_ROWS = 20_000
+# From this many rows on, work is done in forked children: the context's checks while this process
+# groups the rows, and the plots (the report's dearest section at fleet scale) while this process
+# writes the other sections; below, forking costs more than it saves.
+APART_ROWS = 20_000
 
 
-def build(data: Dataset, draw: bool = True, draw_apart: bool | None = None) -> Document:
-    """The report of ``data``; ``draw_apart``: plots drawn in another process (default: for a large dataset)."""
-    ctx = Context(data, draw)
+def build(data: Dataset, draw: bool = True, apart: bool | None = None) -> Document:
+    """The report of ``data``; ``apart``: parts of it made in other processes (default: for a large dataset)."""
+    apart = len(data.rows) >= APART_ROWS if apart is None else apart
+    ctx = Context(data, draw, apart)
     sweeps = sweep.covering(ctx)
     sections = SWEEP_SECTIONS if sweeps else SECTIONS
-    body = _sections(ctx, sections, draw_apart)
+    body = _sections(ctx, sections)
     head = header.section(ctx)  # last: it notes an empty dataset after the sections' own notes
     status = _status(ctx.incomplete)
     comparable = sweep.comparable(ctx, sweeps) if sweeps else ctx.check.comparable
     return Document(TITLE, (*head[:2], status, *head[2:], *body), not ctx.incomplete, comparable)
 
 
-def _sections(ctx: Context, sections: Sequence[Section], draw_apart: bool | None) -> list[Block]:
-    if draw_apart is None:
-        draw_apart = ctx.draw and len(ctx.data.rows) >= DRAW_APART_ROWS and forked.can_fork()
-    if not (draw_apart and figures.section in sections):
+def _sections(ctx: Context, sections: Sequence[Section]) -> list[Block]:
+    if not (ctx.apart and ctx.draw and figures.section in sections):
         return [block for section in sections for block in section(ctx)]
-    drawing, child = forked.start_forked(lambda: figures.section(ctx))  # forked now: the context as it is
-
-    def drawn() -> list[Block]:
-        try:
-            return drawing.result()
-        except BrokenProcessPool:  # the child was killed (out of memory, say): drawn here instead
-            return figures.section(ctx)
-
-    try:
+    with forked.apart(lambda: figures.section(ctx), fork=True) as drawn:  # forked now: the context as it is
         return [block for section in sections for block in (drawn() if section is figures.section else section(ctx))]
-    finally:
-        child.shutdown()
 
 
 def _status(reasons: Sequence[str]) -> Paragraph:

@@ -64,6 +64,7 @@ class Condition:
     sentence_ms: np.ndarray  # every sentence's first token, measured ok turns (float64)
     call_ms: np.ndarray  # every call's first token, measured ok turns
     failed_stages: tuple[tuple[str, ...], ...]  # per failed measured turn
+    ok_index: tuple[int, ...]  # where each of ``ok`` is among the rows it was grouped from
     _cache: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _keys: list[tuple[str, object]] = field(default_factory=list, compare=False, repr=False)
 
@@ -149,4 +150,5 @@ def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
         sentence_ms=np.sort(np.asarray(sentences, dtype=np.float64)),
         call_ms=np.sort(np.asarray(calls, dtype=np.float64)),
         failed_stages=tuple(data.failed_stages[i] for i in measured_idx if not data.rows[i].get("ok")),
+        ok_index=tuple(ok_idx),
     )

@@ -11,8 +11,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 R = TypeVar("R")
@@ -54,3 +56,25 @@ def start_forked(work: Callable[[], R]) -> tuple[Future[R], ProcessPoolExecutor]
     finally:
         _pending = None
     return future, workers
+
+
+@contextmanager
+def apart(work: Callable[[], R], fork: bool) -> Iterator[Callable[[], R]]:
+    """``work`` started in a forked child now, when ``fork`` and forking is safe; the call given back
+    waits for its result. Without a child, or where the child was killed (out of memory, say), the
+    call does the work in this process: the answer is the same, only later."""
+    if not (fork and can_fork()):
+        yield work
+        return
+    future, workers = start_forked(work)
+
+    def result() -> R:
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            return work()
+
+    try:
+        yield result
+    finally:
+        workers.shutdown()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import COLUMNS, TurnSpans, group_turns
+from pipeline.analysis.rows import TurnSpans, group_turns
 from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
 from pipeline.report.reading import read_files, reread_turn
 from pipeline.report.turn_facts import RunFacts, TurnFacts, facts_of, queue_places
@@ -157,7 +157,7 @@ def dataset_from_facts(
             said.append(f"asked-for run(s) not found in the traces: {', '.join(missing)}")
         facts = [f for f in facts if f.run.run_id in wanted]
     return Dataset(
-        rows=[dict(zip(COLUMNS, f.values, strict=True)) for f in facts],
+        rows=[f.row for f in facts],
         sentence_ms=[f.sentence_ms for f in facts],
         failed_stages=[f.failed for f in facts],
         turns=None,

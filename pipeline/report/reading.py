@@ -33,6 +33,9 @@ from pipeline.tracing import names
 # Below this much to read, forking and handing results back costs more than a second core saves.
 PARALLEL_BYTES = 32 << 20
 MOST_WORKERS = 8
+# Shares per worker: a share's answer is pickled, sent and unpickled (in this process's result
+# thread) while the workers read the next shares, so only the last share's answer waits at the end.
+SHARES_PER_WORKER = 4
 _CUT_SEARCH = 1 << 16  # how far ahead a cut looks for a line end at a time
 
 
@@ -127,7 +130,8 @@ class _Share:
                 elif parent not in where:
                     self.unseen.add(parent)
         if not self.spread:
-            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: _lines_of(t, where), self.texts)
+            # every span grouped here is one of this line's first copies: each turn was read from this line alone
+            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.texts)
             self.facts.extend(facts)
             self.joined += joined
 
@@ -210,19 +214,19 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
     if workers is None:
         big = sum(_size(f) for f in files) >= PARALLEL_BYTES
         workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
-    shares = cut(files, workers) if workers > 1 else []
+    shares = cut(files, workers * SHARES_PER_WORKER) if workers > 1 else []
     if len(shares) > 1:
         # every share in a worker, this process only waiting: holding none of the spans itself, it
         # starts the report with a small heap (tried: reading a share here, its report was slower)
         try:
-            with forked.pool(len(shares)) as readers:
+            with forked.pool(min(workers, len(shares))) as readers:
                 results = list(readers.map(read_share, shares))
         except BrokenProcessPool:  # a reader killed (out of memory, say): this process reads it all
             results = []
         if results and _independent(results):
-            return _merged(shares, results)
+            return _merged(shares, results, min(workers, len(shares)))
     whole = [Piece(str(f), 0, None) for f in files]
-    return _merged([whole], [read_share(whole)])
+    return _merged([whole], [read_share(whole)], 1)
 
 
 def _independent(results: Sequence[ShareResult]) -> bool:
@@ -237,10 +241,10 @@ def _independent(results: Sequence[ShareResult]) -> bool:
     return True
 
 
-def _merged(shares: Sequence[Sequence[Piece]], results: Sequence[ShareResult]) -> Read:
+def _merged(shares: Sequence[Sequence[Piece]], results: Sequence[ShareResult], workers: int) -> Read:
     facts = [f for r in results for f in r.facts]
     facts.sort(key=_start)  # stable: ties stay in reading order, as one process's sort leaves them
-    return Read(facts, sum(r.joined for r in results), list(_problems(shares, results)), len(results))
+    return Read(facts, sum(r.joined for r in results), list(_problems(shares, results)), workers)
 
 
 def _start(f: TurnFacts) -> int:

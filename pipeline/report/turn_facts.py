@@ -11,12 +11,16 @@ cheaply and the spans themselves never have to cross.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 from typing import NamedTuple
 
 from pipeline.analysis.bench_csv import csv_line_of
+from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import COLUMNS, TurnSpans, servers_of, turn_row_and_sentences
 from pipeline.analysis.traces import SpanRecord
 from pipeline.tracing import names
+
+_IN_COLUMNS = itemgetter(*COLUMNS)  # a row's values in COLUMNS order, in one call
 
 # where a turn's llm.queue spans lie against its LLM calls
 Q_INSIDE, Q_BEFORE, Q_MIXED = "inside", "before", "mixed"
@@ -43,7 +47,7 @@ class RunFacts(NamedTuple):
 class TurnFacts(NamedTuple):
     start_ns: int
     span_id: str
-    values: tuple[str | int | float | None, ...]  # the row, in COLUMNS order
+    row: Row  # in COLUMNS order, as bench.csv's columns
     csv_line: str  # the row as bench.csv writes it
     sentence_ms: tuple[float, ...]
     failed: tuple[str, ...]
@@ -101,9 +105,10 @@ def facts_of(
     """Each turn's facts, and how many server turns were left out as joined to their device's turn
     (the same turn seen from the other end: it gives the device's row the split of its first sound).
 
-    ``texts``: one copy of each distinct text the turns repeat (a run's settings), kept across calls
-    by a caller that makes facts a few turns at a time: a worker's answer then carries it once (pickle
-    writes an object once), not once a turn."""
+    ``texts``: one copy of each distinct text the turns repeat (a run's settings, the row's run id,
+    condition, model, language...), kept across calls by a caller that makes facts a few turns at a
+    time: a worker's answer then carries each once (pickle writes an object once), not once a turn,
+    and the process it reaches holds one copy."""
     servers = servers_of(turns)
     served = {t.turn.span_id for t in servers.values()}
     known: dict[str, str] = {} if texts is None else texts
@@ -115,14 +120,15 @@ def facts_of(
     for t in turns:
         if t.turn.span_id in served:
             continue
-        row, sentence_ms = turn_row_and_sentences(t, servers.get(t.turn.span_id))
-        values = tuple(map(row.__getitem__, COLUMNS))  # every column is in every row
+        computed, sentence_ms = turn_row_and_sentences(t, servers.get(t.turn.span_id))
+        values = [same(v) if type(v) is str else v for v in _IN_COLUMNS(computed)]  # every column is in every row
+        row = dict(zip(COLUMNS, values, strict=True))
         out.append(
             TurnFacts(
                 t.turn.start_ns,
                 t.turn.span_id,
-                values,
-                csv_line_of(values),
+                row,
+                csv_line_of(row.values()),
                 sentence_ms,
                 failed_stages(t),
                 run_facts(t.turn, same),

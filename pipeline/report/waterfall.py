@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.analysis.numbers import Row, measured_ok, quantile
+from pipeline.analysis.numbers import Row, quantile
 from pipeline.analysis.rows import TurnSpans
 from pipeline.analysis.traces import SpanRecord
 from pipeline.report.conditions import Condition, number
@@ -95,21 +95,18 @@ def _event_index(value: object) -> int:
 
 
 def representative(cond: Condition, rows: Sequence[Row]) -> int | None:
-    """Index (into ``rows``) of a typical turn that shows the overlap best: among measured
-    successful turns whose whole turn lies between the quartiles, the one with the most
-    sentences, then the nearest the median, then the earliest."""
+    """Index (into ``rows``, the dataset's rows ``cond`` was grouped from) of a typical turn that shows
+    the overlap best: among measured successful turns whose whole turn lies between the quartiles,
+    the one with the most sentences, then the nearest the median, then the earliest."""
     values = cond.values("whole_turn_ms")
     if len(values) == 0:
         return None
     low, median, high = (quantile(values, q) for q in (0.25, 0.5, 0.75))
     best: tuple[int, float, int, int] | None = None
-    for i, row in enumerate(rows):
-        if row.get("condition") != cond.label:  # first: the other conditions' rows, most of them
-            continue
+    for i in cond.ok_index:  # the condition's measured successful turns: the rest cannot be chosen
+        row = rows[i]
         v = number(row.get("whole_turn_ms"))
-        if not measured_ok(row) or v is None:
-            continue
-        if not low <= v <= high:
+        if v is None or not low <= v <= high:
             continue
         sentences = number(row.get("sentences")) or 0
         start = row.get("turn_start_ns")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pipeline.report import drift, settings
+from pipeline.report import drift, forked, settings
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph
@@ -43,6 +43,7 @@ class Context:
 
     data: Dataset
     draw: bool
+    apart: bool = False  # work in forked children: pays from tens of thousands of rows (``build``)
     conds: Conditions = field(init=False)
     labels: list[str] = field(init=False)
     facts: list[RunFacts] = field(init=False)
@@ -54,11 +55,15 @@ class Context:
     incomplete: list[str] = field(default_factory=list)  # what could not be computed, for the status line
 
     def __post_init__(self) -> None:
-        self.conds = group(self.data)
-        self.labels = ordered_labels(list(self.conds))
-        self.facts = run_facts(self.data.rows, self.data.runs)
-        self.check = settings.check(list(self.data.runs.values()), self.data.rows)
-        self.drifts = drift.check_runs(self.data.rows)
+        rows, runs = self.data.rows, self.data.runs
+        # the checks in a child (their answer is small) while this process groups the rows (its answer is not)
+        with forked.apart(
+            lambda: (settings.check(list(runs.values()), rows), drift.check_runs(rows)), self.apart
+        ) as checked:
+            self.conds = group(self.data)
+            self.labels = ordered_labels(list(self.conds))
+            self.facts = run_facts(rows, runs)
+            self.check, self.drifts = checked()
         self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
         self.sweeps, self.sweep_problems = read_sweeps(self.data.files)
 
