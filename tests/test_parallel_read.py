@@ -286,6 +286,7 @@ def test_a_share_hands_back_one_copy_of_a_runs_settings() -> None:
     facts = reading.read_share([reading.Piece(str(path), 0, None)]).facts
     settings = [f.run.config_json for f in facts]
     assert len(facts) > 1 and all(s is settings[0] for s in settings) and settings[0]
+    assert all(f.run is facts[0].run for f in facts)  # the run's facts too: one object, pickled once
 
 
 def test_the_contexts_checks_made_apart_are_those_made_here(monkeypatch: pytest.MonkeyPatch) -> None:

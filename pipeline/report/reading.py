@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -111,7 +111,7 @@ class _Share:
         self.joined = 0
         self.grouped = ReadProblems()
         self.spread = False  # a turn's spans are in more than one line
-        self.texts: dict[str, str] = {}  # one copy of each text the share's turns repeat (facts_of)
+        self.kept: dict[Any, Any] = {}  # one copy of each value the share's turns repeat (facts_of)
 
     def add(self, spans: list[SpanRecord], ref: LineRef) -> None:
         where = self.where
@@ -131,7 +131,7 @@ class _Share:
                     self.unseen.add(parent)
         if not self.spread:
             # every span grouped here is one of this line's first copies: each turn was read from this line alone
-            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.texts)
+            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.kept)
             self.facts.extend(facts)
             self.joined += joined
 
@@ -147,7 +147,7 @@ class _Share:
                 continue  # said when it was first read
         self.grouped = ReadProblems()
         turns = group_turns(first.values(), self.grouped)
-        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.texts)
+        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.kept)
 
     def result(self, problems: list[tuple[int, int, str]], counts: list[int]) -> ShareResult:
         where = self.where

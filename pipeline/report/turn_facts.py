@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pipeline.analysis.bench_csv import csv_line_of
 from pipeline.analysis.numbers import Row
@@ -20,6 +20,7 @@ from pipeline.analysis.rows import COLUMNS, TurnSpans, servers_of, turn_row_and_
 from pipeline.analysis.traces import SpanRecord
 from pipeline.tracing import names
 
+T = TypeVar("T")
 _IN_COLUMNS = itemgetter(*COLUMNS)  # a row's values in COLUMNS order, in one call
 
 # where a turn's llm.queue spans lie against its LLM calls
@@ -100,21 +101,22 @@ def run_facts(turn: SpanRecord, same: Callable[[str], str]) -> RunFacts:
 def facts_of(
     turns: Sequence[TurnSpans],
     lines_of: Callable[[TurnSpans], tuple[LineRef, ...]] | None = None,
-    texts: dict[str, str] | None = None,
+    kept: dict[Any, Any] | None = None,
 ) -> tuple[list[TurnFacts], int]:
     """Each turn's facts, and how many server turns were left out as joined to their device's turn
     (the same turn seen from the other end: it gives the device's row the split of its first sound).
 
-    ``texts``: one copy of each distinct text the turns repeat (a run's settings, the row's run id,
-    condition, model, language...), kept across calls by a caller that makes facts a few turns at a
-    time: a worker's answer then carries each once (pickle writes an object once), not once a turn,
-    and the process it reaches holds one copy."""
+    ``kept``: one copy of each distinct value the turns repeat (a run's settings and facts, the row's
+    run id, condition, model, language...), kept across calls by a caller that makes facts a few turns
+    at a time: a worker's answer then carries each once (pickle writes an object once), not once a
+    turn, and the process it reaches holds one copy."""
     servers = servers_of(turns)
     served = {t.turn.span_id for t in servers.values()}
-    known: dict[str, str] = {} if texts is None else texts
+    known: dict[Any, Any] = {} if kept is None else kept
 
-    def same(text: str) -> str:
-        return known.setdefault(text, text)
+    def same(value: T) -> T:
+        found: T = known.setdefault(value, value)
+        return found
 
     out = []
     for t in turns:
@@ -131,7 +133,7 @@ def facts_of(
                 csv_line_of(row.values()),
                 sentence_ms,
                 failed_stages(t),
-                run_facts(t.turn, same),
+                same(run_facts(t.turn, same)),
                 queue_places(t),
                 lines_of(t) if lines_of is not None else (),
             )
