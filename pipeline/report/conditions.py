@@ -64,7 +64,9 @@ class Condition:
     sentence_ms: np.ndarray  # every sentence's first token, measured ok turns (float64)
     call_ms: np.ndarray  # every call's first token, measured ok turns
     failed_stages: tuple[tuple[str, ...], ...]  # per failed measured turn
-    ok_index: tuple[int, ...]  # where each of ``ok`` is among the rows it was grouped from
+    ok_calls: tuple[list[float | None], ...]  # ``per_call`` of each of ``ok``
+    index: tuple[int, ...]  # where each of ``rows`` is among the rows it was grouped from
+    ok_index: tuple[int, ...]  # where each of ``ok`` is
     _cache: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _keys: list[tuple[str, object]] = field(default_factory=list, compare=False, repr=False)
 
@@ -74,9 +76,16 @@ class Condition:
 
     def column(self, metric: str) -> np.ndarray:
         """``metric`` of every measured successful turn, in order, NaN where it has none (cached)."""
-        key = f"column:{metric}"
+        return self._numbers("column", self.ok, metric)
+
+    def measured_column(self, metric: str) -> np.ndarray:
+        """``column`` over every measured turn, failed ones too (cached)."""
+        return self._numbers("measured", self.measured, metric)
+
+    def _numbers(self, kind: str, rows: Sequence[Row], metric: str) -> np.ndarray:
+        key = f"{kind}:{metric}"
         if key not in self._cache:
-            found = [r.get(metric) for r in self.ok]
+            found = [r.get(metric) for r in rows]
             # numpy's own conversion where it converts as ``number`` does (None is NaN): most columns,
             # and a fleet's millions of cells
             if set(map(type, found)) <= _PLAIN:
@@ -99,8 +108,7 @@ class Condition:
         key = "column:(first-token wait per turn)"
         if key not in self._cache:
             sums = []
-            for row in self.ok:
-                calls = per_call(row)
+            for calls in self.ok_calls:
                 complete = bool(calls) and all(c is not None for c in calls)
                 sums.append(sum(c for c in calls if c is not None) if complete else np.nan)
             self._cache[key] = np.asarray(sums, dtype=np.float64)
@@ -139,7 +147,8 @@ def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
     measured_idx = [i for i in idx if measured(data.rows[i])]
     ok_idx = [i for i in measured_idx if data.rows[i].get("ok")]
     sentences = [v for i in ok_idx for v in data.sentence_ms[i]]
-    calls = [c for i in ok_idx for c in per_call(data.rows[i]) if c is not None]
+    ok_calls = tuple(per_call(data.rows[i]) for i in ok_idx)
+    calls = [c for turn in ok_calls for c in turn if c is not None]
     runs = tuple(dict.fromkeys(str(r.get("run_id")) for r in rows))
     return Condition(
         label=label,
@@ -150,5 +159,7 @@ def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
         sentence_ms=np.sort(np.asarray(sentences, dtype=np.float64)),
         call_ms=np.sort(np.asarray(calls, dtype=np.float64)),
         failed_stages=tuple(data.failed_stages[i] for i in measured_idx if not data.rows[i].get("ok")),
+        ok_calls=ok_calls,
+        index=tuple(idx),
         ok_index=tuple(ok_idx),
     )

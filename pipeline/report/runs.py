@@ -91,7 +91,7 @@ def run_facts(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunFacts]:
 
 def temperatures(cond: Condition) -> tuple[float, float] | None:
     """(lowest, highest) temp_c over measured turns; None when no turn has a reading."""
-    temps = [v for r in cond.measured if (v := number(r.get("temp_c"))) is not None]
+    temps = [v for v in cond.measured_column("temp_c").tolist() if v == v]  # NaN: no reading
     return (min(temps), max(temps)) if temps else None
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.analysis.numbers import quantile
 from pipeline.report import cells, compare
 from pipeline.report.compare import Diff, diff, diff_of
-from pipeline.report.conditions import Condition, number
+from pipeline.report.conditions import Condition
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table
 from pipeline.report.sections.base import MEASURED, Conditions, Context, Pair, header, row
 
@@ -48,8 +48,9 @@ class Amplification:
 
 
 def _calls(conds: Sequence[Condition]) -> float | None:
-    counts = [v for c in conds for r in c.ok if (v := number(r.get("llm_calls"))) is not None]
-    return float(np.mean(counts)) if counts else None
+    counts = np.concatenate([c.column("llm_calls") for c in conds])
+    counts = counts[~np.isnan(counts)]  # NaN: no count
+    return float(np.mean(counts)) if len(counts) else None
 
 
 def amplification(x: Condition, base: Condition) -> Amplification:
@@ -76,7 +77,8 @@ def _spread_cell(values: np.ndarray, pick: Callable[[Spread], float | None], n_t
 
 
 def _per_turn(cond: Condition, metric: str) -> str:
-    v = np.asarray([x for r in cond.ok if (x := number(r.get(metric))) is not None], dtype=np.float64)
+    column = cond.column(metric)
+    v = column[~np.isnan(column)]  # in turn order, as the mean's sum goes
     if len(v) == 0:
         return cells.not_measured(len(cond.measured))
     return f"mean {v.mean():.2f} ({v.min():g}-{v.max():g})"

@@ -74,9 +74,10 @@ def queue_placement(turns: Sequence[TurnSpans]) -> str | None:
     return placement(queue_places(t) for t in turns)
 
 
-def condition_placement(data: Dataset, label: str) -> str | None:
-    """Where the queue waits of a condition's turns lie (None without any, or for rows not read from spans)."""
-    return placement(data.queue_places(i) for i, r in enumerate(data.rows) if str(r.get("condition") or "") == label)
+def condition_placement(data: Dataset, cond: Condition) -> str | None:
+    """Where the queue waits of a condition's turns lie (None without any, or for rows not read from spans);
+    ``cond`` grouped from ``data``."""
+    return placement(data.queue_places(i) for i in cond.index)
 
 
 def segments(cond: Condition) -> Segments:
@@ -242,7 +243,7 @@ def section(ctx: Context) -> list[Block]:
             "timings (llama.cpp `timings`, server-side spans)."
         )
     )
-    placements = {c: condition_placement(ctx.data, c) for c in ctx.conds}
+    placements = {label: condition_placement(ctx.data, cond) for label, cond in ctx.conds.items()}
     out.extend(segment_tables(ctx.labels, ctx.conds, placements))
     out.extend(queue_notes(ctx.conds, placements))
     out.append(prompt_table(ctx.labels, ctx.conds))
