@@ -23,7 +23,7 @@ from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import TurnSpans, group_turns
 from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
 from pipeline.report.reading import read_files, reread_turn
-from pipeline.report.turn_facts import RunFacts, TurnFacts, facts_of, queue_places
+from pipeline.report.turn_facts import TurnFacts, facts_of, queue_places
 
 
 class LoadError(ValueError):
@@ -90,8 +90,8 @@ def _run_infos(facts: Sequence[TurnFacts]) -> dict[str, RunInfo]:
     configs: dict[str, dict[str, None]] = {}
     counts: dict[str, int] = {}
     canonical: dict[str, str] = {}  # every turn of a run records the same settings: parse them once
-    for f in facts:
-        r: RunFacts = f.run
+    # each distinct run facts once, in first-seen order (a run's turns mostly share one): the same answer
+    for r in dict.fromkeys(f.run for f in facts):
         if r.question_count is not None:
             counts.setdefault(r.run_id, r.question_count)
         condition.setdefault(r.run_id, r.condition)
