@@ -210,13 +210,18 @@ def _struct_attributes(items: list[_KeyValue]) -> dict[str, AttrValue]:
     out: dict[str, AttrValue] = {}
     for kv in items:
         v = kv.value
-        # _value's first three cases inline, in its order: a call per attribute would be a third of the reading
+        # _value's first four cases inline, in its order: a call per attribute would be a third of the reading
         x: Any = v.string_value
         if x is UNSET:
             x = v.bool_value
             if x is UNSET:
                 x = v.int_value
-                x = _value(v) if x is UNSET else int(x)
+                if x is UNSET:
+                    x = v.double_value
+                    if x is UNSET or not math.isfinite(x):  # _value says why a non-finite number cannot be read
+                        x = _value(v)
+                else:
+                    x = int(x)
         out[kv.key] = x
     return out
 

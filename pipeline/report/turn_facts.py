@@ -118,12 +118,14 @@ def facts_of(
         found: T = known.setdefault(value, value)
         return found
 
+    keep = known.setdefault  # ``same`` without its call, for a row's many texts
+
     out = []
     for t in turns:
         if t.turn.span_id in served:
             continue
         computed, sentence_ms = turn_row_and_sentences(t, servers.get(t.turn.span_id))
-        values = [same(v) if type(v) is str else v for v in _IN_COLUMNS(computed)]  # every column is in every row
+        values = [keep(v, v) if type(v) is str else v for v in _IN_COLUMNS(computed)]  # every column is in every row
         row = dict(zip(COLUMNS, values, strict=True))
         out.append(
             TurnFacts(
