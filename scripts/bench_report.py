@@ -9,8 +9,9 @@
    report built and written. With ``--baseline DIR``, another checkout of this project (for
    the code before a change: ``git worktree add /tmp/base <commit>``), the same files go
    through that checkout's code the same way, and both are printed side by side with whether
-   their bench.csv and report.md came out the same. Before each measured run the files are
-   read once, untimed, so both find them in the page cache: on this shared VM reading them
+   their bench.csv and report.md came out the same. Before each measured run what was written
+   is flushed to disk and the files are read once, both untimed, so no run shares the CPU with the
+   kernel's write-back and both find the files in the page cache: on this shared VM reading them
    from disk took 40 MiB/s one hour and the cache 4,500 MiB/s the next, and that is not the
    report's work. That read's own speed is printed beside it.
 2. From rows: ``--turns`` synthetic turns (A, B, B' in equal parts, 30 questions per round,
@@ -293,6 +294,7 @@ def speed_check(traces: Path) -> float:
 
 def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     """``code``'s report of ``traces``, in a fresh interpreter (nothing warm but the page cache, nothing shared)."""
+    os.sync()  # what an earlier run wrote goes to disk now, not during this one
     warmed = warm(traces)
     speed = speed_check(traces)
     env = {**os.environ, "BENCH_REPORT_CODE": str(code)}
@@ -326,6 +328,9 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
     traces = work / "traces"
     traces.mkdir()
     written, _ = timed("trace files written (not counted)", lambda: spread_traces(turns, traces))
+    # on disk before anything is measured: the kernel writing a gigabyte of dirty pages back in the
+    # background took the CPU from the first run measured after it (its speed check: 250 ms, not 140)
+    timed("trace files flushed to disk (not counted)", os.sync)
     size = sum(f.stat().st_size for f in traces.iterdir()) / 2**20
     print(f"  {written} turns in {size:.0f} MiB of trace files")
     runs = {"this checkout": measure(CODE, traces, work / "after")}
