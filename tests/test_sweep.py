@@ -365,10 +365,14 @@ def test_where_the_queue_lies_is_read_from_the_spans() -> None:
     turn = _span(names.TURN, 0, 100)
     inside = TurnSpans(turn, [_span(names.LLM_CALL, 10, 90), _span(names.LLM_QUEUE, 10, 40)])
     before = TurnSpans(turn, [_span(names.LLM_QUEUE, 0, 10), _span(names.LLM_CALL, 10, 90)])
-    assert segments.queue_placement([inside]) == turn_facts.Q_INSIDE
-    assert segments.queue_placement([before]) == turn_facts.Q_BEFORE
-    assert segments.queue_placement([inside, before]) == turn_facts.Q_MIXED
-    assert segments.queue_placement([TurnSpans(turn, [_span(names.LLM_CALL, 10, 90)])]) is None
+
+    def placement(turns: list[TurnSpans]) -> str | None:
+        return turn_facts.placement(turn_facts.queue_places(t) for t in turns)
+
+    assert placement([inside]) == turn_facts.Q_INSIDE
+    assert placement([before]) == turn_facts.Q_BEFORE
+    assert placement([inside, before]) == turn_facts.Q_MIXED
+    assert placement([TurnSpans(turn, [_span(names.LLM_CALL, 10, 90)])]) is None
 
 
 def test_what_falls_is_said_and_background_load_between_points_is_flagged(tmp_path: Path) -> None:

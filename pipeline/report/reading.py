@@ -216,15 +216,16 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
         workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
     shares = cut(files, workers * SHARES_PER_WORKER) if workers > 1 else []
     if len(shares) > 1:
+        readers = min(workers, len(shares))
         # every share in a worker, this process only waiting: holding none of the spans itself, it
         # starts the report with a small heap (tried: reading a share here, its report was slower)
         try:
-            with forked.pool(min(workers, len(shares))) as readers:
-                results = list(readers.map(read_share, shares))
+            with forked.pool(readers) as pool:
+                results = list(pool.map(read_share, shares))
         except BrokenProcessPool:  # a reader killed (out of memory, say): this process reads it all
             results = []
         if results and _independent(results):
-            return _merged(shares, results, min(workers, len(shares)))
+            return _merged(shares, results, readers)
     whole = [Piece(str(f), 0, None) for f in files]
     return _merged([whole], [read_share(whole)], 1)
 

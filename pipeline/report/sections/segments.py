@@ -16,14 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis.rows import TurnSpans
 from pipeline.report import cells
 from pipeline.report.compare import Stat, stat, stat_of
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.sections.base import ESTIMATED, MEASURED, Conditions, Context, header, row
-from pipeline.report.turn_facts import Q_BEFORE, Q_INSIDE, Q_MIXED, placement, queue_places
+from pipeline.report.turn_facts import Q_BEFORE, Q_INSIDE, Q_MIXED, placement
 
 SERVER_TIMINGS = ("server_queue_ms", "server_prompt_ms", "server_generation_ms")
 INSIDE = "not measured (the client sees only the sum below)"
@@ -68,12 +67,6 @@ def _after_queue(cond: Condition) -> np.ndarray:
     return np.sort(rest[~np.isnan(rest)])
 
 
-def queue_placement(turns: Sequence[TurnSpans]) -> str | None:
-    """Where the turns' queue waits lie: inside their call (so inside its first-token wait), before its
-    request, or mixed; None without queue spans."""
-    return placement(queue_places(t) for t in turns)
-
-
 def condition_placement(data: Dataset, cond: Condition) -> str | None:
     """Where the queue waits of a condition's turns lie (None without any, or for rows not read from spans);
     ``cond`` grouped from ``data``."""
@@ -96,7 +89,7 @@ def segments(cond: Condition) -> Segments:
 def segment_tables(
     labels: Sequence[str], conds: Conditions, placements: dict[str, str | None] | None = None
 ) -> tuple[Table, Table]:
-    """The client's and the server's view; ``placements`` (condition -> ``queue_placement``) says
+    """The client's and the server's view; ``placements`` (condition -> ``condition_placement``) says
     where a measured queue lies."""
     segs = {c: segments(cond) for c, cond in conds.items()}
     placements = placements or {}
