@@ -20,7 +20,7 @@ import pytest
 
 from pipeline.analysis import traces
 from pipeline.analysis.numbers import median
-from pipeline.analysis.rows import TurnSpans, group_turns, sentence_first_tokens, turn_row
+from pipeline.analysis.rows import TurnSpans, _ms, group_turns, sentence_first_tokens, turn_row
 from pipeline.analysis.traces import ReadProblems, SpanEvent, SpanRecord, read_trace_file
 from pipeline.report.load import load_paths
 
@@ -243,6 +243,20 @@ def test_named_and_first_follow_children_added_after_a_lookup() -> None:
     found = t.named("tts")
     found.clear()  # the caller's copy: the turn's own index is untouched
     assert len(t.named("tts")) == 2
+
+
+def test_nanoseconds_to_milliseconds_is_round_to_the_last_bit() -> None:
+    # rows._ms rounds whole microseconds as integers where that gives round's float; ties (ns ending
+    # in 500), negative and huge spans go through round itself
+    rng = random.Random(7)
+    start = 1_733_000_000_123_456_789
+    edges = [0, 1, 499, 500, 501, 999, 1000, 1500, 2500, -1, -500, -1500, (1 << 50) - 500, 1 << 50, (1 << 50) + 500]
+    spans = edges + [rng.randrange(-(10**6), 1 << rng.choice([20, 30, 40, 50, 53])) for _ in range(200_000)]
+    spans += [s - s % 1000 + rng.choice((499, 500, 501)) for s in spans[:50_000]]
+    for ns in spans:
+        got, want = _ms(start, start + ns), round(ns / 1e6, 3)
+        assert repr(got) == repr(want), ns
+    assert _ms(None, start) is None and _ms(start, None) is None
 
 
 def test_a_short_median_is_numpys_to_the_last_bit() -> None:

@@ -22,7 +22,7 @@ from pipeline.analysis.bench_csv import csv_line
 from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import COLUMNS, group_turns, sentence_first_tokens, turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.report import drift, html, markdown, reading
+from pipeline.report import drift, html, markdown, reading, turn_facts
 from pipeline.report.build import build
 from pipeline.report.document import Block
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
@@ -69,12 +69,12 @@ def test_more_shares_than_readers_give_what_one_gives(monkeypatch: pytest.Monkey
     made: list[int] = []
     cut = reading.cut
 
-    def counted(files: list[Path], shares: int) -> list[list[reading.Piece]]:
-        made.append(len(cut(files, shares)))
-        return cut(files, shares)
+    def counted(files: list[Path], weights: list[float]) -> list[list[reading.Piece]]:
+        made.append(len(cut(files, weights)))
+        return cut(files, weights)
 
     monkeypatch.setattr(reading, "cut", counted)
-    monkeypatch.setattr(reading, "SHARES_PER_WORKER", 6)
+    monkeypatch.setattr(reading, "ROUNDS", 3)
     one, two = load_paths([DATA / "experiment"], workers=1), load_paths([DATA / "experiment"], workers=2)
     assert len(made) == 1 and made[0] > 2
     assert two.workers == 2  # processes, not shares
@@ -91,7 +91,7 @@ def test_the_rows_and_lines_are_those_of_the_spans(tmp_path: Path) -> None:
     assert data.rows == rows
     assert data.sentence_ms == [sentence_first_tokens(t) for t in turns]
     assert data.csv_lines == [csv_line(r) for r in rows]
-    assert set(rows[0]) == set(COLUMNS)
+    assert all(tuple(r) == COLUMNS for r in rows)  # in bench.csv's order, as the report keeps them
 
 
 def test_a_turn_read_again_is_the_turn_that_was_read(tmp_path: Path) -> None:
@@ -149,22 +149,33 @@ def test_a_file_that_cannot_be_read_is_said_once(tmp_path: Path) -> None:
     assert one.facts == two.facts
 
 
+def test_each_round_of_shares_is_half_the_last() -> None:
+    # the readers take the shares in this order: the last ones small, so the readers finish together
+    assert reading.share_weights(2)[:6] == [1, 1, 0.5, 0.5, 0.25, 0.25]
+    assert len(reading.share_weights(3)) == 3 * reading.ROUNDS
+
+
 def test_the_cut_keeps_whole_lines_in_file_order(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_bytes(b"x" * 9 + b"\n" + b"y" * 9 + b"\n" + b"x" * 9 + b"\n" + b"y" * 9 + b"\n")
     b.write_bytes(a.read_bytes())
     A, B = str(a), str(b)
-    assert reading.cut([a, b], 2) == [
+    assert reading.cut([a, b], [1, 1]) == [
         [reading.Piece(A, 0, None), reading.Piece(B, 0, 10)],
         [reading.Piece(B, 10, None)],
     ]
-    assert reading.cut([a, b], 3) == [
+    assert reading.cut([a, b], [1, 1, 1]) == [
         [reading.Piece(A, 0, 30)],
         [reading.Piece(A, 30, None), reading.Piece(B, 0, 20)],
         [reading.Piece(B, 20, None)],
     ]
-    for shares in range(1, 9):
-        pieces = [p for s in reading.cut([a, b], shares) for p in s]
+    assert reading.cut([a, b], [2, 1, 1]) == [  # about 40, 20 and 20 of the 80 bytes, to a line end
+        [reading.Piece(A, 0, None), reading.Piece(B, 0, 10)],
+        [reading.Piece(B, 10, 30)],
+        [reading.Piece(B, 30, None)],
+    ]
+    for weights in [[1.0] * n for n in range(1, 9)] + [reading.share_weights(w) for w in (1, 2, 3)]:
+        pieces = [p for s in reading.cut([a, b], weights) for p in s]
         for path in (a, b):
             raw = path.read_bytes()
             parts = [p for p in pieces if p.path == str(path)]
@@ -287,6 +298,10 @@ def test_a_share_hands_back_one_copy_of_a_runs_settings() -> None:
     settings = [f.run.config_json for f in facts]
     assert len(facts) > 1 and all(s is settings[0] for s in settings) and settings[0]
     assert all(f.run is facts[0].run for f in facts)  # the run's facts too: one object, pickled once
+    for column in turn_facts.REPEATED_TEXTS:  # and each of the row's repeated texts: one object a value
+        values = {f.row[column] for f in facts}
+        assert len({id(f.row[column]) for f in facts}) == len(values), column
+    assert len({f.row["question_id"] for f in facts}) < len(facts)  # (texts that do repeat)
 
 
 def test_the_contexts_checks_made_apart_are_those_made_here(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,10 +92,21 @@ COLUMNS = (
 )
 
 
+_EXACT_NS = 1 << 50  # below this, ns -> ms by integers is round(ns / 1e6, 3) exactly (see ``_ms``)
+
+
 def _ms(start: int | None, end: int | None) -> float | None:
+    """``round((end - start) / 1e6, 3)``, the same float, mostly without ``round`` (a row makes about
+    twenty: the dearest builtin a row calls). ``round`` rounds the float ``ns / 1e6`` to whole microseconds;
+    for a whole number of nanoseconds below ``_EXACT_NS`` whose microseconds are not a tie (ending in
+    500) that float lies too near ``ns / 1e6`` for the rounding to differ, so the microseconds are rounded
+    as integers, and divided by 1000 (correctly rounded, as ``round``'s result is)."""
     if start is None or end is None:
         return None
-    return round((end - start) / 1e6, 3)
+    ns = end - start
+    if 0 <= ns < _EXACT_NS and ns % 1000 != 500:
+        return (ns + 500) // 1000 / 1000
+    return round(ns / 1e6, 3)
 
 
 def _int(value: AttrValue, default: int = 0) -> int:
@@ -234,8 +245,11 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
 
 
 def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tuple[Row, tuple[float, ...]]:
-    """``turn_row``, and the ``sentence_first_tokens`` it was computed from (the report keeps both)."""
+    """``turn_row``, and the ``sentence_first_tokens`` it was computed from (the report keeps both).
+
+    The row's keys are in COLUMNS order (a test holds it to that): the report keeps it as it is."""
     a = t.turn.attributes
+    get = a.get
     speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
     calls = sorted(t.spans(names.LLM_CALL), key=_call_index)
     call_ft = [_ms(c.start_ns, c.event_ns(names.EV_FIRST_TOKEN)) for c in calls]
@@ -247,25 +261,24 @@ def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tup
     playback = t.first(names.PLAYBACK)
     device = t.first(names.DEVICE)
     language = _language(a, asr)
-    ok = a.get(names.OK) is True
+    ok = get(names.OK) is True
+    other_cpu_ms = _float(get(names.HOST_OTHER_CPU_MS))
+    first_chunk, generation, tool_ms, prompt, cached, s_queue, s_prompt, s_generation, model = _llm_segments(calls)
+    error_rate, error_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
     row: Row = {
-        "run_id": _str(a.get(names.RUN_ID)),
-        "condition": _str(a.get(names.CONDITION)),
-        "config_id": _str(a.get(names.CONFIG_ID)),
-        "question_id": _str(a.get(names.QUESTION_ID)),
-        "round": _int(a.get(names.ROUND)),
-        "warmup": int(a.get(names.WARMUP) is True),
+        "run_id": _str(get(names.RUN_ID)),
+        "condition": _str(get(names.CONDITION)),
+        "config_id": _str(get(names.CONFIG_ID)),
+        "question_id": _str(get(names.QUESTION_ID)),
+        "round": _int(get(names.ROUND)),
+        "warmup": int(get(names.WARMUP) is True),
         "first_token_ms": call_ft[0] if call_ft else None,
         "total_ms": _ms(calls[0].start_ns, max(c.end_ns for c in calls)) if calls else None,
         "tokens": sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
         "ok": int(ok),
-        "error": "" if ok else _str(a.get(names.ERROR_TYPE)) or "unknown",
-        "temp_c": _float(a.get(names.TEMP_C)),
-        "note": _str(a.get(names.NOTE)),
-        "leftover_wait_ms": _float(a.get(names.LEFTOVER_WAIT_MS)),
-        "other_cpu_ms": _float(a.get(names.HOST_OTHER_CPU_MS)),
-        "other_cpu_share": _share(_float(a.get(names.HOST_OTHER_CPU_MS)), t.turn),
-        "load_avg_1m": _float(a.get(names.HOST_LOAD_AVG_1M)),
+        "error": "" if ok else _str(get(names.ERROR_TYPE)) or "unknown",
+        "temp_c": _float(get(names.TEMP_C)),
+        "note": _str(get(names.NOTE)),
         "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
         "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
         "vad_endpoint_ms": _ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
@@ -277,20 +290,34 @@ def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tup
         "sentence_first_token_median_ms": round(median(sentence_ft), 3) if sentence_ft else None,
         "sentence_first_token_max_ms": max(sentence_ft) if sentence_ft else None,
         "tts_first_frame_ms": _ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
-        **_llm_segments(calls),
-        "llm_endpoint": _str(a.get(names.LLM_ENDPOINT)),
-        **_quality(t, a, _Heard(asr, device, sentences, playback, language)),
+        "llm_first_chunk_ms": first_chunk,
+        "llm_generation_ms": generation,
+        "tool_call_ms": tool_ms,
+        "prompt_tokens": prompt,
+        "prompt_cached_tokens": cached,
+        "leftover_wait_ms": _float(get(names.LEFTOVER_WAIT_MS)),
+        "other_cpu_ms": other_cpu_ms,
+        "other_cpu_share": _share(other_cpu_ms, t.turn),
+        "load_avg_1m": _float(get(names.HOST_LOAD_AVG_1M)),
+        "server_queue_ms": s_queue,
+        "server_prompt_ms": s_prompt,
+        "server_generation_ms": s_generation,
+        "llm_model": model,
+        "llm_endpoint": _str(get(names.LLM_ENDPOINT)),
+        "asr_error_rate": error_rate,
+        "asr_error_metric": error_metric,
+        "answer_quality": quality,
         "language": language,
-        "category": _str(a.get(names.CATEGORY)),
-        "scripted": _str(a.get(names.SCRIPTED)),
-        "clock": _str(a.get(names.CLOCK)),
+        "category": _str(get(names.CATEGORY)),
+        "scripted": _str(get(names.SCRIPTED)),
+        "clock": _str(get(names.CLOCK)),
         "trace_id": t.turn.trace_id,
         "turn_start_ns": t.turn.start_ns,
         **_device(device, playback, speech_end),
-        "packets_lost": _optional_int(a.get(names.PACKETS_LOST)),
-        "packets_late": _optional_int(a.get(names.PACKETS_LATE)),
-        "device": _optional_int(a.get(names.DEVICE_INDEX)),
-        "devices": _optional_int(a.get(names.DEVICE_COUNT)),
+        "packets_lost": _optional_int(get(names.PACKETS_LOST)),
+        "packets_late": _optional_int(get(names.PACKETS_LATE)),
+        "device": _optional_int(get(names.DEVICE_INDEX)),
+        "devices": _optional_int(get(names.DEVICE_COUNT)),
         "queue_wait_ms": _queue_wait(t.spans(names.LLM_QUEUE)),
         **wire_split(
             t.turn,
@@ -374,35 +401,42 @@ def _server_sum(calls: list[SpanRecord], key: str) -> float | None:
     return round(sum(found), 3) if found else None
 
 
-def _llm_segments(calls: list[SpanRecord]) -> Row:
-    """Client-side generation time, and the server's own breakdown where it reported one (M2)."""
+_LlmSegments = tuple[
+    float | None, float | None, float | None, int | None, int | None, float | None, float | None, float | None, str
+]
+
+
+def _llm_segments(calls: list[SpanRecord]) -> _LlmSegments:
+    """Client-side first chunk, generation and tool call times, the prompt's tokens, the server's own
+    breakdown where it reported one (M2), and the model: the row's columns of those names, in order."""
     generation = [_ms(c.event_ns(names.EV_FIRST_TOKEN), c.end_ns) for c in calls]
     known = [g for g in generation if g is not None]
-    return {
-        "llm_first_chunk_ms": _ms(calls[0].start_ns, calls[0].event_ns(names.EV_FIRST_CHUNK)) if calls else None,
-        "llm_generation_ms": round(sum(known), 3) if known else None,
-        "tool_call_ms": next((_ms(c.start_ns, t) for c in calls if (t := c.event_ns(names.EV_TOOL_CALL))), None),
-        "prompt_tokens": _optional_int(calls[0].attributes.get(names.GEN_AI_INPUT_TOKENS)) if calls else None,
-        "prompt_cached_tokens": _optional_int(calls[0].attributes.get(names.PROMPT_CACHED_TOKENS)) if calls else None,
-        "server_queue_ms": _server_sum(calls, names.SERVER_QUEUE_MS),
-        "server_prompt_ms": _server_sum(calls, names.SERVER_PROMPT_MS),
-        "server_generation_ms": _server_sum(calls, names.SERVER_PREDICTED_MS),
-        "llm_model": _str(calls[0].attributes.get(names.GEN_AI_MODEL)) if calls else "",
-    }
+    first = calls[0] if calls else None
+    return (
+        _ms(first.start_ns, first.event_ns(names.EV_FIRST_CHUNK)) if first else None,
+        round(sum(known), 3) if known else None,
+        next((_ms(c.start_ns, t) for c in calls if (t := c.event_ns(names.EV_TOOL_CALL))), None),
+        _optional_int(first.attributes.get(names.GEN_AI_INPUT_TOKENS)) if first else None,
+        _optional_int(first.attributes.get(names.PROMPT_CACHED_TOKENS)) if first else None,
+        _server_sum(calls, names.SERVER_QUEUE_MS),
+        _server_sum(calls, names.SERVER_PROMPT_MS),
+        _server_sum(calls, names.SERVER_PREDICTED_MS),
+        _str(first.attributes.get(names.GEN_AI_MODEL)) if first else "",
+    )
 
 
-def _quality(t: TurnSpans, a: dict[str, AttrValue], heard: _Heard) -> Row:
-    """ASR error rate against the reference text, and expected keywords in the answer (M18)."""
+def _quality(t: TurnSpans, a: dict[str, AttrValue], heard: _Heard) -> tuple[float | None, str, float | None]:
+    """ASR error rate against the reference text and its metric, and expected keywords in the answer (M18)."""
     transcript = _transcript(heard.asr, heard.device)
     scored = None if transcript is None else error_rate(_str(a.get(names.REFERENCE_TEXT)), transcript, heard.language)
     answer = _answer(heard.sentences, heard.device)
     tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.spans(names.LLM_CALL))
     quality = keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
-    return {
-        "asr_error_rate": round(scored[0], 4) if scored else None,
-        "asr_error_metric": scored[1] if scored else "",
-        "answer_quality": round(quality, 4) if quality is not None and heard.playback else None,
-    }
+    return (
+        round(scored[0], 4) if scored else None,
+        scored[1] if scored else "",
+        round(quality, 4) if quality is not None and heard.playback else None,
+    )
 
 
 def rows_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[Row]:

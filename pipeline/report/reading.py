@@ -2,8 +2,9 @@
 
 A fleet's hundred thousand turns are about a gigabyte of trace lines, and decoding them, grouping
 their spans into turns and computing the rows is Python work that one core does in most of a
-minute. So the files are cut, at line ends and in file order, into one share per core, each
-read by a forked worker process (``read_share``: spans grouped into turns, and each turn's
+minute. So the files are cut, at line ends and in file order, into shares (rounds of one per
+core, each round's smaller than the last: ``share_weights``), each read by the next free one of
+a forked worker process per core (``read_share``: spans grouped into turns, and each turn's
 ``TurnFacts`` returned); the facts are then put in the order one process reading everything
 would have (by turn start, ties in reading order), and problems are numbered by their lines in
 the whole file.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,9 +35,9 @@ from pipeline.tracing import names
 # Below this much to read, forking and handing results back costs more than a second core saves.
 PARALLEL_BYTES = 32 << 20
 MOST_WORKERS = 8
-# Shares per worker: a share's answer is pickled, sent and unpickled (in this process's result
-# thread) while the workers read the next shares, so only the last share's answer waits at the end.
-SHARES_PER_WORKER = 4
+# Rounds of shares, each a share per worker (``share_weights``): a share's answer is pickled, sent and
+# unpickled (in this process's result thread) while the workers read the next shares.
+ROUNDS = 5
 _CUT_SEARCH = 1 << 16  # how far ahead a cut looks for a line end at a time
 
 
@@ -164,17 +166,26 @@ def _lines_of(turn: TurnSpans, where: dict[str, LineRef]) -> tuple[LineRef, ...]
     return tuple(refs)
 
 
-def cut(files: Sequence[Path], shares: int) -> list[list[Piece]]:
-    """The files as ``shares`` runs of whole lines of about equal size, in file order."""
+def share_weights(workers: int) -> list[float]:
+    """Shares' sizes, relative, in the order they are handed out: ``workers`` alike in each of ``ROUNDS``
+    rounds, each round's half the size of the one before. Each reader takes the next share when it is
+    done with its last, so the readers finish near together however their speeds differ (two alike
+    processes on this VM's two cores took 1.8 and 2.4 s for shares of one size), and only a small
+    share's answer is left to hand back after the readers are done."""
+    return [0.5**r for r in range(ROUNDS) for _ in range(workers)]
+
+
+def cut(files: Sequence[Path], weights: Sequence[float]) -> list[list[Piece]]:
+    """The files as runs of whole lines in file order, sized about as ``weights`` (one a run)."""
     sizes = [_size(f) for f in files]
     total = sum(sizes)
+    edges = list(accumulate(weight * total / sum(weights) for weight in weights))  # where each run ends
     out: list[list[Piece]] = [[]]
-    target = total / shares
     done = 0  # bytes before the current file
     for path, size in zip(files, sizes, strict=True):
         start = 0
-        while len(out) < shares and done + size > target * len(out) and size > 0:
-            at = _line_end(path, max(start, int(target * len(out) - done)))
+        while len(out) < len(weights) and done + size > edges[len(out) - 1] and size > 0:
+            at = _line_end(path, max(start, int(edges[len(out) - 1] - done)))
             if at is None or at >= size:
                 break
             if at > start:
@@ -214,7 +225,7 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
     if workers is None:
         big = sum(_size(f) for f in files) >= PARALLEL_BYTES
         workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
-    shares = cut(files, workers * SHARES_PER_WORKER) if workers > 1 else []
+    shares = cut(files, share_weights(workers)) if workers > 1 else []
     if len(shares) > 1:
         readers = min(workers, len(shares))
         # every share in a worker, this process only waiting: holding none of the spans itself, it
