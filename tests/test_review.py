@@ -4,7 +4,9 @@ record, the report shows data as data, and helpers never hang or leak."""
 from __future__ import annotations
 
 import asyncio
+import csv
 import http.server
+import io
 import json
 import threading
 import wave
@@ -12,9 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from aiohttp import web
 
+from pipeline.analysis import bench_csv
 from pipeline.analysis.bench_csv import BenchCsv, read_bench_csv
 from pipeline.analysis.numbers import Row
 from pipeline.analysis.rows import COLUMNS
@@ -188,3 +192,27 @@ def test_history_keeps_only_the_rounds_that_are_sent() -> None:
     history = [Message("user", str(i)) for i in range(10)]
     assert _keep(history, 0) == []
     assert _keep(history, 2) == history[-4:]
+
+
+def test_a_row_line_writes_each_cell_as_a_cell_alone_would_be_written() -> None:
+    # csv_line_of's cases in one expression (None and int left to the writer) are _cell's
+    values: list[object] = [
+        None,
+        0,
+        -3,
+        2**70,
+        True,
+        1.0,
+        0.1,
+        -2.5,
+        1e16,
+        1234.5678,
+        float("nan"),
+        "",
+        "a,b",
+        'say "hi"',
+    ]
+    values += [s + "x" for s in bench_csv.FORMULA_START] + ["'=1", "line\nbreak", np.float64(2.25), np.int64(7)]
+    reference = io.StringIO()
+    csv.writer(reference).writerow([bench_csv._cell(v) for v in values])
+    assert bench_csv.csv_line_of(values) == reference.getvalue()
