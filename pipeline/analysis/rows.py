@@ -264,7 +264,7 @@ def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tup
     ok = get(names.OK) is True
     other_cpu_ms = _float(get(names.HOST_OTHER_CPU_MS))
     first_chunk, generation, tool_ms, prompt, cached, s_queue, s_prompt, s_generation, model = _llm_segments(calls)
-    error_rate, error_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
+    asr_error, asr_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
     row: Row = {
         "run_id": _str(get(names.RUN_ID)),
         "condition": _str(get(names.CONDITION)),
@@ -304,8 +304,8 @@ def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tup
         "server_generation_ms": s_generation,
         "llm_model": model,
         "llm_endpoint": _str(get(names.LLM_ENDPOINT)),
-        "asr_error_rate": error_rate,
-        "asr_error_metric": error_metric,
+        "asr_error_rate": asr_error,
+        "asr_error_metric": asr_metric,
         "answer_quality": quality,
         "language": language,
         "category": _str(get(names.CATEGORY)),
