@@ -96,8 +96,8 @@ _EXACT_NS = 1 << 50  # below this, ns -> ms by integers is round(ns / 1e6, 3) ex
 
 
 def _ms(start: int | None, end: int | None) -> float | None:
-    """``round((end - start) / 1e6, 3)``, the same float, mostly without ``round`` (a row makes about
-    twenty: the dearest builtin a row calls). ``round`` rounds the float ``ns / 1e6`` to whole microseconds;
+    """``round((end - start) / 1e6, 3)``, the same float, mostly without ``round`` (a row makes a dozen or
+    so: the dearest builtin a row calls). ``round`` rounds the float ``ns / 1e6`` to whole microseconds;
     for a whole number of nanoseconds below ``_EXACT_NS`` whose microseconds are not a tie (ending in
     500) that float lies too near ``ns / 1e6`` for the rounding to differ, so the microseconds are rounded
     as integers, and divided by 1000 (correctly rounded, as ``round``'s result is)."""

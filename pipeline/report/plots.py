@@ -33,7 +33,7 @@ KIND_COLOURS = {
     "playback": "#2ca02c",
 }
 CDF_POINTS = 2000
-ORDER_POINTS = 2000  # about two a pixel of the plot's width, as the CDFs
+ORDER_POINTS = 2000  # as the CDFs: more points than the figure (11 inches at DPI) has pixels across
 DPI = 100
 
 

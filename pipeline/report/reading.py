@@ -169,9 +169,9 @@ def _lines_of(turn: TurnSpans, where: dict[str, LineRef]) -> tuple[LineRef, ...]
 def share_weights(workers: int) -> list[float]:
     """Shares' sizes, relative, in the order they are handed out: ``workers`` alike in each of ``ROUNDS``
     rounds, each round's half the size of the one before. Each reader takes the next share when it is
-    done with its last, so the readers finish near together however their speeds differ (two alike
-    processes on this VM's two cores took 1.8 and 2.4 s for shares of one size), and only a small
-    share's answer is left to hand back after the readers are done."""
+    done with its last, so the readers finish near together however their speeds differ (on this
+    shared VM two alike processes do not read alike), and only a small share's answer is left to
+    hand back after the readers are done."""
     return [0.5**r for r in range(ROUNDS) for _ in range(workers)]
 
 
@@ -179,7 +179,8 @@ def cut(files: Sequence[Path], weights: Sequence[float]) -> list[list[Piece]]:
     """The files as runs of whole lines in file order, sized about as ``weights`` (one a run)."""
     sizes = [_size(f) for f in files]
     total = sum(sizes)
-    edges = list(accumulate(weight * total / sum(weights) for weight in weights))  # where each run ends
+    scale = total / sum(weights)
+    edges = list(accumulate(weight * scale for weight in weights))  # where each run ends
     out: list[list[Piece]] = [[]]
     done = 0  # bytes before the current file
     for path, size in zip(files, sizes, strict=True):
