@@ -216,3 +216,30 @@ def test_a_row_line_writes_each_cell_as_a_cell_alone_would_be_written() -> None:
     reference = io.StringIO()
     csv.writer(reference).writerow([bench_csv._cell(v) for v in values])
     assert bench_csv.csv_line_of(values) == reference.getvalue()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [""],
+        ["", ""],
+        ["x"],
+        [None],
+        [None, None],
+        [1, 2.5, "plain", None, True],
+        ["a,b", 1],
+        ["a,b", "c,d,e", ",", 2.5, None, "plain"],
+        [",", ""],
+        ["no comma", 'a "quote"'],
+        ["cr\r", 1],
+        ["lf\n", 1],
+        ["=1+2", -0.0],
+        [" spaced ", "tab\tinside", "semi;colon", "é ü 中文"],
+    ],
+)
+def test_a_row_line_is_what_the_csv_writer_writes(values: list[object]) -> None:
+    # lines without a cell to quote are joined without the writer: both paths against the writer itself
+    reference = io.StringIO()
+    csv.writer(reference).writerow([bench_csv._cell(v) for v in values])
+    assert bench_csv.csv_line_of(values) == reference.getvalue()
