@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.analysis.numbers import Row, quantile
 from pipeline.report import bootstrap, drift, settings
-from pipeline.report.conditions import Condition, group
+from pipeline.report.conditions import Condition, group, per_call
 from pipeline.report.load import Dataset, RunInfo
 from pipeline.report.sections import amplification, outcomes
 
@@ -209,3 +209,21 @@ def test_unrecorded_settings_cannot_be_compared() -> None:
     check = settings.check([info("a", "A", BASE), info("old", "B", None)], [])
     assert not check.comparable
     assert "run old does not record its settings" in check.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ("", []),
+        (None, []),
+        ("150", [150.0]),
+        ("150;2.5;1e+06", [150.0, 2.5, 1e6]),
+        (";2.5", [None, 2.5]),
+        ("150;", [150.0, None]),
+        ("1;;3", [1.0, None, 3.0]),
+    ],
+)
+def test_a_rows_per_call_first_tokens_are_read_with_a_gap_for_a_call_without_one(
+    text: str | None, calls: list[float | None]
+) -> None:
+    assert per_call({"llm_first_token_ms_per_call": text}) == calls

@@ -51,7 +51,10 @@ def per_call(row: Row) -> list[float | None]:
     text = row.get("llm_first_token_ms_per_call")
     if not isinstance(text, str) or not text:
         return []
-    return [float(part) if part else None for part in text.split(";")]
+    parts = text.split(";")
+    if all(parts):  # every call had its first token: the parts converted in C (a fleet has a hundred thousand)
+        return list(map(float, parts))
+    return [float(part) if part else None for part in parts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +138,11 @@ def group(data: Dataset) -> dict[str, Condition]:
     indices: dict[str, list[int]] = {}
     for i, row in enumerate(data.rows):
         indices.setdefault(str(row.get("condition") or ""), []).append(i)
+    order = list(map(_order_key, data.rows))  # each row's key once, looked up by index in C while sorting
     out = {}
     for label in ordered_labels(list(indices)):
         if label in indices:
-            out[label] = _condition(data, label, sorted(indices[label], key=lambda i: _order_key(data.rows[i])))
+            out[label] = _condition(data, label, sorted(indices[label], key=order.__getitem__))
     return out
 
 

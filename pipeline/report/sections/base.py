@@ -56,14 +56,13 @@ class Context:
 
     def __post_init__(self) -> None:
         rows, runs = self.data.rows, self.data.runs
-        # the checks in a child (their answer is small) while this process groups the rows (its answer is not)
-        with forked.apart(
-            lambda: (settings.check(list(runs.values()), rows), drift.check_runs(rows)), self.apart
-        ) as checked:
+        # the runs' facts and drifts in a child (their answer is small) while this process groups the rows
+        # (its answer is not) and checks the settings: about as long as each other at fleet scale
+        with forked.apart(lambda: (run_facts(rows, runs), drift.check_runs(rows)), self.apart) as checked:
             self.conds = group(self.data)
             self.labels = ordered_labels(list(self.conds))
-            self.facts = run_facts(rows, runs)
-            self.check, self.drifts = checked()
+            self.check = settings.check(list(runs.values()), rows)
+            self.facts, self.drifts = checked()
         self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
         self.sweeps, self.sweep_problems = read_sweeps(self.data.files)
 

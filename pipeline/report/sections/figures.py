@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pipeline.analysis.numbers import Row
 from pipeline.report import plots
 from pipeline.report.conditions import title
 from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph
@@ -24,7 +25,10 @@ def section(ctx: Context) -> list[Block]:
             Figure("cdf", plots.cdf_plot(conds), "CDFs of first token and whole turn per condition.", "CDF plots")
         )
         out.extend(_waterfalls(ctx))
-    runs = [(f.run_id, f.condition, [r for r in ctx.data.rows if str(r.get("run_id")) == f.run_id]) for f in ctx.facts]
+    by_run: dict[str, list[Row]] = {}
+    for r in ctx.data.rows:  # one pass, not one a run: a fleet's rows are many
+        by_run.setdefault(str(r.get("run_id")), []).append(r)
+    runs = [(f.run_id, f.condition, by_run.get(f.run_id, [])) for f in ctx.facts]
     out.append(
         Figure(
             "order",
