@@ -249,7 +249,7 @@ def test_copies_of_spans_in_later_lines_count_once(tmp_path: Path) -> None:
 
 PARENT = os.getpid()
 _read_share = reading.read_share
-_figures = figures.section
+_figures = figures.first
 
 
 def _dying_reader(pieces: list[reading.Piece]) -> reading.ShareResult:
@@ -284,7 +284,7 @@ def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.Monk
 def test_a_drawing_child_killed_means_the_plots_are_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
     data = load_paths([DATA / "experiment"], workers=1)
     want = build(data, apart=False)
-    monkeypatch.setattr(figures, "section", _dying_drawer)
+    monkeypatch.setattr(figures, "first", _dying_drawer)
     got = build(data, apart=True)
     assert [f.png for f in got.figures()] == [f.png for f in want.figures()] and want.figures()
     assert markdown.render(got) == markdown.render(want)

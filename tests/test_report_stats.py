@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.analysis.numbers import Row, quantile
-from pipeline.report import bootstrap, drift, settings
+from pipeline.report import bootstrap, compare, drift, settings
 from pipeline.report.conditions import Condition, group, per_call
 from pipeline.report.load import Dataset, RunInfo
 from pipeline.report.sections import amplification, outcomes
@@ -227,3 +227,17 @@ def test_a_rows_per_call_first_tokens_are_read_with_a_gap_for_a_call_without_one
     text: str | None, calls: list[float | None]
 ) -> None:
     assert per_call({"llm_first_token_ms_per_call": text}) == calls
+
+
+def test_paired_differences_match_turns_by_question_and_round_and_leave_out_missing_values() -> None:
+    a = [row("A", f"q{i}", 2, first_token_ms=v) for i, v in enumerate([100.0, 200.0, None, 400.0, 500.0])]
+    b = [row("B", f"q{i}", 2, first_token_ms=v) for i, v in enumerate([10.0, 20.0, 30.0, None, 50.0])]
+    b += [row("B", "q4", 2, first_token_ms=5.0), row("B", "q9", 2, first_token_ms=1.0)]  # q4 twice in B
+    conds = conditions(a + b)
+    # q0: -90, q1: -180, q2 and q3: a value missing on one side, q4: B's -450 and -495, q9: only in B
+    got = compare.paired(conds["B"], conds["A"], "first_token_ms")
+    assert (got.value, got.n, got.turns) == (-315.0, 4, 7)
+    # the other way round each of A's turns is paired once, with the last of B's turns of its key
+    back = compare.paired(conds["A"], conds["B"], "first_token_ms")
+    assert (back.value, back.n) == (180.0, 3)
+    assert compare.paired(conds["B"], conds["A"], "first_token_ms") == got  # the pairing cached, the answer the same

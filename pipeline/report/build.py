@@ -6,7 +6,7 @@ document is the list below, with the status line (complete or not, and why) unde
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pipeline.report import forked
 from pipeline.report.document import WARNING, Block, Document, Paragraph
@@ -50,9 +50,9 @@ SECTIONS: tuple[Section, ...] = (
 SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
 
 
-# From this many rows on, work is done in forked children: the context's checks while this process
-# groups the rows, and the plots (the report's dearest section at fleet scale) while this process
-# writes the other sections; below, forking costs more than it saves.
+# From this many rows on, work is done in forked children: the runs' facts and drift checks while this
+# process groups the rows, and the plots but the last (the report's dearest section at fleet scale) while
+# this process writes the other sections and draws the last; below, forking costs more than it saves.
 APART_ROWS = 20_000
 
 
@@ -72,8 +72,17 @@ def build(data: Dataset, draw: bool = True, apart: bool | None = None) -> Docume
 def _sections(ctx: Context, sections: Sequence[Section]) -> list[Block]:
     if not (ctx.apart and ctx.draw and figures.section in sections):
         return [block for section in sections for block in section(ctx)]
-    with forked.apart(lambda: figures.section(ctx), fork=True) as drawn:  # forked now: the context as it is
-        return [block for section in sections for block in (drawn() if section is figures.section else section(ctx))]
+    with forked.apart(lambda: figures.first(ctx), fork=True) as drawn:  # forked now: the context as it is
+        return [
+            block
+            for section in sections
+            for block in (_figures(ctx, drawn) if section is figures.section else section(ctx))
+        ]
+
+
+def _figures(ctx: Context, drawn: Callable[[], list[Block]]) -> list[Block]:
+    last = figures.last(ctx)  # drawn here before waiting for the rest
+    return drawn() + last
 
 
 def _status(reasons: Sequence[str]) -> Paragraph:

@@ -8,7 +8,6 @@ how many turns it was computed over and how many measured turns there were (M7).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,13 +74,10 @@ def diff(x: Condition, base: Condition, metric: str, q: float = 0.5) -> Diff:
 def paired(x: Condition, base: Condition, metric: str) -> Stat:
     """Median of per-turn differences x - base, turns matched by (question, round): the same question
     set and order in both conditions (M5) makes each pair differ only in the condition."""
-    found = dict(zip(base.turn_keys(), base.column(metric).tolist(), strict=True))
-    diffs = [
-        v - found[key]
-        for key, v in zip(x.turn_keys(), x.column(metric).tolist(), strict=True)
-        if key in found and not (math.isnan(v) or math.isnan(found[key]))
-    ]
-    values = np.sort(np.asarray(diffs, dtype=np.float64))
+    mine, theirs = x.matched(base)
+    xs, bs = x.column(metric)[mine], base.column(metric)[theirs]
+    both = ~(np.isnan(xs) | np.isnan(bs))  # pairs where either turn has no value are left out
+    values = np.sort(xs[both] - bs[both])
     return stat_of(values, 0.5, f"{x.label}-{base.label}|paired|{metric}", max(len(x.measured), len(base.measured)))
 
 

@@ -72,6 +72,7 @@ class Condition:
     ok_index: tuple[int, ...]  # where each of ``ok`` is
     _cache: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
     _keys: list[tuple[str, object]] = field(default_factory=list, compare=False, repr=False)
+    _matched: list[tuple[Condition, np.ndarray, np.ndarray]] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def title(self) -> str:
@@ -126,6 +127,19 @@ class Condition:
         if len(self._keys) != len(self.ok):
             self._keys[:] = [(str(r.get("question_id")), r.get("round")) for r in self.ok]
         return self._keys
+
+    def matched(self, base: Condition) -> tuple[np.ndarray, np.ndarray]:
+        """Positions in ``ok`` of this condition's turns that ``base`` has too, by ``turn_keys``, and of
+        base's turn each is paired with (the last with its key) (cached: the same for every metric)."""
+        for other, mine, theirs in self._matched:
+            if other is base:
+                return mine, theirs
+        last = {key: i for i, key in enumerate(base.turn_keys())}
+        pairs = [(j, last[key]) for j, key in enumerate(self.turn_keys()) if key in last]
+        mine = np.array([j for j, _ in pairs], dtype=np.int64)
+        theirs = np.array([i for _, i in pairs], dtype=np.int64)
+        self._matched.append((base, mine, theirs))
+        return mine, theirs
 
 
 def _order_key(row: Row) -> tuple[str, int]:
