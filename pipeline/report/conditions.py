@@ -6,7 +6,7 @@ Warm-up rows stay in ``rows`` and are left out of ``measured`` (M6); failed turn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -140,6 +140,14 @@ class Condition:
         theirs = np.array([i for _, i in pairs], dtype=np.int64)
         self._matched.append((base, mine, theirs))
         return mine, theirs
+
+
+def rows_by_run(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """Rows by run id, runs in first-seen order, each run's rows in the order given."""
+    out: dict[str, list[Row]] = {}
+    for row in rows:
+        out.setdefault(str(row.get("run_id")), []).append(row)
+    return out
 
 
 def _order_key(row: Row) -> tuple[str, int]:

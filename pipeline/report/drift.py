@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import rankdata, spearmanr
 
 from pipeline.analysis.numbers import Row, measured_ok, median
-from pipeline.report.conditions import number
+from pipeline.report.conditions import number, rows_by_run
 
 MIN_TURNS = 6
 MIN_ROUNDS = 2
@@ -104,8 +104,6 @@ def _check(run_id: str, measured: Sequence[Row], metric: str) -> Drift:
 
 def check_runs(rows: Sequence[Row]) -> list[Drift]:
     """Every run, every drift metric, in first-seen run order."""
-    runs: dict[str, list[Row]] = {}
-    for row in rows:
-        runs.setdefault(str(row.get("run_id")), []).append(row)
+    runs = rows_by_run(rows)
     measured = {run_id: _measured_in_order(run_rows) for run_id, run_rows in runs.items()}  # once per run
     return [_check(run_id, measured[run_id], metric) for run_id in runs for metric in METRICS]

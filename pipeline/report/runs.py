@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.analysis.numbers import Row, measured, median
-from pipeline.report.conditions import Condition, number
+from pipeline.report.conditions import Condition, number, rows_by_run
 from pipeline.report.load import RunInfo
 
 TEMP_BAND_C = 5.0
@@ -55,11 +55,8 @@ def _expected(run: RunInfo | None, questions: int) -> int | None:
 
 
 def run_facts(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunFacts]:
-    by_run: dict[str, list[Row]] = {}
-    for row in rows:
-        by_run.setdefault(str(row.get("run_id")), []).append(row)
     out = []
-    for run_id, rr in by_run.items():
+    for run_id, rr in rows_by_run(rows).items():
         warm = [r for r in rr if not measured(r)]
         turns = [r for r in rr if measured(r)]
         errors: dict[str, int] = {}
@@ -129,12 +126,8 @@ class RunLoad:
 
 def run_loads(rows: Sequence[Row]) -> list[RunLoad]:
     """Per run, how much other work the machine did during its measured turns (empty reading: virtual clock)."""
-    by_run: dict[str, list[Row]] = {}
-    for r in rows:
-        if measured(r):
-            by_run.setdefault(str(r.get("run_id")), []).append(r)
     out = []
-    for run_id, rr in by_run.items():
+    for run_id, rr in rows_by_run(r for r in rows if measured(r)).items():
         shares = [v for r in rr if (v := number(r.get("other_cpu_share"))) is not None]
         loads = [v for r in rr if (v := number(r.get("load_avg_1m"))) is not None]
         out.append(

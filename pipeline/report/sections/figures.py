@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pipeline.analysis.numbers import Row
 from pipeline.report import plots
-from pipeline.report.conditions import title
+from pipeline.report.conditions import rows_by_run, title
 from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph
 from pipeline.report.sections.base import Context
 from pipeline.report.waterfall import Waterfall, bars, representative
@@ -34,9 +33,7 @@ def first(ctx: Context) -> list[Block]:
             Figure("cdf", plots.cdf_plot(conds), "CDFs of first token and whole turn per condition.", "CDF plots")
         )
         out.extend(_waterfalls(ctx))
-    by_run: dict[str, list[Row]] = {}
-    for r in ctx.data.rows:  # one pass, not one a run: a fleet's rows are many
-        by_run.setdefault(str(r.get("run_id")), []).append(r)
+    by_run = rows_by_run(ctx.data.rows)  # one pass, not one a run: a fleet's rows are many
     runs = [(f.run_id, f.condition, by_run.get(f.run_id, [])) for f in ctx.facts]
     out.append(
         Figure(
