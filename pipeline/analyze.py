@@ -2,6 +2,11 @@
 
 PATH is a trace file or a folder of them (``*.jsonl``, OTLP JSON lines). Unreadable
 lines are listed, never silently dropped.
+
+The files are read as the report reads them (``report.reading``): a fleet's files by a process per
+core, each turn's row made where its spans were read, so the spans never pile up in one process.
+Every turn gets its row, a server's turn joined to its device's turn too (both ends' rows, as
+``rows.turn_rows`` gives them).
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
-from pipeline.analysis.rows import rows_from_spans
 from pipeline.analysis.summary import summary_table
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
+from pipeline.analysis.traces import trace_files
+from pipeline.report.load import cyclic_gc_paused
+from pipeline.report.reading import read_files
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,16 +35,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not files:
         print(f"error: {args.path}: no trace files (*.jsonl)", file=sys.stderr)
         return 2
-    problems = ReadProblems()
-    spans: list[SpanRecord] = []
-    for path in files:
-        spans.extend(read_trace_file(path, problems))
-    rows = rows_from_spans(spans, problems)
-    for message in problems.messages:
+    with cyclic_gc_paused():
+        read = read_files(files, keep_joined=True)
+        rows = [f.row for f in read.facts]
+    for message in read.problems:
         print(f"warning: {message}", file=sys.stderr)
     if args.csv:
         try:
-            BenchCsv(args.csv).append(rows)
+            BenchCsv(args.csv).append_lines(f.csv_line for f in read.facts)
         except BenchCsvError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -11,6 +11,7 @@ the report drawn in one process.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,14 @@ import pytest
 
 from pipeline.analysis.bench_csv import csv_line
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import COLUMNS, group_turns, sentence_first_tokens, turn_row
+from pipeline.analysis.rows import (
+    COLUMNS,
+    group_turns,
+    rows_from_spans,
+    sentence_first_tokens,
+    servers_of,
+    turn_row,
+)
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.report import drift, html, markdown, reading, turn_facts
 from pipeline.report.build import build
@@ -245,6 +253,85 @@ def test_copies_of_spans_in_later_lines_count_once(tmp_path: Path) -> None:
     assert len(got.rows) == sum('"name":"turn"' in line for line in lines)  # each copy once
 
 
+def _joined_ends() -> tuple[list[str], list[str]]:
+    """The a1 fixture's turns as a device saw them (a ``device`` span added) and as its server did (the
+    same spans under new ids, the server's turn span a child of the device's, a ``downlink`` span added)."""
+    devices, servers = [], []
+    new_ids = (f"00ff{n:012x}" for n in itertools.count())  # no fixture id starts so
+    for data in _lines(DATA / "experiment" / "traces" / "a1.jsonl"):
+        spans = _spans(data)
+        turn = next((s for s in spans if s["name"] == "turn"), None)
+        if turn is None:
+            continue  # the run's session line
+        start, end = int(turn["startTimeUnixNano"]), int(turn["endTimeUnixNano"])
+        device = {
+            "traceId": turn["traceId"],
+            "spanId": next(new_ids),
+            "parentSpanId": turn["spanId"],
+            "name": "device",
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(end),
+            "events": [
+                {"timeUnixNano": str(start + 4_000_000_000), "name": "first_audio_received"},
+                {"timeUnixNano": str(start + 4_050_000_000), "name": "first_audible_played"},
+            ],
+        }
+        ids = {s["spanId"]: next(new_ids) for s in spans}
+        server = [
+            {**s, "spanId": ids[s["spanId"]], "parentSpanId": ids.get(s.get("parentSpanId", ""), turn["spanId"])}
+            for s in spans
+        ]
+        downlink = {
+            "traceId": turn["traceId"],
+            "spanId": next(new_ids),
+            "parentSpanId": ids[turn["spanId"]],
+            "name": "downlink",
+            "startTimeUnixNano": str(start + 3_990_000_000),
+            "endTimeUnixNano": str(end),
+        }
+        devices.append(_line([*spans, device]))
+        servers.append(_line([*server, downlink]))
+    return devices, servers
+
+
+@pytest.mark.parametrize("layout", ["one file each", "each turn's two ends together"])
+def test_joined_turns_kept_give_every_turns_row_as_one_process_does(
+    tmp_path: Path, layout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # python -m pipeline.analyze writes both ends' rows: the device's, split by its server's spans, and the server's
+    from pipeline.analyze import main as analyze
+
+    device_lines, server_lines = _joined_ends()
+    folder = tmp_path / "t"
+    folder.mkdir()
+    if layout == "one file each":
+        _write(folder / "1-device.jsonl", device_lines)
+        _write(folder / "2-server.jsonl", server_lines)
+    else:
+        _write(folder / "both.jsonl", [x for pair in zip(device_lines, server_lines, strict=True) for x in pair])
+    files = sorted(folder.glob("*.jsonl"))
+    problems = ReadProblems()
+    spans = [s for f in files for s in read_trace_file(f, problems)]
+    want = rows_from_spans(spans, problems)
+    assert len(want) == 2 * len(device_lines) and not problems.messages
+    turns = group_turns(spans, ReadProblems())
+    servers = servers_of(turns)  # device turn -> its server's turn
+    assert len(servers) == len(device_lines)
+    served = {t.turn.span_id for t in servers.values()}
+    device_rows = [turn_row(t, servers.get(t.turn.span_id)) for t in turns if t.turn.span_id not in served]
+    assert any(r["uplink_ms"] is not None for r in device_rows)  # split by their servers' spans
+    for workers in (1, 2):
+        read = reading.read_files(files, workers, keep_joined=True)
+        assert [f.row for f in read.facts] == want and read.joined == 0 and not read.problems
+        assert [f.csv_line for f in read.facts] == [csv_line(r) for r in want]
+        report = reading.read_files(files, workers)  # the report's reading: each server turn left out, joined
+        assert report.joined == len(device_lines) and [f.row for f in report.facts] == device_rows
+    assert analyze([str(folder), "--csv", str(tmp_path / "again.csv")]) == 0
+    lines = (tmp_path / "again.csv").read_bytes().decode("utf-8").splitlines(keepends=True)
+    assert lines[1:] == [csv_line(r) for r in want]
+    assert f"{len(want)} turn(s) from {len(files)} file(s)" in capsys.readouterr().out
+
+
 # --- a killed child costs time, not the report -----------------------------------------------------
 
 PARENT = os.getpid()
@@ -252,10 +339,10 @@ _read_share = reading.read_share
 _figures = figures.first
 
 
-def _dying_reader(pieces: list[reading.Piece]) -> reading.ShareResult:
+def _dying_reader(pieces: list[reading.Piece], keep_joined: bool = False) -> reading.ShareResult:
     if os.getpid() != PARENT:
         os._exit(3)  # as the kernel's out-of-memory killer would end it
-    return _read_share(pieces)
+    return _read_share(pieces, keep_joined)
 
 
 def _dying_drawer(ctx: Context) -> list[Block]:

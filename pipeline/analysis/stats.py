@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipeline.analysis.numbers import Row, measured, quantile
 
 HEADLINE_METRICS = (
@@ -43,11 +45,22 @@ class Summary:
 
 
 def summarize(rows: Sequence[Row], metric: str) -> Summary:
+    return summaries(rows, (metric,))[0]
+
+
+def summaries(rows: Sequence[Row], metrics: Sequence[str]) -> list[Summary]:
+    """``summarize`` for each metric, the measured and the successful turns found once for all of them."""
     turns = [r for r in rows if measured(r)]
-    values = sorted(float(v) for r in turns if r.get("ok") and isinstance((v := r.get(metric)), (int, float)))
+    ok = [r for r in turns if r.get("ok")]
+    return [_summary(metric, ok, len(turns)) for metric in metrics]
+
+
+def _summary(metric: str, ok: Sequence[Row], turns: int) -> Summary:
+    values = sorted(float(v) for r in ok if isinstance((v := r.get(metric)), (int, float)))
     if not values:
-        return Summary(metric, 0, len(turns), None, None, None, None)
-    return Summary(metric, len(values), len(turns), quantile(values, 0.5), quantile(values, 0.9), values[0], values[-1])
+        return Summary(metric, 0, turns, None, None, None, None)
+    array = np.array(values)  # converted once for both quantiles
+    return Summary(metric, len(values), turns, quantile(array, 0.5), quantile(array, 0.9), values[0], values[-1])
 
 
 def success_rate(rows: Sequence[Row]) -> tuple[int, int]:

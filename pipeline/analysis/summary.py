@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.analysis.numbers import Row, measured
-from pipeline.analysis.stats import HEADLINE_METRICS, group_rows, success_rate, summarize
+from pipeline.analysis.stats import HEADLINE_METRICS, group_rows, success_rate, summaries, summarize
 
 
 def _fmt(value: float | None, metric: str) -> str:
@@ -36,8 +36,8 @@ def summary_table(rows: Sequence[Row]) -> str:
                 f"  scripted stages: {', '.join(scripted)}: their times are estimated (simulated), not measurements"
             )
         lines.append(f"  {'metric':<32}{'median':>10}{'P90':>10}{'min':>10}{'max':>10}{'n':>8}")
-        for metric in HEADLINE_METRICS:
-            s = summarize(group, metric)
+        figures = summaries(group, HEADLINE_METRICS)  # the turns that count found once: a fleet has many
+        for metric, s in zip(HEADLINE_METRICS, figures, strict=True):
             n = f"{s.n}/{s.turns}" + ("*" if s.partial else "")
             lines.append(
                 f"  {metric:<32}{_fmt(s.median, metric):>10}{_fmt(s.p90, metric):>10}"
@@ -46,7 +46,7 @@ def summary_table(rows: Sequence[Row]) -> str:
         by_language = _error_rates(group)
         if by_language:
             lines.append("  asr_error_rate by language (median): " + ", ".join(by_language))
-        if any(summarize(group, m).partial for m in HEADLINE_METRICS):
+        if any(s.partial for s in figures):
             lines.append(
                 "  * computed over fewer than all measured turns (failed turns have no latency;"
                 " questions without expected keywords have no answer_quality)"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from itertools import accumulate
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -67,9 +67,10 @@ class Read(NamedTuple):
     workers: int  # processes that read the files (1: this one)
 
 
-def read_share(pieces: Sequence[Piece]) -> ShareResult:
-    """Read some pieces of trace files and turn them into turn facts (in a worker, or in this process)."""
-    share = _Share()
+def read_share(pieces: Sequence[Piece], keep_joined: bool = False) -> ShareResult:
+    """Read some pieces of trace files and turn them into turn facts (in a worker, or in this process);
+    ``keep_joined``: as ``facts_of``."""
+    share = _Share(keep_joined)
     problems: list[tuple[int, int, str]] = []
     counts = []
     read = []  # the pieces as far as they were read (a file still being written may have grown since)
@@ -105,7 +106,8 @@ class _Share:
     (A span id read before is skipped, as grouping keeps a span's first copy.)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_joined: bool = False) -> None:
+        self.keep_joined = keep_joined
         self.where: dict[str, LineRef] = {}  # span id -> the line of its first copy
         self.turn_ids: set[str] = set()
         self.unseen: set[str] = set()  # parents named by a span read before them (or never read)
@@ -133,7 +135,7 @@ class _Share:
                     self.unseen.add(parent)
         if not self.spread:
             # every span grouped here is one of this line's first copies: each turn was read from this line alone
-            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.kept)
+            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.kept, self.keep_joined)
             self.facts.extend(facts)
             self.joined += joined
 
@@ -149,7 +151,7 @@ class _Share:
                 continue  # said when it was first read
         self.grouped = ReadProblems()
         turns = group_turns(first.values(), self.grouped)
-        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.kept)
+        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.kept, self.keep_joined)
 
     def result(self, problems: list[tuple[int, int, str]], counts: list[int]) -> ShareResult:
         where = self.where
@@ -221,8 +223,9 @@ def _line_end(path: Path, at: int) -> int | None:
     return None
 
 
-def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
-    """Every turn's facts from ``files``; ``workers`` (default: one per core, for a large read) processes."""
+def read_files(files: Sequence[Path], workers: int | None = None, keep_joined: bool = False) -> Read:
+    """Every turn's facts from ``files``; ``workers`` (default: one per core, for a large read) processes;
+    ``keep_joined``: a server's turn joined to its device's turn kept as a turn of its own (``facts_of``)."""
     if workers is None:
         big = sum(_size(f) for f in files) >= PARALLEL_BYTES
         workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
@@ -233,13 +236,13 @@ def read_files(files: Sequence[Path], workers: int | None = None) -> Read:
         # starts the report with a small heap (tried: reading a share here, its report was slower)
         try:
             with forked.pool(readers) as pool:
-                results = list(pool.map(read_share, shares))
+                results = list(pool.map(read_share, shares, repeat(keep_joined)))
         except BrokenProcessPool:  # a reader killed (out of memory, say): this process reads it all
             results = []
         if results and _independent(results):
             return _merged(shares, results, readers)
     whole = [Piece(str(f), 0, None) for f in files]
-    return _merged([whole], [read_share(whole)], 1)
+    return _merged([whole], [read_share(whole, keep_joined)], 1)
 
 
 def _independent(results: Sequence[ShareResult]) -> bool:

@@ -123,16 +123,19 @@ def facts_of(
     turns: Sequence[TurnSpans],
     lines_of: Callable[[TurnSpans], tuple[LineRef, ...]] | None = None,
     kept: dict[Any, Any] | None = None,
+    keep_joined: bool = False,
 ) -> tuple[list[TurnFacts], int]:
     """Each turn's facts, and how many server turns were left out as joined to their device's turn
     (the same turn seen from the other end: it gives the device's row the split of its first sound).
+    With ``keep_joined`` none is left out: each server turn has its own facts too, as ``turn_rows``
+    gives it a row of its own (``python -m pipeline.analyze`` writes both ends' rows).
 
     ``kept``: one copy of each distinct value the turns repeat (a run's settings and facts, the row's
     run id, condition, model, language...), kept across calls by a caller that makes facts a few turns
     at a time: a worker's answer then carries each once (pickle writes an object once), not once a
     turn, and the process it reaches holds one copy."""
     servers = servers_of(turns)
-    served = {t.turn.span_id for t in servers.values()}
+    served: set[str] = set() if keep_joined else {t.turn.span_id for t in servers.values()}
     known: dict[Any, Any] = {} if kept is None else kept
 
     def same(value: T) -> T:
