@@ -1,7 +1,7 @@
 """``python -m pipeline.analyze PATH``: recompute bench rows and the summary from trace files alone.
 
-PATH is a trace file or a folder of them (``*.jsonl``, OTLP JSON lines). Unreadable
-lines are listed, never silently dropped.
+PATH is a trace file or a folder of them (``*.jsonl``, OTLP JSON lines). Unreadable files and
+lines are listed, never silently dropped, and the rest is read.
 
 The files are read as the report reads them (``report.reading``): a fleet's files by a process per
 core, each turn's row made where its spans were read, so the spans never pile up in one process.

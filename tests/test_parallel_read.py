@@ -332,6 +332,28 @@ def test_joined_turns_kept_give_every_turns_row_as_one_process_does(
     assert f"{len(want)} turn(s) from {len(files)} file(s)" in capsys.readouterr().out
 
 
+def test_analyze_names_an_unreadable_file_and_line_and_keeps_the_other_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline.analyze import main as analyze
+
+    good = DATA / "experiment" / "traces" / "a1.jsonl"
+    (tmp_path / "a1.jsonl").write_bytes(good.read_bytes())
+    (tmp_path / "b.jsonl").mkdir()  # a folder where a trace file is expected: it cannot be opened
+    _write(tmp_path / "c.jsonl", ["{not json", "[1, 2]"])
+    assert analyze([str(tmp_path), "--csv", str(tmp_path / "out.csv")]) == 0
+    said = capsys.readouterr()
+    warnings = [line for line in said.err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 3
+    assert f"{tmp_path / 'b.jsonl'}: could not be read" in warnings[0]
+    assert warnings[1].startswith(f"warning: {tmp_path / 'c.jsonl'}:1: unreadable trace line")
+    assert warnings[2].startswith(f"warning: {tmp_path / 'c.jsonl'}:2: unreadable trace line")
+    rows = reading.read_files([good]).facts
+    written = (tmp_path / "out.csv").read_bytes().decode("utf-8").splitlines(keepends=True)
+    assert written[1:] == [f.csv_line for f in rows] and rows
+    assert f"{len(rows)} turn(s) from 3 file(s)" in said.out
+
+
 # --- a killed child costs time, not the report -----------------------------------------------------
 
 PARENT = os.getpid()
