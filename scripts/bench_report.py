@@ -1,7 +1,7 @@
 """How long the report takes, and how much memory, for a large experiment.
 
     .venv/bin/python scripts/bench_report.py [--span-turns 100000] [--baseline DIR] [--turns 100000]
-                                             [--no-tracemalloc]
+                                             [--no-tracemalloc] [--analyze]
 
 1. From trace files (issue 12: 100,000 turns to a finished report in under 10 s, reading
    included): the committed fixture traces copied (new ids, later rounds, later times) to
@@ -14,6 +14,9 @@
    kernel's write-back and both find the files in the page cache: on this shared VM reading them
    from disk took 40 MiB/s one hour and the cache 4,500 MiB/s the next, and that is not the
    report's work. That read's own speed is printed beside it.
+   With ``--analyze``, ``python -m pipeline.analyze`` of the same files too (each checkout's, in a
+   fresh interpreter): its time, CPU time and peak memory, and whether the bench.csv it writes is the
+   report's. No goal: it shows what a user recomputing a fleet's rows waits for.
 2. From rows: ``--turns`` synthetic turns (A, B, B' in equal parts, 30 questions per round,
    round 1 warm-up, 1 % failures, B and B' with server timings, B with a temperature) built
    directly as bench rows, then the whole report: statistics, plots, Markdown, HTML and
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -282,7 +286,8 @@ def speed_check(traces: Path) -> float:
     which moved by a third within minutes in this project's measurements. Lower is faster."""
     first = sorted(traces.iterdir())[0]
     with first.open("rb") as fh:
-        lines = [fh.readline() for _ in range(SPEED_LINES)]
+        found = [line for line in itertools.islice(fh, SPEED_LINES) if line.strip()]
+    lines = list(itertools.islice(itertools.cycle(found), SPEED_LINES))  # the same work for a smaller file
     t0 = time.perf_counter()
     for line in lines:
         for rs in json.loads(line)["resourceSpans"]:
@@ -321,6 +326,49 @@ def _same(a: Path, b: Path) -> str:
     if not (a.is_file() and b.is_file()):
         return "not both written"
     return "the same" if a.read_bytes() == b.read_bytes() else "DIFFERENT"
+
+
+def analyze(code: Path, traces: Path, out: Path) -> dict[str, Any]:
+    """``python -m pipeline.analyze TRACES --csv OUT`` with ``code``'s code, in a fresh interpreter: its
+    wall time, CPU time and peak resident size (its readers' too: ``wait4`` gives the largest of them)."""
+    os.sync()
+    speed = speed_check(traces)
+    cmd = [sys.executable, "-m", "pipeline.analyze", str(traces), "--csv", str(out)]
+    t0 = time.perf_counter()
+    child = subprocess.Popen(cmd, cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - t0
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    return {
+        "seconds": seconds,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "rss_mib": usage.ru_maxrss / 1024,
+        "status": child.returncode,
+        "rows": _csv_rows(out),
+        "speed": (speed, speed_check(traces)),
+    }
+
+
+def analyze_step(traces: Path, work: Path, codes: dict[str, Path]) -> None:
+    """``pipeline.analyze`` of the same trace files by each checkout, side by side (no goal: for comparison)."""
+    runs = {name: analyze(code, traces, work / f"analyze-{i}.csv") for i, (name, code) in enumerate(codes.items())}
+    print("python -m pipeline.analyze of the same files, bench.csv written (no goal)")
+    print(f"  {'':<44}" + "".join(f"{name:>16}" for name in runs))
+    print(f"  {'wall time':<44}" + "".join(f"{r['seconds']:14.2f} s" for r in runs.values()))
+    print(
+        f"  {'CPU time, its children too (user + system)':<44}" + "".join(f"{r['cpu']:14.2f} s" for r in runs.values())
+    )
+    print(f"  {'peak RSS (its largest process)':<44}" + "".join(f"{r['rss_mib']:12.0f} MiB" for r in runs.values()))
+    for name, r in runs.items():
+        before, after = r["speed"]
+        print(
+            f"  {name}: {r['rows']} rows, exit status {r['status']}; the machine's speed {before:.0f} ms just before, "
+            f"{after:.0f} ms just after"
+        )
+    files = [work / f"analyze-{i}.csv" for i in range(len(runs))]
+    print(f"  its bench.csv and the report's of this checkout: {_same(files[0], work / 'after' / 'bench.csv')}")
+    if len(files) > 1:
+        print(f"  its bench.csv of this checkout and of the baseline: {_same(files[0], files[1])}")
 
 
 def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
@@ -381,6 +429,7 @@ def main() -> int:
     p.add_argument("--baseline", type=Path, help="another checkout: its code measured on the same trace files")
     p.add_argument("--turns", type=int, default=100_000, help="synthetic rows; 0 skips the from-rows measurement")
     p.add_argument("--no-tracemalloc", action="store_true", help="skip the untimed tracemalloc pass")
+    p.add_argument("--analyze", action="store_true", help="also time python -m pipeline.analyze of the trace files")
     args = p.parse_args()
     verdicts = []
     print(f"machine: {os.cpu_count()} CPUs, {load_text()}")
@@ -390,6 +439,9 @@ def main() -> int:
             print(f"report from {args.span_turns} turns of trace files, reading included (goal: under {GOAL_S:.0f} s)")
             total = spans_step(args.span_turns, work, args.baseline)
             verdicts.append(verdict(total, f"{args.span_turns} turns from trace files"))
+            if args.analyze:
+                codes = {"this checkout": CODE, **({"baseline": args.baseline} if args.baseline else {})}
+                analyze_step(work / "traces", work, codes)
         if args.turns:
             print(f"report from {args.turns} synthetic rows (goal: under {GOAL_S:.0f} s)")
             total = rows_step(args.turns, work, not args.no_tracemalloc)
