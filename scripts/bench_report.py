@@ -335,7 +335,8 @@ def analyze(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     speed = speed_check(traces)
     cmd = [sys.executable, "-m", "pipeline.analyze", str(traces), "--csv", str(out)]
     t0 = time.perf_counter()
-    child = subprocess.Popen(cmd, cwd=code, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "PYTHONPATH": str(code)}  # that checkout's code, whatever the venv was installed from
+    child = subprocess.Popen(cmd, cwd=code, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - t0
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
