@@ -297,11 +297,15 @@ def speed_check(traces: Path) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+def ready(traces: Path) -> tuple[str, float]:
+    """Before a measured run: what was written flushed, the files in the page cache, the machine's speed."""
+    os.sync()  # what an earlier run wrote goes to disk now, not during this one
+    return warm(traces), speed_check(traces)
+
+
 def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     """``code``'s report of ``traces``, in a fresh interpreter (nothing warm but the page cache, nothing shared)."""
-    os.sync()  # what an earlier run wrote goes to disk now, not during this one
-    warmed = warm(traces)
-    speed = speed_check(traces)
+    warmed, speed = ready(traces)
     env = {**os.environ, "BENCH_REPORT_CODE": str(code)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(traces), str(out)]
     t0 = time.perf_counter()
@@ -331,8 +335,7 @@ def _same(a: Path, b: Path) -> str:
 def analyze(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     """``python -m pipeline.analyze TRACES --csv OUT`` with ``code``'s code, in a fresh interpreter: its
     wall time, CPU time and peak resident size (its readers' too: ``wait4`` gives the largest of them)."""
-    os.sync()
-    speed = speed_check(traces)
+    _, speed = ready(traces)  # as before a report's run
     cmd = [sys.executable, "-m", "pipeline.analyze", str(traces), "--csv", str(out)]
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(code)}  # that checkout's code, whatever the venv was installed from
