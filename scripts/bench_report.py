@@ -6,10 +6,12 @@
 1. From trace files (issue 12: 100,000 turns to a finished report in under 10 s, reading
    included): the committed fixture traces copied (new ids, later rounds, later times) to
    ``--span-turns`` turns, then, in a fresh interpreter, the files read into rows and the whole
-   report built and written. With ``--baseline DIR``, another checkout of this project (for
-   the code before a change: ``git worktree add /tmp/base <commit>``), the same files go
-   through that checkout's code the same way, and both are printed side by side with whether
-   their bench.csv and report.md came out the same. Before each measured run what was written
+   report built and written. The goal is held to that whole process, as a user timing the command
+   waits for it (interpreter start, imports and exit included), not to the sum of its steps.
+   With ``--baseline DIR``, another checkout of this project (for the code before a change:
+   ``git worktree add /tmp/base <commit>``), the same files go through that checkout's code the
+   same way, and both are printed side by side with whether their bench.csv and report.md came
+   out the same. Before each measured run what was written
    is flushed to disk and the files are read once, both untimed, so no run shares the CPU with the
    kernel's write-back and both find the files in the page cache: on this shared VM reading them
    from disk took 40 MiB/s one hour and the cache 4,500 MiB/s the next, and that is not the
@@ -47,7 +49,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -57,10 +59,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = Path(os.environ.get("BENCH_REPORT_CODE", str(ROOT)))
 sys.path.insert(0, str(CODE))
 
-from pipeline.analysis.numbers import Row  # noqa: E402  (after the path set-up, so it runs from a checkout)
-from pipeline.report.build import build  # noqa: E402
-from pipeline.report.load import Dataset  # noqa: E402
-from pipeline.report.output import write  # noqa: E402
+if TYPE_CHECKING:
+    from pipeline.analysis.numbers import Row
+    from pipeline.report.load import Dataset
 
 QUESTIONS = 30
 CONDITIONS = {"A": (520.0, 0.18, 25.0), "B": (300.0, 0.06, 110.0), "B'": (300.0, 0.06, 110.0)}
@@ -82,8 +83,14 @@ def load_text() -> str:
     return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+# The report's code is imported where it is used, after the path set-up, and not in a --child run:
+# that one imports what ``python -m pipeline.report`` imports, when the command does.
+
+
 def synthetic(turns: int, seed: int = 7) -> Dataset:
     """Rows (and per-sentence first tokens) of ``turns`` turns, as analysis would compute them."""
+    from pipeline.report.load import Dataset
+
     rng = np.random.default_rng(seed)
     rows: list[Row] = []
     sentence_ms: list[tuple[float, ...]] = []
@@ -197,6 +204,9 @@ def timed(label: str, step: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def report_from_rows(data: Dataset, out: Path) -> float:
+    from pipeline.report.build import build
+    from pipeline.report.output import write
+
     doc, t_build = timed("statistics, tables and plots", lambda: build(data))
     _, t_write = timed("Markdown, HTML and bench.csv written", lambda: write(doc, data, out))
     total = t_build + t_write
@@ -216,6 +226,9 @@ def rows_step(turns: int, work: Path, trace_memory: bool) -> float:
     data, _ = timed("synthetic rows made (not counted)", lambda: synthetic(turns))
     total = report_from_rows(data, work / "rows")
     if trace_memory:
+        from pipeline.report.build import build
+        from pipeline.report.output import write
+
         peak = python_peak(lambda: write(build(data), data, work / "rows-traced"))
         print(f"  {'report Python allocations, peak (tracemalloc)':<44}{peak:8.0f} MiB")
     return total
@@ -250,7 +263,10 @@ def child(traces: Path, out: Path) -> None:
     readers: list[int] = []
     command.load = load
     with contextlib.redirect_stdout(sys.stderr):  # its summary lines: stdout is for the JSON line
-        status = command.main([str(traces), "--out", str(out)])
+        if hasattr(command, "exit_now"):  # as ``python -m pipeline.report`` runs it, its dataset held to the end
+            status, _held = command.report([str(traces), "--out", str(out)])
+        else:  # a checkout before its fast exit
+            status = command.main([str(traces), "--out", str(out)])
     mine = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # forked readers and plot drawing
     cpu = mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
@@ -263,6 +279,8 @@ def child(traces: Path, out: Path) -> None:
         "readers": readers[0],
     }
     print(json.dumps(result))
+    if hasattr(command, "exit_now"):
+        command.exit_now(0)  # this run's own status is in the JSON line
 
 
 def warm(traces: Path) -> str:
@@ -376,7 +394,7 @@ def analyze_step(traces: Path, work: Path, codes: dict[str, Path]) -> None:
 
 
 def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
-    """Part 1: trace files -> finished report, this checkout (and the baseline); the total of this one."""
+    """Part 1: trace files -> finished report, this checkout (and the baseline); this one's whole process."""
     traces = work / "traces"
     traces.mkdir()
     written, _ = timed("trace files written (not counted)", lambda: spread_traces(turns, traces))
@@ -417,7 +435,8 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
         for file in ("bench.csv", "report.md"):
             same = _same(work / "after" / file, work / "before" / file)
             print(f"  {file} of this checkout and of the baseline: {same}")
-    return totals["this checkout"]
+    # the goal is the command's, as a user times it: start, imports and exit included
+    return float(runs["this checkout"]["process"])
 
 
 def verdict(total: float, what: str) -> str:
@@ -440,7 +459,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.span_turns:
-            print(f"report from {args.span_turns} turns of trace files, reading included (goal: under {GOAL_S:.0f} s)")
+            print(
+                f"report from {args.span_turns} turns of trace files, reading included (goal: the whole process "
+                f"under {GOAL_S:.0f} s)"
+            )
             total = spans_step(args.span_turns, work, args.baseline)
             verdicts.append(verdict(total, f"{args.span_turns} turns from trace files"))
             if args.analyze:

@@ -390,6 +390,17 @@ def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.Monk
     same(want, got)
 
 
+def test_the_readers_answers_in_files_leave_none_behind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(reading, "_spill_root", lambda: str(tmp_path))
+    want = load_paths([DATA / "experiment"], workers=1)
+    got = load_paths([DATA / "experiment"], workers=2)
+    assert got.workers == 2
+    same(want, got)
+    monkeypatch.setattr(reading, "read_share", _dying_reader)
+    assert load_paths([DATA / "experiment"], workers=2).workers == 1
+    assert list(tmp_path.iterdir()) == []  # the answers' folder gone, a reader killed or not
+
+
 def test_a_drawing_child_killed_means_the_plots_are_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
     data = load_paths([DATA / "experiment"], workers=1)
     want = build(data, apart=False)

@@ -104,6 +104,22 @@ def test_ranks_average_ties_and_spearman_reads_monotone_trends() -> None:
     assert drift.spearman(x, np.ones(8)) is None
 
 
+def test_ranks_and_spearman_are_scipys_on_random_ties() -> None:
+    stats = pytest.importorskip("scipy.stats")  # the reference the numpy computation is held to
+    rng = np.random.default_rng(12)
+    for n in (2, 3, 7, 50, 1000):
+        x = rng.integers(0, max(2, n // 3), n).astype(np.float64)  # many ties
+        y = rng.normal(size=n).round(1)
+        assert drift.ranks(x).tolist() == stats.rankdata(x, method="average").tolist()
+        found = drift.spearman(np.arange(n, dtype=np.float64), y)
+        assert found == pytest.approx(stats.spearmanr(np.arange(n), y).statistic, abs=1e-12)
+    assert drift.ranks(np.asarray([], dtype=np.float64)).tolist() == []
+    with_nan = np.asarray([1.0, np.nan, 3.0, 2.0])
+    assert np.isnan(stats.spearmanr(np.arange(4), with_nan).statistic)
+    found = drift.spearman(np.arange(4, dtype=np.float64), with_nan)
+    assert found is not None and np.isnan(found)
+
+
 def _run(values_by_round: list[list[float]]) -> list[Row]:
     rows = []
     for rnd, values in enumerate(values_by_round, start=1):

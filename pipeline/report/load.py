@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,10 +213,16 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_paths(paths: Sequence[Path], runs: Sequence[str] = (), workers: int | None = None) -> Dataset:
+def load_paths(
+    paths: Sequence[Path],
+    runs: Sequence[str] = (),
+    workers: int | None = None,
+    meanwhile: Callable[[], object] | None = None,
+) -> Dataset:
     """Trace files and experiment folders -> dataset. A missing path raises ``LoadError``.
 
-    ``workers``: processes to read the files with (default: one per core when there is much to read)."""
+    ``workers``: processes to read the files with (default: one per core when there is much to read);
+    ``meanwhile``: as ``read_files``'s (called once, unless a path is missing)."""
     files: list[Path] = []
     for path in paths:
         if not path.exists():
@@ -224,7 +230,7 @@ def load_paths(paths: Sequence[Path], runs: Sequence[str] = (), workers: int | N
         files.extend([path] if path.is_file() else _folder_files(path))
     source = ", ".join(str(p) for p in paths)
     with cyclic_gc_paused():
-        read = read_files(files, workers)
+        read = read_files(files, workers, meanwhile=meanwhile)
         data = dataset_from_facts(read.facts, read.joined, read.problems, source, runs)
     data.workers = read.workers
     data.files = [str(f) for f in files]

@@ -5,9 +5,9 @@ their spans into turns and computing the rows is Python work that one core does 
 minute. So the files are cut, at line ends and in file order, into shares (rounds of one per
 core, each round's smaller than the last: ``share_weights``), each read by the next free one of
 a forked worker process per core (``read_share``: spans grouped into turns, and each turn's
-``TurnFacts`` returned); the facts are then put in the order one process reading everything
-would have (by turn start, ties in reading order), and problems are numbered by their lines in
-the whole file.
+``TurnFacts`` handed back through a file, ``_read_share_to_file``); the facts are then put in the
+order one process reading everything would have (by turn start, ties in reading order), and
+problems are numbered by their lines in the whole file.
 
 That is only the same as reading everything in one process when no turn's spans are divided
 between two shares: each share reports the span ids it read, its turn span ids and the parents
@@ -18,7 +18,10 @@ the files are read again in one process. A small read (under ``PARALLEL_BYTES``)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from itertools import accumulate, repeat
 from pathlib import Path
@@ -223,9 +226,15 @@ def _line_end(path: Path, at: int) -> int | None:
     return None
 
 
-def read_files(files: Sequence[Path], workers: int | None = None, keep_joined: bool = False) -> Read:
+def read_files(
+    files: Sequence[Path],
+    workers: int | None = None,
+    keep_joined: bool = False,
+    meanwhile: Callable[[], object] | None = None,
+) -> Read:
     """Every turn's facts from ``files``; ``workers`` (default: one per core, for a large read) processes;
-    ``keep_joined``: a server's turn joined to its device's turn kept as a turn of its own (``facts_of``)."""
+    ``keep_joined``: a server's turn joined to its device's turn kept as a turn of its own (``facts_of``);
+    ``meanwhile``: called once, while forked readers read (where this process reads, before it does)."""
     if workers is None:
         big = sum(_size(f) for f in files) >= PARALLEL_BYTES
         workers = min(forked.cores(), MOST_WORKERS) if big and forked.can_fork() else 1
@@ -235,14 +244,51 @@ def read_files(files: Sequence[Path], workers: int | None = None, keep_joined: b
         # every share in a worker, this process only waiting: holding none of the spans itself, it
         # starts the report with a small heap (tried: reading a share here, its report was slower)
         try:
-            with forked.pool(readers) as pool:
-                results = list(pool.map(read_share, shares, repeat(keep_joined)))
+            with (
+                tempfile.TemporaryDirectory(prefix="report-shares-", dir=_spill_root()) as folder,
+                forked.pool(readers) as pool,
+            ):
+                spilled = pool.map(_read_share_to_file, shares, repeat(keep_joined), repeat(folder))
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None  # called: not again if this process has to read it all after all
+                results = [_unspilled(path) for path in spilled]  # each as soon as it is there, in order
         except BrokenProcessPool:  # a reader killed (out of memory, say): this process reads it all
             results = []
         if results and _independent(results):
             return _merged(shares, results, readers)
+    if meanwhile is not None:
+        meanwhile()
     whole = [Piece(str(f), 0, None) for f in files]
     return _merged([whole], [read_share(whole, keep_joined)], 1)
+
+
+def _read_share_to_file(pieces: Sequence[Piece], keep_joined: bool, folder: str) -> str:
+    """``read_share`` in a worker, its answer pickled to a file in ``folder``: the file's name.
+
+    Handed back through the pool's pipe, a share's answer (megabytes) kept its reader waiting until
+    this process had received and unpickled the other reader's: a reader's share of 100,000 turns
+    took 0.27 to 0.44 s from one share's end to the next one's start (``scripts/bench_report.py``).
+    Written to a file, the reader goes on at once, and only a name crosses the pipe."""
+    result = read_share(pieces, keep_joined)
+    with tempfile.NamedTemporaryFile(dir=folder, suffix=".pickle", delete=False) as fh:
+        pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return fh.name
+
+
+def _unspilled(path: str) -> ShareResult:
+    with open(path, "rb") as fh:
+        result: ShareResult = pickle.load(fh)  # written by our own reader, in a folder only this user can read
+    os.unlink(path)  # its memory back now, not when the folder goes
+    return result
+
+
+def _spill_root() -> str | None:
+    """Memory-backed /dev/shm where there is one (nothing written back to disk), else the default."""
+    return _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else None
+
+
+_SHM = "/dev/shm"
 
 
 def _independent(results: Sequence[ShareResult]) -> bool:
