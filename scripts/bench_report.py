@@ -11,11 +11,11 @@
    With ``--baseline DIR``, another checkout of this project (for the code before a change:
    ``git worktree add /tmp/base <commit>``), the same files go through that checkout's code the
    same way, and both are printed side by side with whether their bench.csv and report.md came
-   out the same. Before each measured run what was written
-   is flushed to disk and the files are read once, both untimed, so no run shares the CPU with the
-   kernel's write-back and both find the files in the page cache: on this shared VM reading them
-   from disk took 40 MiB/s one hour and the cache 4,500 MiB/s the next, and that is not the
-   report's work. That read's own speed is printed beside it.
+   out the same. Before each measured run what was written is flushed to disk and the files are
+   read once, both untimed, so no run shares the CPU with the kernel's write-back and both find
+   the files in the page cache: on this shared VM reading them from disk took 40 MiB/s one hour
+   and the cache 4,500 MiB/s the next, and that is not the report's work. That read's own speed
+   is printed beside it.
    With ``--analyze``, ``python -m pipeline.analyze`` of the same files too (each checkout's, in a
    fresh interpreter): its time, CPU time and peak memory, and whether the bench.csv it writes is the
    report's. No goal: it shows what a user recomputing a fleet's rows waits for.
