@@ -56,8 +56,9 @@ def load(args: argparse.Namespace) -> Dataset:
     return load_paths(args.paths, tuple(args.run), meanwhile=_import_build)
 
 
-# The report's own code (the sections, matplotlib) took 0.38 s to import, measured here: imported while
-# forked readers read the trace files, in this otherwise waiting process, not before they start.
+# The report's own code (the sections, matplotlib) took 0.35-0.41 s to import after what this module
+# imports (timed around ``import pipeline.report.build``): imported while forked readers read the trace
+# files, in this otherwise waiting process, not before they start.
 _BUILD = "pipeline.report.build"
 
 
