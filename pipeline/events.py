@@ -24,13 +24,55 @@ FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
 FRAME_BYTES = FRAME_SAMPLES * 2  # 16-bit little-endian mono PCM
 
 
+# the silero VAD's end-pointers: the lab's, and xiaozhi-esp32-server's default (XiaozhiServerProfile)
+VAD_PROFILES = ("lab", "xiaozhi-server")
+
+
+@dataclass(frozen=True, slots=True)
+class XiaozhiServerProfile:
+    """The settings of the silero VAD's ``profile = "xiaozhi-server"`` (table ``[vad.xiaozhi_server]``).
+
+    A settings value shared by the stage (stages/vad/xiaozhi.py) and the settings that hold it, as
+    ``LatencyProfile`` is. The defaults are the real server's shipped configuration; each is named
+    so that a change enters config_id.
+    """
+
+    threshold: float = 0.5  # config.yaml SileroVAD.threshold
+    threshold_low: float = 0.3  # config.yaml SileroVAD.threshold_low
+    vote_window: int = 5  # connection.py: deque(maxlen=5)
+    vote_needed: int = 3  # silero.py: frame_window_threshold
+    silence_ms: int = 200  # config.yaml SileroVAD.min_silence_duration_ms, between arrivals
+    pre_speech_frames: int = 10  # asr/base.py: asr_audio[-10:]
+    min_utterance_ms: int = 900  # asr/base.py: an utterance must be longer than 15 frames of 1920 bytes
+
+    def problem(self) -> str:
+        """What is wrong with these settings, "" when nothing."""
+        if not 0 < self.threshold_low <= self.threshold < 1:
+            return (
+                f"threshold_low = {self.threshold_low}, threshold = {self.threshold}: "
+                "need 0 < threshold_low <= threshold < 1"
+            )
+        if not 0 < self.vote_needed <= self.vote_window:
+            return f"vote_needed = {self.vote_needed}, vote_window = {self.vote_window}: need 0 < needed <= window"
+        if self.silence_ms <= 0 or self.pre_speech_frames < 0 or self.min_utterance_ms < 0:
+            return "silence_ms must be positive, pre_speech_frames and min_utterance_ms >= 0"
+        return ""
+
+
 @dataclass(frozen=True, slots=True)
 class AudioFrame:
-    """One uplink frame of 16 kHz mono 16-bit PCM, as a xiaozhi device sends it."""
+    """One uplink frame of 16 kHz mono 16-bit PCM, as a xiaozhi device sends it.
+
+    ``arrival_ms`` is when the frame arrived, in milliseconds on the receiver's clock since the
+    first frame of the turn arrived; whoever takes frames off a network fills it in. ``None``
+    means the frames arrive at audio pace, so audio time stands for arrival time. An end-pointer
+    that, like the real xiaozhi-esp32-server, measures silence between arrivals reads it.
+    """
 
     seq: int
     pcm: bytes
     duration_ms: int = FRAME_MS
+    arrival_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +146,28 @@ class ToolCall:
 class ToolResult:
     name: str
     result: str
+    where: str = ""  # "device": the tool ran on the device, called over its link (xiaozhi MCP)
+    call_id: str = ""  # the id the call went by on its link (MCP: the JSON-RPC id)
+    error: str = ""  # the call failed: the stage raises right after this event
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the LLM is offered it (the lab's pretend ones, or a device's listed over MCP)."""
+
+    name: str
+    description: str
+    parameters_json: str
+
+
+class ToolFailed(RuntimeError):
+    """A tool call that failed (the tool said so, or never answered): the turn fails with it (M7).
+
+    ``where`` and ``call_id`` are for the trace, as a ``ToolResult``'s."""
+
+    def __init__(self, message: str, where: str = "", call_id: str = "") -> None:
+        super().__init__(message)
+        self.where, self.call_id = where, call_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ from pipeline.settings.config import Config, ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError, load_questions
 from pipeline.settings.models import ModelError, default_cache
 from pipeline.tracing.export import OtlpSettings, Tracing
-from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.codec import PRESETS
+from pipeline.transport.emulator import BARGE_IN_WAYS, DeviceError, DeviceSettings, EmulatedDevice
 from stages.registry import ROLES
 
 
@@ -77,16 +78,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
     device.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
-    device.add_argument("--listen-mode", choices=("auto", "manual"), default="auto", help="who ends the user's turn")
+    device.add_argument(
+        "--listen-mode",
+        choices=("auto", "manual", "realtime"),
+        default="auto",
+        help="who ends the user's turn (realtime: one listen start, the microphone always on)",
+    )
+    device.add_argument(
+        "--jitter-frames",
+        type=int,
+        default=0,
+        metavar="N",
+        help="frames the device holds before an answer starts playing (the firmware: 0)",
+    )
+    device.add_argument(
+        "--uplink-encoder",
+        choices=tuple(PRESETS),
+        default="firmware",
+        help="the device's Opus encoder preset (the firmware's: application audio, complexity 0, DTX)",
+    )
     device.add_argument("--link-profile", help="a network profile between device and server (lan, internet, ...)")
     device.add_argument(
         "--barge-in-after", type=int, metavar="MS", help="interrupt each answer once it has sounded MS ms"
     )
     device.add_argument(
         "--barge-in-with",
-        choices=("abort", "speech"),
-        default="abort",
-        help="abort: the device sends abort; speech: the user starts the next question mid-answer",
+        choices=BARGE_IN_WAYS,
+        default="wake",
+        help="wake: wake word (abort, the buffer plays out, then listen start); button: abort, buffer dropped, "
+        "listen start at once; speech: the user starts the next question mid-answer",
     )
     return p.parse_args(argv)
 
@@ -161,6 +181,9 @@ def device_id(index: int) -> str:
     return f"02:00:00:00:{(index + 1) >> 8 & 0xFF:02x}:{(index + 1) & 0xFF:02x}"
 
 
+DEVICE_CHOICES = ("jitter_frames", "uplink_encoder", "listen_mode")  # entered in config_id when not the firmware's
+
+
 def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> DeviceSettings | None:
     """With ``--server``: this run's devices are devices of that server, over the xiaozhi protocol."""
     if not args.server:
@@ -169,6 +192,8 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         raise ValueError(f"--server {args.server!r}: a ws://, wss:// or mqtt:// URL is expected")
     if clock.kind != "real":
         raise ValueError("--server needs the real clock: the server runs in real time")
+    if args.jitter_frames < 0:
+        raise ValueError(f"--jitter-frames {args.jitter_frames}: 0 or more")
     settings = DeviceSettings(
         url=args.server,
         token=env.get(args.token_env, ""),
@@ -177,6 +202,8 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         turn_timeout_s=cfg.run.turn_timeout_s,
         barge_in_after_ms=args.barge_in_after,
         barge_in_with=args.barge_in_with,
+        jitter_frames=args.jitter_frames,
+        encoder_preset=args.uplink_encoder,
         profile=get_profile(args.link_profile) if args.link_profile else None,
     )
     return settings
@@ -263,6 +290,24 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
                 engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
             if remote.barge_in_after_ms is not None:  # an interrupted answer is another experiment
                 engines.identity["barge_in"] = f"{remote.barge_in_with} after {remote.barge_in_after_ms} ms"
+            for (
+                key,
+                value,
+                usual,
+            ) in (  # the device's differences from the firmware, and its listening mode (DEVICE_CHOICES)
+                ("jitter_frames", remote.jitter_frames, 0),
+                ("uplink_encoder", remote.encoder_preset, "firmware"),
+                ("listen_mode", remote.listen_mode, "auto"),
+            ):
+                if value != usual:
+                    engines.identity[key] = str(value)
+            named = [
+                f"{k.replace('_', ' ')} {engines.identity[k]}"
+                for k in ("barge_in", *DEVICE_CHOICES)
+                if k in engines.identity
+            ]
+            if named:  # the row's llm_endpoint, which the report shows, says how this device differs
+                engines.endpoint += "; " + ", ".join(named)
         bench = BenchCsv(args.out / "bench.csv")
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         if engines is not None:

@@ -6,6 +6,9 @@ server's own trace and bench.csv rows under ``--out``. DIR, when given, is a fix
 a turn whose ``listen`` names one of its questions (our emulator's extra field) gets that
 question's reference text, which scripted stages and scoring need. Binds 127.0.0.1 unless told
 otherwise; the bearer token, when wanted, comes from an environment variable, never the command line.
+With ``--ota-port`` it also serves the OTA endpoint (``http://HOST:PORT/xiaozhi/ota/``) a stock
+firmware asks at boot which server to use; the address it and the MQTT hello tell devices is
+``--public-host``, which a wildcard ``--host`` (0.0.0.0, ::) cannot stand for.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,8 +47,11 @@ from pipeline.settings.models import ModelError
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport.codec import PRESETS
 from pipeline.transport.gateway import GatewaySettings, start_gateway
-from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
+from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings, is_wildcard
+from pipeline.transport.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
+from pipeline.transport.pacing import PACINGS
 from pipeline.transport.session import SessionSettings, TurnRequest
 from stages.llm import Message
 
@@ -59,8 +67,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--token-env", default="", help="environment variable whose value devices must send as a bearer token"
     )
     p.add_argument("--protocol-limit", type=float, default=100.0, help="messages a second a connection may send")
+    p.add_argument(
+        "--pacing",
+        choices=tuple(PACINGS),
+        default="xiaozhi-server",
+        help="downlink pacing: the real server's rate controller (default) or the lab's before (lab-v1)",
+    )
+    p.add_argument(
+        "--downlink-codec",
+        choices=tuple(PRESETS),
+        default="xiaozhi-server",
+        help="the downlink's Opus encoder preset (default: the real server's, 24 kHz)",
+    )
     p.add_argument("--mqtt", help="also serve MQTT + UDP devices through this broker: mqtt://BROKER:PORT/PREFIX")
     p.add_argument("--udp-port", type=int, default=0, help="the UDP audio port for MQTT devices (0: any free one)")
+    p.add_argument(
+        "--ota-port",
+        type=int,
+        help="also serve the OTA endpoint /xiaozhi/ota/ on this port of --host (the real server uses 8003; 0: any)",
+    )
+    p.add_argument(
+        "--public-host",
+        "--udp-public-host",
+        default="",
+        help="the address devices reach this machine at, told in the OTA answer and the MQTT hello (default: --host)",
+    )
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled")
@@ -71,8 +102,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 class LabTurns:
     """Each turn's stages from the run's settings, each connection's history, each finished turn traced."""
 
-    def __init__(self, run: Run, tracing: Tracing, sink: TraceSink, language: str) -> None:
+    def __init__(
+        self, run: Run, tracing: Tracing, sink: TraceSink, language: str, session: SessionSettings | None = None
+    ) -> None:
         self.run, self.tracing, self.sink, self.language = run, tracing, sink, language
+        self.session_settings = session or SessionSettings()
         self.by_id = {q.id: q for q in run.questions.questions}
         self.history: dict[str, list[Message]] = {}
         self.count = 0
@@ -84,9 +118,13 @@ class LabTurns:
         return Question(request.question_id or "live", self.language or AUTO, "", "", Path())
 
     def stages(self, request: TurnRequest) -> ServerStages:
+        """The turn's stages; a device that speaks MCP (``request.device``) has its own tools offered to
+        the LLM once it has listed them (read when the LLM is asked, not now: the list may be on its way)."""
         self.count += 1
         history = tuple(self.history.get(request.session_id, ()))
-        return build_stages(self.run.config, self.run.engines, self.question(request), self.count, history)
+        mcp = request.device
+        question = self.question(request)
+        return build_stages(self.run.config, self.run.engines, question, self.count, history, device=mcp)
 
     def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
         if timeline.ok:
@@ -94,13 +132,21 @@ class LabTurns:
                 self.history.get(request.session_id, []) + exchange(timeline), self.run.config.llm.history_rounds
             )
             self.history[request.session_id] = kept
-        note = f"device session {request.session_id[:8]}, listen mode {request.mode}"
+        settings = self.session_settings
+        note = (
+            f"device session {request.session_id[:8]}, listen mode {request.mode}, started by {request.started_by}, "
+            f"downlink pacing {settings.pacing}, opus {settings.downlink_codec}"
+        )
         attrs = turn_attributes(self.run, self.question(request), request.round, note, None)
         self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
 
 
 async def serve_until_stopped(
-    run: Run, turns: LabTurns, settings: GatewaySettings, mqtt: MqttGatewaySettings | None = None
+    run: Run,
+    turns: LabTurns,
+    settings: GatewaySettings,
+    mqtt: MqttGatewaySettings | None = None,
+    ota: OtaFront | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -115,16 +161,50 @@ async def serve_until_stopped(
             gateway = await stack.enter_async_context(MqttGateway(mqtt, turns, run.clock))
             host, udp_port = gateway.udp_address
             broker = f"mqtt://{mqtt.broker_host}:{mqtt.broker_port}/{mqtt.prefix}"
-            print(f"serving {broker} with audio on udp://{host}:{udp_port}", flush=True)
+            print(f"serving {broker} with audio on udp://{host}:{udp_port}, told as {gateway.public_host}", flush=True)
+        if ota is not None:
+            front = await stack.enter_async_context(OtaServer(ota.settings(settings, port), run.clock, ota.note))
+            told = server_url(ota.public_host, front.port, OTA_PATH, "http")
+            print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
         await stop.wait()
 
 
-def mqtt_settings(url: str, udp_host: str, udp_port: int, session: SessionSettings) -> MqttGatewaySettings:
+@dataclass(frozen=True, slots=True)
+class OtaFront:
+    """What the OTA endpoint is told by the command line; the WebSocket URL waits for its port (``--port 0``)."""
+
+    public_host: str
+    port: int
+    token: str = field(default="", repr=False)
+    note: Callable[[str], None] = print
+
+    def settings(self, ws: GatewaySettings, ws_port: int) -> OtaSettings:
+        offset_min = (time.localtime().tm_gmtoff or 0) // 60  # a device shows the lab machine's local time
+        url = server_url(self.public_host, ws_port, ws.path)
+        return OtaSettings(url, ws.host, self.port, self.token, offset_min)
+
+
+def public_host(host: str, public: str, advertised: bool) -> str:
+    """The address devices are told; a wildcard bind address is refused when something must be told."""
+    if public and is_wildcard(public):
+        raise ValueError(f"--public-host {public}: devices cannot send to a wildcard address; give this machine's")
+    chosen = public or host
+    if advertised and is_wildcard(chosen):
+        raise ValueError(
+            f"--host {host} binds every address, and devices must be told one: "
+            "give --public-host with the address devices reach this machine at (its LAN IP or name)"
+        )
+    return chosen
+
+
+def mqtt_settings(
+    url: str, udp_host: str, udp_port: int, session: SessionSettings, public: str = ""
+) -> MqttGatewaySettings:
     parts = urlsplit(url)
     if parts.scheme != "mqtt" or not parts.hostname:
         raise ValueError(f"--mqtt {url!r}: mqtt://BROKER:PORT/PREFIX is expected")
     prefix = parts.path.strip("/") or "xiaozhi"
-    return MqttGatewaySettings(parts.hostname, parts.port or 1883, prefix, udp_host, udp_port, session=session)
+    return MqttGatewaySettings(parts.hostname, parts.port or 1883, prefix, udp_host, udp_port, public, session=session)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -135,6 +215,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         if args.token_env and not token:
             raise ValueError(f"--token-env {args.token_env}: the variable is not set")
+        told = public_host(args.host, args.public_host, bool(args.mqtt) or args.ota_port is not None)
         refuse_existing_run(args.out, run_id, append=False)
         cfg = load_config(args.config, {})
         questions = load_questions(args.fixtures, args.language) if args.fixtures else QuestionSet(Path("."), ())
@@ -148,12 +229,19 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(f"warning: listening on {args.host} without a token: anyone who reaches it can use it", file=sys.stderr)
     clock = RealClock()
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
+    # how the server paces and encodes the answer changes what every device hears (M11)
+    engines.identity["downlink"] = f"pacing {args.pacing}, opus {args.downlink_codec}"
     run = Run(run_id, cfg, cfg.config_id(questions.digest(), engines.identity), questions, clock, engines, api_key)
     attach_scheduler(run)  # every connection's turns share the one model
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
     sink = RowSink(bench, 0, _quiet if args.quiet else _to_stderr)
-    session = SessionSettings(max_messages_per_s=args.protocol_limit, turn_timeout_s=cfg.run.turn_timeout_s)
+    session = SessionSettings(
+        max_messages_per_s=args.protocol_limit,
+        turn_timeout_s=cfg.run.turn_timeout_s,
+        pacing=args.pacing,
+        downlink_codec=args.downlink_codec,
+    )
     settings = GatewaySettings(host=args.host, port=args.port, token=token, session=session)
     tracing.start_session(
         {
@@ -167,12 +255,16 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         clock.now_ns(),
     )
     try:
-        mqtt = mqtt_settings(args.mqtt, args.host, args.udp_port, session) if args.mqtt else None
-        run_on_clock(serve_until_stopped(run, LabTurns(run, tracing, sink, args.language), settings, mqtt), clock)
+        mqtt = mqtt_settings(args.mqtt, args.host, args.udp_port, session, told) if args.mqtt else None
+        note = _quiet if args.quiet else _to_stderr
+        ota = OtaFront(told, args.ota_port, token, note) if args.ota_port is not None else None
+        run_on_clock(
+            serve_until_stopped(run, LabTurns(run, tracing, sink, args.language, session), settings, mqtt, ota), clock
+        )
     except OSError as exc:  # the address is taken, or not ours
         print(f"error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except (ValueError, aiomqtt.MqttError) as exc:
+    except (ValueError, aiomqtt.MqttError, OtaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -12,6 +12,12 @@
    turn's earliest frame sets (arrival - k x 60 ms, minus the smallest such value of the turn).
    N grows until the median over tries of the P99 lateness passes 5 ms (goal: at least 200 devices). The load
    generator sends pre-encoded packets, so its own Opus cost is not the server's.
+4. The skews issue 23 removes, from real runs of ``python -m pipeline.replay --server`` against
+   ``python -m pipeline.serve`` (each its own process, WebSocket on loopback, same fixtures and
+   settings): the device's first audible sample and whole turn (median, P90) with the server's
+   old pacing against the real server's (``--pacing lab-v1`` vs ``xiaozhi-server``, the device
+   holding no frames), and with the device's old jitter hold against none (``--jitter-frames`` 2
+   vs 0, the real server's pacing); each pair as the ratio old / new.
 
 Run it on a quiet machine: every figure here is wall-clock time.
 """
@@ -23,11 +29,17 @@ import asyncio
 import functools
 import multiprocessing as mp
 import os
+import re
+import select
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -36,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from websockets.asyncio.client import connect  # noqa: E402
 
+from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
 from pipeline.clock import RealClock, run_on_clock  # noqa: E402
 from pipeline.endpoints.broker import local_broker  # noqa: E402
 from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
@@ -49,7 +62,7 @@ from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
 from pipeline.settings.models import default_cache  # noqa: E402
 from pipeline.tracing.timeline import TurnTimeline  # noqa: E402
 from pipeline.transport import protocol  # noqa: E402
-from pipeline.transport.codec import OpusDecoder, OpusEncoder  # noqa: E402
+from pipeline.transport.codec import PRESETS, OpusDecoder, OpusEncoder  # noqa: E402
 from pipeline.transport.emulator import DeviceSettings, EmulatedDevice  # noqa: E402
 from pipeline.transport.gateway import GatewaySettings, start_gateway  # noqa: E402
 from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings  # noqa: E402
@@ -68,9 +81,9 @@ def setup() -> tuple[Config, Engines, Question, list[AudioFrame]]:
     return cfg, engines, question, list(load_audio(question.audio).frames)
 
 
-def opus_costs(frames: list[AudioFrame], repeats: int) -> tuple[float, float, float]:
-    """Median microseconds per frame to encode and to decode, and the mean packet size in bytes."""
-    encoder, decoder = OpusEncoder(), OpusDecoder()
+def opus_costs(frames: list[AudioFrame], repeats: int, preset: str = "lab") -> tuple[float, float, float]:
+    """Median microseconds per frame to encode (as ``preset``) and to decode to 16 kHz, and the mean packet size."""
+    encoder, decoder = OpusEncoder(preset), OpusDecoder()
     packets = [encoder.encode(f.pcm) for f in frames]
     enc, dec = [], []
     for _ in range(repeats):
@@ -248,30 +261,168 @@ def capacity(counts: list[int], tries: int) -> list[tuple[int, bool, list[float]
         server.join(10)
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceRun:
+    """One server + device run of the skew comparison: the server's pacing, the device's jitter hold."""
+
+    pacing: str
+    jitter_frames: int
+
+
+OLD_PACING, NEW_PACING = DeviceRun("lab-v1", 0), DeviceRun("xiaozhi-server", 0)
+OLD_JITTER, NEW_JITTER = DeviceRun("xiaozhi-server", 2), DeviceRun("xiaozhi-server", 0)
+SKEWS = (
+    ("pacing lab-v1 / xiaozhi-server (jitter_frames 0)", OLD_PACING, NEW_PACING),
+    ("jitter_frames 2 / 0 (pacing xiaozhi-server)", OLD_JITTER, NEW_JITTER),
+)
+MEASURES = (("first audible sample", "first_audible_ms"), ("whole turn", "whole_turn_ms"))
+SERVING = re.compile(r"serving (ws://\S+)")
+SERVER_START_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class SkewArgs:
+    fixtures: Path
+    configs: tuple[Path, ...]
+    limit: int
+    rounds: int
+    link_profile: str | None
+
+
+def _start_server(run: DeviceRun, args: SkewArgs, out: Path, log: IO[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """``pipeline.serve`` on a free loopback port with this pacing; its URL once it says it serves."""
+    configs = [a for c in args.configs for a in ("--config", str(c))]
+    command = [sys.executable, "-m", "pipeline.serve", str(args.fixtures), *configs, "--port", "0"]
+    command += ["--pacing", run.pacing, "--out", str(out), "--quiet"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, bufsize=0)
+    assert server.stdout is not None
+    said = b""
+    deadline = time.monotonic() + SERVER_START_S
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([server.stdout], [], [], left)
+        chunk = os.read(server.stdout.fileno(), 4096) if readable else b""
+        if not chunk:  # it exited, or said nothing in time
+            break
+        said += chunk
+        found = SERVING.search(said.decode("utf-8", "replace"))
+        if found:
+            return server, found.group(1)
+    _stop_server(server)
+    log.flush()
+    raise SystemExit(f"pipeline.serve --pacing {run.pacing} did not start:\n{Path(log.name).read_text()[-2000:]}")
+
+
+def _stop_server(server: subprocess.Popen[bytes]) -> None:
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def device_run(run: DeviceRun, args: SkewArgs, folder: Path) -> dict[str, list[float]]:
+    """One run of replayed questions against a fresh server: each measure over the measured (not warm-up) turns."""
+    name = f"{run.pacing}-jitter{run.jitter_frames}"
+    here = folder / name
+    here.mkdir()
+    with (here / "server.log").open("w", encoding="utf-8") as log:
+        server, url = _start_server(run, args, here / "server", log)
+        try:
+            configs = [a for c in args.configs for a in ("--config", str(c))]
+            command = [sys.executable, "-m", "pipeline.replay", str(args.fixtures), *configs, "--server", url]
+            command += ["--jitter-frames", str(run.jitter_frames), "--limit", str(args.limit)]
+            command += ["--rounds", str(args.rounds), "--out", str(here / "device"), "--quiet"]
+            if args.link_profile:
+                command += ["--link-profile", args.link_profile]
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        finally:
+            _stop_server(server)
+    if done.returncode != 0:
+        raise SystemExit(
+            f"pipeline.replay against --pacing {run.pacing}: exit {done.returncode}\n{done.stderr[-2000:]}"
+        )
+    rows = [r for r in read_bench_csv(here / "device" / "bench.csv") if not r["warmup"]]
+    bad = [str(r["error"]) for r in rows if not r["ok"]]
+    if bad or not rows:
+        raise SystemExit(f"{name}: failed turns {bad}" if bad else f"{name}: no measured turns")
+    return {column: [float(v) for r in rows if isinstance(v := r[column], int | float)] for _label, column in MEASURES}
+
+
+def skews(args: SkewArgs) -> None:
+    """Print, for the same fixtures, each skew's old and new median and P90, and the ratio old / new."""
+    with tempfile.TemporaryDirectory(prefix="bench-transport-") as tmp:
+        needed = dict.fromkeys(run for _title, old, new in SKEWS for run in (old, new))
+        runs = {run: device_run(run, args, Path(tmp)) for run in needed}
+    turns = min(len(v) for values in runs.values() for v in values.values())
+    print(f"the skews issue 23 removes, the device's view (ms, at least {turns} measured turns a run; old / new):")
+    columns = f"{'median old':>10s} {'new':>8s} {'ratio':>7s}   {'P90 old':>8s} {'new':>8s} {'ratio':>7s}"
+    print(f"  {'':48s} {'':20s} {columns}")
+    for skew, old, new in SKEWS:
+        for i, (label, column) in enumerate(MEASURES):
+            title = skew if i == 0 else ""
+            a, b = runs[old][column], runs[new][column]
+            if not a or not b:
+                print(f"  {title:48s} {label:20s} (no values)")
+                continue
+            med = (statistics.median(a), statistics.median(b))
+            p90 = (float(np.percentile(a, 90)), float(np.percentile(b, 90)))
+            print(
+                f"  {title:48s} {label:20s} {med[0]:10.1f} {med[1]:8.1f} {med[0] / med[1]:6.3f}x   "
+                f"{p90[0]:8.1f} {p90[1]:8.1f} {p90[0] / p90[1]:6.3f}x"
+            )
+
+
+PARTS = ("opus", "overhead", "capacity", "skews")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated (default: {','.join(PARTS)})")
     p.add_argument("--turns", type=int, default=6, help="turns each way for the overhead comparison")
     p.add_argument("--repeats", type=int, default=5, help="passes over the audio for the Opus costs")
     p.add_argument("--devices", default="25,50,100,200,300,400", help="device counts to try, in order")
     p.add_argument("--tries", type=int, default=3, help="runs of each device count")
+    skew = p.add_argument_group("skews: pipeline.replay --server against pipeline.serve")
+    skew.add_argument("--fixtures", type=Path, default=FIXTURES, help="fixtures folder both ends use")
+    skew.add_argument(
+        "--config", type=Path, action="append", help=f"TOML settings for both ends (repeatable; default {SIMULATOR})"
+    )
+    skew.add_argument("--limit", type=int, default=5, help="the first N questions")
+    skew.add_argument("--rounds", type=int, default=3, help="rounds over them (the first is a warm-up)")
+    skew.add_argument("--link-profile", help="a network profile between device and server (default: none)")
     args = p.parse_args()
+    parts = args.parts.split(",")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        p.error(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(PARTS)}")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     print(f"machine: {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f} at start")
-    _cfg, _engines, _question, frames = setup()
-    enc, dec, size = opus_costs(frames * 4, args.repeats)
-    print(f"Opus per 60 ms frame: encode {enc:.1f} us, decode {dec:.1f} us, packet {size:.0f} bytes (mean)")
-    with local_broker() as broker_port:
-        sides = run_on_clock(overhead(args.turns, broker_port), RealClock())
-    lf, lw = sides["in-process"]
-    print(f"turn, median of {args.turns} (ms)      in-process   transport    ratio   difference")
-    for name in ("websocket", "mqtt+udp"):
-        tf, tw = sides[name]
-        print(f"  {name:9s} first audio played {lf:10.1f}  {tf:10.1f}  {tf / lf:6.3f}x  {tf - lf:+8.1f}")
-        print(f"  {name:9s} whole turn         {lw:10.1f}  {tw:10.1f}  {tw / lw:6.3f}x  {tw - lw:+8.1f}")
-    print(f"devices one server process holds at real-time pace (goal: P99 lateness <= {GOAL_P99_MS} ms at 200):")
-    results = capacity([int(n) for n in args.devices.split(",")], args.tries)
-    held = [n for n, ok, _p99s in results if ok]
-    print(f"held: {max(held) if held else 0} devices (largest count whose median P99 <= {GOAL_P99_MS} ms)")
+    if "opus" in parts:
+        _cfg, _engines, _question, frames = setup()
+        for preset in PRESETS:
+            enc, dec, size = opus_costs(frames * 4, args.repeats, preset)
+            print(
+                f"Opus per 60 ms frame, preset {preset:14s}: encode {enc:6.1f} us, decode to 16 kHz {dec:6.1f} us, "
+                f"packet {size:.0f} bytes (mean)"
+            )
+    if "overhead" in parts:
+        with local_broker() as broker_port:
+            sides = run_on_clock(overhead(args.turns, broker_port), RealClock())
+        lf, lw = sides["in-process"]
+        print(f"turn, median of {args.turns} (ms)      in-process   transport    ratio   difference")
+        for name in ("websocket", "mqtt+udp"):
+            tf, tw = sides[name]
+            print(f"  {name:9s} first audio played {lf:10.1f}  {tf:10.1f}  {tf / lf:6.3f}x  {tf - lf:+8.1f}")
+            print(f"  {name:9s} whole turn         {lw:10.1f}  {tw:10.1f}  {tw / lw:6.3f}x  {tw - lw:+8.1f}")
+    if "capacity" in parts:
+        print(f"devices one server process holds at real-time pace (goal: P99 lateness <= {GOAL_P99_MS} ms at 200):")
+        results = capacity([int(n) for n in args.devices.split(",")], args.tries)
+        held = [n for n, ok, _p99s in results if ok]
+        print(f"held: {max(held) if held else 0} devices (largest count whose median P99 <= {GOAL_P99_MS} ms)")
+    if "skews" in parts:
+        configs = tuple(c.resolve() for c in args.config or [SIMULATOR])
+        skews(SkewArgs(args.fixtures.resolve(), configs, args.limit, args.rounds, args.link_profile))
     return 0
 
 

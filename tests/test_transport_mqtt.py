@@ -133,7 +133,8 @@ def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served
         async with gateway, aiomqtt.Client("127.0.0.1", port, identifier="rogue") as rogue:
             await rogue.subscribe("lab/down/rogue")
             await rogue.publish("lab/up/rogue", protocol.dump(protocol.hello("udp")))
-            await rogue.publish("lab/up/rogue", "{not json")
+            # non-JSON text is dropped and counted, as the real server does: a bad listen mode is refused
+            await rogue.publish("lab/up/rogue", protocol.dump({"type": "listen", "state": "start", "mode": "x"}))
             good = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", device_id="good"), RealClock())
             async with good:
                 timeline = await good.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
@@ -146,7 +147,7 @@ def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served
 
     with mosquitto(tmp_path) as port:
         goodbye, timeline = real(scenario)
-    assert goodbye["code"] == 1002 and "malformed JSON" in goodbye["reason"]
+    assert goodbye["code"] == 1002 and "listen mode 'x'" in goodbye["reason"] and goodbye["session_id"]
     assert timeline.ok
 
 

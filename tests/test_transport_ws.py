@@ -31,7 +31,7 @@ from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDev
 from pipeline.transport.gateway import GatewaySettings, start_gateway
 from pipeline.transport.session import SessionSettings, TurnRequest
 from stages.llm.scripted import ScriptedReply
-from tests.scenario import TONE, run_virtual, stages, utterance
+from tests.scenario import run_virtual, stages, utterance
 
 REPLY = ScriptedReply("Fine, thank you. The weather is sunny today.")
 T = TypeVar("T")
@@ -151,10 +151,10 @@ async def _start_turn(ws: ClientConnection, session_id: str) -> None:
 
 
 def _misbehaviours(url: str) -> dict[str, Callable[[], Awaitable[tuple[int | None, str]]]]:
-    async def malformed() -> tuple[int | None, str]:
-        async with connect(url) as ws:
+    async def bad_header() -> tuple[int | None, str]:
+        async with connect(url, additional_headers={"Protocol-Version": "2"}) as ws:
             await _hello(ws)
-            await ws.send("{this is not json")
+            await ws.send(b"\x00\x02\x00\x00 short")  # a version 2 header cut off: the framing is lost
             return await _closed(ws)
 
     async def binary_first() -> tuple[int | None, str]:
@@ -165,15 +165,7 @@ def _misbehaviours(url: str) -> dict[str, Callable[[], Awaitable[tuple[int | Non
     async def oversized() -> tuple[int | None, str]:
         async with connect(url, max_size=None) as ws:
             await _hello(ws)
-            await ws.send(b"\0" * 64_000)
-            return await _closed(ws)
-
-    async def corrupt_opus() -> tuple[int | None, str]:
-        async with connect(url) as ws:
-            hello = await _hello(ws)
-            await _start_turn(ws, hello["session_id"])
-            await ws.send(OpusEncoder().encode(TONE))
-            await ws.send(b"\xff\xfe\x00 not opus")
+            await ws.send(b"\0" * (2**20 + 1))  # past the 1 MiB limit the real server has too
             return await _closed(ws)
 
     async def flood() -> tuple[int | None, str]:
@@ -195,10 +187,9 @@ def _misbehaviours(url: str) -> dict[str, Callable[[], Awaitable[tuple[int | Non
         return 1000, "left"
 
     return {
-        "malformed": malformed,
+        "bad_header": bad_header,
         "binary_first": binary_first,
         "oversized": oversized,
-        "corrupt_opus": corrupt_opus,
         "flood": flood,
         "leaves_mid_answer": leaves_mid_answer,
     }
@@ -215,18 +206,17 @@ def test_bad_connections_are_closed_one_by_one_and_a_good_device_beside_them_is_
                 outcomes = asyncio.gather(*(run() for run in bad.values()))
                 timeline = await good.turn(Ask(clip(), SPEECH_END_MS, "good", 1, ""))
                 closes = dict(zip(bad, await outcomes, strict=True))
-            await turns.settled(3)
+            await turns.settled(2)
         return closes, timeline
 
     closes, good = real(scenario)
     assert good.ok, good.error_message
-    assert closes["malformed"][0] == 1002 and "malformed JSON" in closes["malformed"][1]
+    assert closes["bad_header"][0] == 1002 and "version 2 header" in closes["bad_header"][1]
     assert closes["binary_first"] == (1002, "binary audio before hello")
     assert closes["oversized"][0] == 1009  # message too big, before it is read
-    assert closes["corrupt_opus"][0] == 1007 and "undecodable Opus packet" in closes["corrupt_opus"][1]
     assert closes["flood"][0] == 1008 and "messages a second" in closes["flood"][1]
     errors = sorted(tl.error_type for _, tl in turns.done if not tl.ok)
-    assert errors == ["bad_audio", "disconnected"]  # the corrupt turn, and the device that left mid-answer
+    assert errors == ["disconnected"]  # the device that left mid-answer
     assert [r.question_id for r, tl in turns.done if tl.ok] == ["good"]
 
 
@@ -236,7 +226,6 @@ def test_unknown_messages_are_tolerated_and_the_session_goes_on() -> None:
     async def scenario() -> TurnTimeline:
         async with gateway(turns) as url, EmulatedDevice(DeviceSettings(url=url), RealClock()) as device:
             for message in (
-                {"type": "listen", "state": "detect", "text": "你好小智", "session_id": device.session_id},
                 {"type": "mcp", "payload": {"jsonrpc": "2.0", "id": 1, "result": {}}},
                 {"type": "iot", "descriptors": []},
                 {"type": "something-new", "x": 1},
@@ -283,7 +272,7 @@ def test_an_unreachable_server_is_a_device_error_naming_it() -> None:
 
 def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_path: Any) -> None:
     turns = ScriptedTurns()
-    timeline = one_turn(turns, barge_in_after_ms=300)
+    timeline = one_turn(turns, barge_in_after_ms=300, barge_in_with="button")  # the button: buffer dropped
     full = run_virtual(quick_stages(), clip())
     assert timeline.ok and timeline.device is not None and timeline.device.abort_ns is not None
     assert 0 < timeline.playback.audio_ms < sum(t.audio_ms for t in full.tts)  # cut short

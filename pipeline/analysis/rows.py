@@ -62,6 +62,7 @@ COLUMNS = (
     "llm_first_chunk_ms",
     "llm_generation_ms",
     "tool_call_ms",
+    "device_tool_ms",
     "prompt_tokens",
     "prompt_cached_tokens",
     "leftover_wait_ms",
@@ -293,6 +294,7 @@ def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tup
         "llm_first_chunk_ms": first_chunk,
         "llm_generation_ms": generation,
         "tool_call_ms": tool_ms,
+        "device_tool_ms": _device_tools_ms(t, server),
         "prompt_tokens": prompt,
         "prompt_cached_tokens": cached,
         "leftover_wait_ms": _float(get(names.LEFTOVER_WAIT_MS)),
@@ -404,6 +406,13 @@ def _server_sum(calls: list[SpanRecord], key: str) -> float | None:
 _LlmSegments = tuple[
     float | None, float | None, float | None, int | None, int | None, float | None, float | None, float | None, str
 ]
+
+
+def _device_tools_ms(t: TurnSpans, server: TurnSpans | None) -> float | None:
+    """The turn's tool calls run on the device (MCP over its link), round trips summed; None: there were none."""
+    spans = t.spans(names.DEVICE_TOOL_CALL) or (server.spans(names.DEVICE_TOOL_CALL) if server else ())
+    # summed in nanoseconds, then made ms once: exact, as every other column (a failed call's wait counts too)
+    return _ms(0, sum(s.end_ns - s.start_ns for s in spans)) if spans else None
 
 
 def _llm_segments(calls: list[SpanRecord]) -> _LlmSegments:

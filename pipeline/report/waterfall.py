@@ -61,8 +61,9 @@ def bars(turn: TurnSpans) -> list[Bar]:
         lane = f"LLM call {_index(call, names.CALL_INDEX)} ({call.attributes.get(names.CALL_PURPOSE) or 'call'})"
         first = _mark(zero, call.event_ns(names.EV_FIRST_TOKEN))
         out.append(Bar(lane, "llm", _ms(zero, call.start_ns), _ms(zero, call.end_ns), first))
-    for tool in turn.named(names.TOOL):
-        lane = f"tool {tool.attributes.get(names.TOOL_NAME) or ''}".strip()
+    for tool in sorted((*turn.spans(names.TOOL), *turn.spans(names.DEVICE_TOOL_CALL)), key=lambda s: s.start_ns):
+        where = "device tool" if tool.name == names.DEVICE_TOOL_CALL else "tool"
+        lane = f"{where} {tool.attributes.get(names.TOOL_NAME) or ''}".strip()
         out.append(Bar(lane, "tool", _ms(zero, tool.start_ns), _ms(zero, tool.end_ns)))
     for tts in sorted(turn.named(names.TTS), key=lambda s: _index(s, names.SENTENCE_INDEX)):
         lane = f"TTS sentence {_index(tts, names.SENTENCE_INDEX)}"

@@ -24,6 +24,7 @@ from pipeline.settings.config import Config
 from pipeline.settings.fixtures import AUTO, Question
 from pipeline.settings.models import REGISTRY, resolve
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
+from stages.llm.backend import ToolSource
 from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, system_prompt
 from stages.llm.scripted import ScriptedTools
 from stages.registry import ROLES, Implementation, Loaded, TurnInputs, registry
@@ -163,7 +164,9 @@ def chat_backend(cfg: Config, engines: Engines, turn: TurnInputs, priority: str 
     return backend if engines.scheduler is None else ScheduledBackend(backend, engines.scheduler, priority)
 
 
-def _llm(cfg: Config, engines: Engines, turn: TurnInputs, history: tuple[Message, ...]) -> Stage:
+def _llm(
+    cfg: Config, engines: Engines, turn: TurnInputs, history: tuple[Message, ...], device: ToolSource | None = None
+) -> Stage:
     backend = chat_backend(cfg, engines, turn)
     settings = LlmSettings(
         mode=cfg.llm.mode,  # type: ignore[arg-type]
@@ -175,19 +178,30 @@ def _llm(cfg: Config, engines: Engines, turn: TurnInputs, history: tuple[Message
     )
     tools = DEVICE_TOOLS if cfg.llm.tools else ()
     executor = ScriptedTools(cfg.llm.tool_latency.salted(turn.salt)) if tools else None
+    # A device's own tools (xiaozhi MCP) replace the pretend ones once it has listed them, as on a
+    # real server; ``tools = false`` offers none at all, the device's included.
+    device = device if cfg.llm.tools else None
     impl = implementation(cfg, "llm")
     scripted = impl.scripted or (engines.llm_endpoint is not None and engines.llm_endpoint.scripted)
-    return LlmStage(backend, settings, tools, executor, impl=impl.name, scripted=scripted, history=history)
+    return LlmStage(
+        backend, settings, tools, executor, impl=impl.name, scripted=scripted, history=history, device=device
+    )
 
 
 def build_stages(
-    cfg: Config, engines: Engines, question: Question, salt: int, history: tuple[Message, ...] = ()
+    cfg: Config,
+    engines: Engines,
+    question: Question,
+    salt: int,
+    history: tuple[Message, ...] = (),
+    device: ToolSource | None = None,
 ) -> ServerStages:
+    """One turn's stages; ``device``: a device whose own tools the LLM is offered once it has listed them."""
     turn = turn_inputs(question, salt)
     return ServerStages(
         vad=_stage(cfg, engines, "vad", turn),
         asr=_stage(cfg, engines, "asr", turn),
-        llm=_llm(cfg, engines, turn, history),
+        llm=_llm(cfg, engines, turn, history, device),
         sentences=SentenceSplitter(SplitRules(**dataclasses.asdict(cfg.sentences))),
         tts=_stage(cfg, engines, "tts", turn),
     )

@@ -204,7 +204,9 @@ class TurnRecorder:
             call.server_timings = event.server_timings
         elif isinstance(event, ToolResult):
             start = calls[-1].end_ns if calls and calls[-1].end_ns is not None else t
-            self.timeline.tools.append(ToolTiming(name=event.name, start_ns=start, end_ns=t))
+            self.timeline.tools.append(
+                ToolTiming(event.name, start, t, where=event.where, call_id=event.call_id, error=event.error)
+            )
 
     def _sentences_out(self, event: Event, t: int) -> None:
         if not isinstance(event, Sentence):

@@ -135,14 +135,15 @@ def min_audio_ms(text: str) -> float:
     return cjk * MIN_MS_PER_CJK + latin * MIN_MS_PER_LATIN
 
 
-def check_complete(recorder: TurnRecorder, played: bool = True) -> None:
+def check_complete(recorder: TurnRecorder, played: bool = True, spoken: bool = True) -> None:
     """A turn that ran without error but produced no answer audio is still a failure.
 
-    ``played=False``: a server's view, which ends when the audio is sent, not played."""
+    ``played=False``: a server's view, which ends when the audio is sent, not played.
+    ``spoken=False``: a typed question (xiaozhi's ``listen detect``), which no VAD end-points."""
     tl = recorder.timeline
     if not tl.ok:
         return
-    if tl.vad.end_ns is None:
+    if spoken and tl.vad.end_ns is None:
         recorder.fail("no_speech", "the VAD found no speech in the audio")
     elif not tl.asr.text.strip():
         recorder.fail("empty_transcript", "the ASR returned no text")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pipeline.events import LatencyProfile
+from pipeline.events import VAD_PROFILES, LatencyProfile, XiaozhiServerProfile
 from stages.registry import ROLES, registry
 
 CONDITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9'_-]{0,31}$")
@@ -48,6 +48,10 @@ class VadConfig:
     threshold_dbfs: float = -45.0  # level (energy)
     silence_ms: int = 600
     min_speech_ms: int = 120
+    # silero's end-pointer: "lab" (the settings above) or "xiaozhi-server" (xiaozhi-esp32-server's
+    # default rule, with its own settings in [vad.xiaozhi_server]); see stages/vad/silero.py
+    profile: str = "lab"
+    xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,7 @@ class Config:
 _CHOICES = {
     ("run", "pacing"): ("realtime", "fast"),
     ("run", "clock"): ("real", "virtual"),
+    ("vad", "profile"): VAD_PROFILES,
     ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
     ("llm", "mode"): ("single", "per-sentence"),
     ("llm", "prompt_cache"): ("off", "prefix", "carry"),
@@ -263,6 +268,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[llm] history_rounds = {cfg.llm.history_rounds}: must be >= 0")
     if not 0 < cfg.vad.threshold < 1:
         raise ConfigError(f"[vad] threshold = {cfg.vad.threshold}: a speech probability between 0 and 1")
+    if problem := cfg.vad.xiaozhi_server.problem():
+        raise ConfigError(f"[vad.xiaozhi_server] {problem}")
+    if cfg.vad.profile != "lab" and cfg.vad.impl != "silero":
+        raise ConfigError(f"[vad] profile = {cfg.vad.profile!r} applies to impl = 'silero' only")
     if cfg.run.limit < 0:
         raise ConfigError(f"[run] limit = {cfg.run.limit}: must be 0 (all) or positive")
     if cfg.sentences.max_chars < 8:

@@ -16,6 +16,7 @@ VAD = "vad"
 ASR = "asr"
 LLM_CALL = "llm.call"
 TOOL = "tool"
+DEVICE_TOOL_CALL = "device.tool_call"  # a tool run on the device (MCP tools/call over its link), round trip
 SENTENCE = "sentence"
 TTS = "tts"
 PLAYBACK = "playback"
@@ -92,15 +93,20 @@ SERVER_QUEUE_MS = SERVER_TIMING_PREFIX + "queue_ms"
 SERVER_PROMPT_MS = SERVER_TIMING_PREFIX + "prompt_ms"  # first-token inference (prompt processing)
 SERVER_PREDICTED_MS = SERVER_TIMING_PREFIX + "predicted_ms"  # generation
 TOOL_NAME = "gen_ai.tool.name"
+TOOL_WHERE = "lab.tool.where"  # "device": a tool run on the device, called over its link
+RPC_REQUEST_ID = "rpc.jsonrpc.request_id"  # a device tool call's JSON-RPC id (OpenTelemetry RPC conventions)
 AUDIO_MS = "lab.audio_ms"
 TRANSPORT = "lab.transport"  # "websocket", ...
 PROTOCOL_VERSION = "lab.transport.protocol_version"
 UPLINK_FRAMES = "lab.transport.uplink_frames"
 DOWNLINK_FRAMES = "lab.transport.downlink_frames"
 UNDECODABLE_FRAMES = "lab.transport.undecodable_frames"
+DROPPED_FRAMES = "lab.transport.dropped_frames"  # a device's: audio outside tts start .. stop, not played
+RECONNECTS = "lab.transport.reconnects"  # a device's: the connection opened again before the turn
 PACKETS_RECEIVED = "lab.transport.packets_received"  # lossy transports: this side's incoming audio packets
 PACKETS_LOST = "lab.transport.packets_lost"
 PACKETS_LATE = "lab.transport.packets_late"
+DROPPED = "lab.transport.dropped"  # a server: what its session dropped since the last turn, "what=count; ..."
 DOWNLINK_FRAMES_SENT = "lab.transport.downlink_frames_sent"
 
 # GenAI semantic conventions

@@ -16,7 +16,7 @@ from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from pipeline.tracing import names
-from pipeline.tracing.timeline import DeviceTiming, JobTimeline, TurnTimeline
+from pipeline.tracing.timeline import DeviceTiming, JobTimeline, ToolTiming, TurnTimeline
 
 Attributes = dict[str, AttributeValue]
 
@@ -34,6 +34,8 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
         attrs[names.PACKETS_RECEIVED] = tl.packets.received
         attrs[names.PACKETS_LOST] = tl.packets.lost
         attrs[names.PACKETS_LATE] = tl.packets.late
+    if tl.dropped:
+        attrs[names.DROPPED] = "; ".join(f"{what}={count}" for what, count in sorted(tl.dropped.items()))
     scripted = sorted(role for role, info in tl.stages.items() if info.scripted)
     attrs[names.SCRIPTED] = ",".join(scripted)
     for role, info in tl.stages.items():
@@ -110,7 +112,10 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
         if call.tool_call_ns is not None:
             span.add_event(names.EV_TOOL_CALL, timestamp=call.tool_call_ns)
     for tool in tl.tools:
-        child(names.TOOL, tool.start_ns, tool.end_ns, "llm", {names.TOOL_NAME: tool.name})
+        if tool.where == "device":
+            _device_tool_span(tool, child)
+        else:
+            child(names.TOOL, tool.start_ns, tool.end_ns, "llm", {names.TOOL_NAME: tool.name})
     for sentence in tl.sentences:
         span = child(
             names.SENTENCE,
@@ -151,6 +156,22 @@ def build_turn_spans(tracer: trace.Tracer, parent: Context | None, tl: TurnTimel
     turn.end(end_time=end)
 
 
+def _device_tool_span(tool: ToolTiming, child: Callable[..., Span]) -> None:
+    """A tool run on the device: its ``tools/call`` round trip over the device's link, in place of a ``tool``
+    span; not the LLM stage's (its impl is not the tool's), so no stage attributes."""
+    attrs: Attributes = {
+        names.TOOL_NAME: tool.name,
+        names.TOOL_WHERE: tool.where,
+        names.RPC_REQUEST_ID: tool.call_id,
+        names.OK: not tool.error,
+    }
+    if tool.error:
+        attrs[names.ERROR_MESSAGE] = tool.error
+    span = child(names.DEVICE_TOOL_CALL, tool.start_ns, tool.end_ns, "device.tool", attrs)
+    if tool.error:
+        span.set_status(Status(StatusCode.ERROR, tool.error))
+
+
 def _device_span(device: DeviceTiming, child: Callable[..., Span], end: int) -> None:
     """The device's span: one event per message or frame that marks a moment of the turn."""
     attrs: Attributes = {
@@ -160,6 +181,8 @@ def _device_span(device: DeviceTiming, child: Callable[..., Span], end: int) -> 
         names.UPLINK_FRAMES: device.uplink_frames,
         names.DOWNLINK_FRAMES: device.downlink_frames,
         names.UNDECODABLE_FRAMES: device.undecodable_frames,
+        names.DROPPED_FRAMES: device.dropped_frames,
+        names.RECONNECTS: device.reconnects,
     }
     start = device.first_uplink_ns if device.first_uplink_ns is not None else end
     span = child(names.DEVICE, start, end, "device", attrs)

@@ -65,6 +65,9 @@ class ToolTiming:
     name: str
     start_ns: int
     end_ns: int | None = None
+    where: str = ""  # "device": called over the device's link (MCP tools/call), its round trip included
+    call_id: str = ""  # the id it went by on that link (the JSON-RPC id)
+    error: str = ""  # why it failed; "" when it answered
 
 
 @dataclass(slots=True)
@@ -124,6 +127,8 @@ class DeviceTiming:
     speech_end_frame: int | None = None  # the uplink frame whose sending marked the user's end of speech
     downlink_frames: int = 0
     undecodable_frames: int = 0
+    dropped_frames: int = 0  # audio that came outside tts start .. stop: the firmware drops it unplayed
+    reconnects: int = 0  # the connection was gone when the turn began and was opened again (0 or 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,7 @@ class TurnTimeline:
     device: DeviceTiming | None = None  # only a device across a real transport has one
     downlink: DownlinkTiming | None = None  # only a server across a real transport has one
     packets: PacketCounts | None = None  # the incoming audio of a lossy transport (server: uplink; device: downlink)
+    dropped: dict[str, int] = field(default_factory=dict)  # a server: what its session dropped since the last turn
     end_ns: int | None = None
     leftover_ns: int = 0  # after the turn ended or was cancelled: waiting for its stages' engine work to finish
     error_type: str = ""

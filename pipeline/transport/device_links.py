@@ -1,8 +1,10 @@
 """A device's end of each transport: WebSocket, and MQTT (control) + UDP (encrypted audio).
 
-Each link connects, says hello and keeps the session id; then it sends control JSON and Opus
-packets and hands back what the server sends, control messages as text and audio as packets.
-A link that is gone raises ``ChannelGone``; a session that cannot be opened, ``DeviceError``.
+Each link connects, says hello as the firmware does (protocol version, ``features: {"mcp": true}``)
+and keeps the session id. A reader runs for the whole connection, as the firmware's network task
+does: MCP requests go to the device's handler the moment they arrive, whether a turn runs or not;
+everything else waits in an inbox, stamped on arrival, for the turn that reads it. A link that is gone
+raises ``ChannelGone``; a session that cannot be opened, ``DeviceError``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -19,6 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
+from pipeline.clock import Clock
 from pipeline.endpoints.link.datagrams import UdpRelay
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.endpoints.link.proxy import LinkEmulator
@@ -28,10 +32,19 @@ from pipeline.transport.protocol import ChannelGone, ProtocolError
 from pipeline.transport.udp import PacketCrypto, PacketError, SequenceCheck
 
 _END = object()
+MQTT_HELLO_VERSION = 3  # mqtt_protocol.cc GetHelloMessage: always 3, whatever the WebSocket version
+
+McpHandler = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class DeviceError(RuntimeError):
     """The server could not be reached, refused the device, or broke the protocol."""
+
+
+def stable_client_id(device_id: str) -> str:
+    """The device's Client-Id: the same on every connection (the firmware sends its board UUID, kept in
+    NVS; xiaozhi-sdk derives it as uuid5 of the MAC), so a token issued for it keeps working."""
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, device_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,38 +55,89 @@ class LinkSettings:
     device_id: str = "02:00:00:00:00:01"
     connect_timeout_s: float = 10.0
     profile: NetProfile | None = None  # the link emulator between device and server (M14); None: direct
+    client_id: str = ""  # "": stable_client_id(device_id)
+
+    def __post_init__(self) -> None:
+        if not self.client_id:
+            object.__setattr__(self, "client_id", stable_client_id(self.device_id))
+
+
+def device_hello(transport: str, version: int) -> dict[str, Any]:
+    """The firmware's hello (websocket_protocol.cc / mqtt_protocol.cc GetHelloMessage)."""
+    return {**protocol.hello(transport), "version": version, "features": {"mcp": True}}
+
+
+class _Inbox:
+    """What the server sent, in arrival order, each stamped when it arrived, for the turn to read."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+        self.gone = ""  # why the connection ended; "": it has not
+
+    def put(self, item: object) -> None:
+        self.queue.put_nowait((self.clock.now_ns(), item))
+
+    def end(self, reason: str) -> None:
+        if not self.gone:
+            self.gone = reason
+            self.queue.put_nowait((self.clock.now_ns(), _END))
+
+    async def get(self) -> tuple[int, object]:
+        at, item = await self.queue.get()
+        if item is _END:
+            self.queue.put_nowait((at, item))  # every later call is told too
+            raise ChannelGone(self.gone)
+        return at, item
+
+    def drain(self) -> list[object]:
+        """Everything waiting, taken out; the end of the connection stays."""
+        items: list[object] = []
+        while not self.queue.empty():
+            at, item = self.queue.get_nowait()
+            if item is _END:
+                self.queue.put_nowait((at, item))
+                break
+            items.append(item)
+        return items
+
+
+def _peek(text: str) -> dict[str, Any] | None:
+    with contextlib.suppress(ProtocolError):
+        return protocol.parse(text)
+    return None
 
 
 class WebSocketLink:
     transport = "websocket"
 
-    def __init__(self, settings: LinkSettings) -> None:
+    def __init__(self, settings: LinkSettings, clock: Clock) -> None:
         self.settings = settings
         self.ws: ClientConnection | None = None
         self.session_id = ""
         self.proxy: LinkEmulator | None = None
+        self.inbox = _Inbox(clock)
+        self.on_mcp: McpHandler | None = None
+        self._reader: asyncio.Task[None] | None = None
         self.label = f"xiaozhi server at {settings.url} (websocket, protocol {settings.protocol_version})"
         if settings.profile is not None:
             self.label += f"; link profile {settings.profile.name}"
 
     @property
     def is_open(self) -> bool:
-        return self.ws is not None and self.ws.state is State.OPEN
+        return self.ws is not None and self.ws.state is State.OPEN and not self.inbox.gone
 
     async def open(self) -> None:
         s = self.settings
-        headers = {
-            "Protocol-Version": str(s.protocol_version),
-            "Device-Id": s.device_id,
-            "Client-Id": str(uuid.uuid4()),
-        }
+        headers = {"Protocol-Version": str(s.protocol_version), "Device-Id": s.device_id, "Client-Id": s.client_id}
         if s.token:
             headers["Authorization"] = f"Bearer {s.token}"
         try:
             async with asyncio.timeout(s.connect_timeout_s):
                 url = await self._through_profile(s.url)
                 self.ws = await connect(url, additional_headers=headers, compression=None, max_size=2**20)
-                await self.send_json(protocol.hello())
+                self._reader = asyncio.create_task(self._read(self.ws))
+                await self.send_json(device_hello("websocket", s.protocol_version))
                 answer = await _next_control(self)
         except (OSError, TimeoutError, ChannelGone, ProtocolError) as exc:
             await self.close()
@@ -82,6 +146,28 @@ class WebSocketLink:
             await self.close()
             raise DeviceError(f"{s.url}: refused ({exc})") from None
         self.session_id = await _hello_answer(self, answer)
+
+    async def _read(self, ws: ClientConnection) -> None:
+        try:
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str):
+                    await self._text(message)
+                else:
+                    self.inbox.put(message)
+        except ConnectionClosed as exc:
+            self.inbox.end(f"the server closed the connection ({exc})")
+        finally:
+            self.inbox.end("the connection is closed")
+
+    async def _text(self, text: str) -> None:
+        message = _peek(text)
+        if message is not None and message["type"] == "mcp" and self.on_mcp is not None:
+            await self.on_mcp(message)
+            return
+        if message is not None and message["type"] == "hello" and not self.session_id:
+            self.session_id = str(message.get("session_id", ""))  # MCP answers right after it need it
+        self.inbox.put(text)
 
     async def _through_profile(self, url: str) -> str:
         """The URL to dial: the server's, or the link emulator's in front of it."""
@@ -97,6 +183,10 @@ class WebSocketLink:
         if self.ws is not None:
             await self.ws.close()
             self.ws = None
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
         if self.proxy is not None:
             await self.proxy.stop()
             self.proxy = None
@@ -117,17 +207,20 @@ class WebSocketLink:
         except ConnectionClosed as exc:
             raise ChannelGone(f"the server closed the connection ({exc})") from None
 
-    async def recv(self) -> str | protocol.Packet:
-        if self.ws is None:
-            raise ChannelGone("not connected")
-        try:
-            message = await self.ws.recv()
-        except ConnectionClosed as exc:
-            raise ChannelGone(f"the server closed the connection ({exc})") from None
-        return message if isinstance(message, str) else protocol.unpack(self.settings.protocol_version, message)
+    async def recv_at(self) -> tuple[int, str | protocol.Packet]:
+        """The next message and when it arrived."""
+        at, item = await self.inbox.get()
+        if isinstance(item, str):
+            return at, item
+        assert isinstance(item, bytes)
+        return at, protocol.unpack(self.settings.protocol_version, item)
 
-    def turn_started(self) -> None:
-        pass
+    async def recv(self) -> str | protocol.Packet:
+        return (await self.recv_at())[1]
+
+    def turn_started(self, drain: bool = True) -> int:
+        """A new turn: what is still waiting belongs to none (``drain``); the audio frames thrown away."""
+        return sum(1 for item in self.inbox.drain() if isinstance(item, bytes)) if drain else 0
 
     def packet_counts(self) -> PacketCounts | None:
         return None
@@ -146,7 +239,7 @@ class MqttUdpLink:
 
     transport = "udp"
 
-    def __init__(self, settings: LinkSettings) -> None:
+    def __init__(self, settings: LinkSettings, clock: Clock) -> None:
         self.settings = settings
         parts = urlsplit(settings.url)
         self.broker = (parts.hostname or "127.0.0.1", parts.port or 1883)
@@ -157,7 +250,8 @@ class MqttUdpLink:
         self.proxy: LinkEmulator | None = None
         self.relay: UdpRelay | None = None
         self.session_id = ""
-        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.inbox = _Inbox(clock)
+        self.on_mcp: McpHandler | None = None
         self.client: aiomqtt.Client | None = None
         self.udp: asyncio.DatagramTransport | None = None
         self.crypto: PacketCrypto | None = None
@@ -169,7 +263,7 @@ class MqttUdpLink:
 
     @property
     def is_open(self) -> bool:
-        return self.client is not None and not self._closed
+        return self.client is not None and not self._closed and not self.inbox.gone
 
     async def open(self) -> None:
         s = self.settings
@@ -182,8 +276,8 @@ class MqttUdpLink:
                 self.client = aiomqtt.Client(*broker, identifier=f"lab-device-{uuid.uuid4().hex[:12]}")
                 await self.client.__aenter__()
                 await self.client.subscribe(f"{self.prefix}/down/{s.device_id}")
-                self._reader = asyncio.create_task(self._read())
-                await self.send_json({**protocol.hello("udp"), "version": 3})
+                self._reader = asyncio.create_task(self._read(self.client))
+                await self.send_json(device_hello("udp", MQTT_HELLO_VERSION))
                 answer = await _next_control(self)
                 self.session_id = await _hello_answer(self, answer)
                 await self._open_udp(answer.get("udp"))
@@ -209,18 +303,35 @@ class MqttUdpLink:
         loop = asyncio.get_running_loop()
         self.udp, _ = await loop.create_datagram_endpoint(lambda: _Downlink(self), remote_addr=address)
 
-    async def _read(self) -> None:
-        assert self.client is not None
+    async def _read(self, client: aiomqtt.Client) -> None:
         try:
-            async for message in self.client.messages:
+            async for message in client.messages:
                 payload = message.payload
                 if isinstance(payload, bytes | bytearray):
-                    text = bytes(payload).decode("utf-8", "replace")
-                    self.queue.put_nowait(text)
+                    await self._text(bytes(payload).decode("utf-8", "replace"))
         except aiomqtt.MqttError:
             pass
         finally:
-            self.queue.put_nowait(_END)
+            self.inbox.end("the broker connection is gone")
+
+    async def _text(self, text: str) -> None:
+        message = _peek(text)
+        kind = message["type"] if message is not None else ""
+        if message is not None and kind == "mcp" and self.on_mcp is not None:
+            await self.on_mcp(message)
+            return
+        if message is not None and kind == "hello" and not self.session_id:
+            self.session_id = str(message.get("session_id", ""))  # MCP answers right after it need it
+        self.inbox.put(text)
+        if message is not None and kind == "goodbye" and self._ours(message):
+            # mqtt_protocol.cc: the channel closes; the next question opens a new one with a new hello
+            self.inbox.end(f"the server ended the session: {message.get('reason', 'goodbye')}")
+
+    def _ours(self, goodbye: dict[str, Any]) -> bool:
+        """The firmware closes only on a goodbye naming its session; one naming none is taken too, as the
+        lab's gateway sends (finding 7)."""
+        named = goodbye.get("session_id")
+        return named is None or named == self.session_id
 
     def datagram(self, data: bytes) -> None:
         if self.crypto is None:
@@ -231,13 +342,13 @@ class MqttUdpLink:
             self.rejected += 1
             return
         if self.check.accept(packet.sequence):
-            self.queue.put_nowait(protocol.Packet(protocol.TYPE_OPUS, packet.payload, packet.timestamp))
+            self.inbox.put(protocol.Packet(protocol.TYPE_OPUS, packet.payload, packet.timestamp))
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self.client is not None and self.session_id:
+        if self.client is not None and self.session_id and not self.inbox.gone:
             with contextlib.suppress(aiomqtt.MqttError):
                 await self.send_json({"type": "goodbye", "session_id": self.session_id})
         if self._reader is not None:
@@ -267,19 +378,23 @@ class MqttUdpLink:
         self.sequence += 1
         self.udp.sendto(self.crypto.seal(opus, timestamp_ms, self.sequence))
 
-    async def recv(self) -> str | protocol.Packet:
-        item = await self.queue.get()
-        if item is _END:
-            self.queue.put_nowait(_END)  # every later call is told too
-            raise ChannelGone("the broker connection is gone")
+    async def recv_at(self) -> tuple[int, str | protocol.Packet]:
+        """The next message and when it arrived."""
+        at, item = await self.inbox.get()
         if isinstance(item, str):
             message = protocol.parse(item)
-            if message.get("type") == "goodbye":
+            if message.get("type") == "goodbye" and self._ours(message):
                 raise ChannelGone(f"the server ended the session: {message.get('reason', 'goodbye')}")
-        return item  # type: ignore[return-value]
+        return at, item  # type: ignore[return-value]
 
-    def turn_started(self) -> None:
+    async def recv(self) -> str | protocol.Packet:
+        return (await self.recv_at())[1]
+
+    def turn_started(self, drain: bool = True) -> int:
+        """A new turn: the sequence counts start again; what is still waiting belongs to none (``drain``),
+        such as UDP frames that came after the last ``tts stop`` overtook them; the audio frames thrown away."""
         self.check = self.check.next_turn()
+        return sum(1 for item in self.inbox.drain() if isinstance(item, protocol.Packet)) if drain else 0
 
     def packet_counts(self) -> PacketCounts | None:
         return PacketCounts(self.check.received, self.check.lost, self.check.late)
@@ -302,11 +417,11 @@ async def _hello_answer(link: DeviceLink, answer: dict[str, Any]) -> str:
     return str(answer.get("session_id", ""))
 
 
-def open_link(settings: LinkSettings) -> DeviceLink:
+def open_link(settings: LinkSettings, clock: Clock) -> DeviceLink:
     """The link a server URL names: ws:// or wss:// (WebSocket), mqtt:// (MQTT + UDP)."""
     scheme = urlsplit(settings.url).scheme
     if scheme in ("ws", "wss"):
-        return WebSocketLink(settings)
+        return WebSocketLink(settings, clock)
     if scheme == "mqtt":
-        return MqttUdpLink(settings)
+        return MqttUdpLink(settings, clock)
     raise ValueError(f"{settings.url!r}: a ws://, wss:// or mqtt:// URL is expected")

@@ -1,16 +1,22 @@
 """The xiaozhi WebSocket transport's server end: each connection is one device session.
 
-The handshake checks the path, the bearer token and the ``Protocol-Version`` header (binary
-framing 1, 2 or 3); then the connection is a ``ServerChannel`` for ``session.DeviceSession``.
-A message over the size limit is closed by websockets itself (1009).
+The handshake checks the path (its query string aside), the bearer token and the
+``Protocol-Version`` header (binary framing 1, 2 or 3); then the connection is a
+``ServerChannel`` for ``session.DeviceSession``. As xiaozhi-esp32-server does, a client that
+cannot set headers (a browser page) may send ``device-id``, ``client-id`` and
+``authorization`` as query parameters instead, and the MQTT gateway's
+``?from=mqtt_gateway`` is allowed. A message over the size limit is closed by websockets
+itself (1009).
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
@@ -25,6 +31,9 @@ from pipeline.transport.session import DeviceSession, SessionSettings, TurnReque
 
 __all__ = ["GatewaySettings", "TurnRequest", "Turns", "WebSocketChannel", "start_gateway"]
 
+# headers a client may send as query parameters instead (xs/core/websocket_server.py:83-106)
+QUERY_FALLBACKS = ("Device-Id", "Client-Id", "Authorization")
+
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
@@ -32,7 +41,8 @@ class GatewaySettings:
     port: int = 8000
     path: str = "/xiaozhi/v1/"
     token: str = field(default="", repr=False)  # when set, devices must send "Authorization: Bearer TOKEN"
-    max_message_bytes: int = 16 * 1024  # a 60 ms Opus frame is ~150 bytes; a control message well under 1 KiB
+    # websockets' default, as the real server runs: an MCP tools/list reply runs to tens of KiB
+    max_message_bytes: int = 2**20
     session: SessionSettings = field(default_factory=SessionSettings)
 
 
@@ -86,9 +96,11 @@ def _refuse(settings: GatewaySettings) -> Any:
     """The handshake's checks: path, token and protocol version, answered with an HTTP status."""
 
     def check(connection: ServerConnection, request: Request) -> Response | None:
-        if request.path.rstrip("/") != settings.path.rstrip("/"):
-            return connection.respond(HTTPStatus.NOT_FOUND, f"no xiaozhi endpoint at {request.path}\n")
-        if settings.token and request.headers.get("Authorization", "") != f"Bearer {settings.token}":
+        parts = urlsplit(request.path)
+        if parts.path.rstrip("/") != settings.path.rstrip("/"):
+            return connection.respond(HTTPStatus.NOT_FOUND, f"no xiaozhi endpoint at {parts.path}\n")
+        _headers_from_query(request.headers, parts.query)
+        if settings.token and not _token_ok(request.headers.get("Authorization", ""), settings.token):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
         if not _version(request.headers):
             versions = ", ".join(map(str, protocol.VERSIONS))
@@ -96,6 +108,21 @@ def _refuse(settings: GatewaySettings) -> Any:
         return None
 
     return check
+
+
+def _headers_from_query(headers: Headers, query: str) -> None:
+    """A header the client did not send is taken from the query parameter of the same name, lower case."""
+    params = parse_qs(query)
+    for name in QUERY_FALLBACKS:
+        values = params.get(name.lower())
+        if name not in headers and values:
+            headers[name] = values[0]
+
+
+def _token_ok(authorization: str, token: str) -> bool:
+    # "Bearer TOKEN" exactly, as the real server wants (xs/core/websocket_server.py:213-217); compared in
+    # constant time so that the answer's timing does not tell how much of a guess was right
+    return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
 async def start_gateway(settings: GatewaySettings, turns: Turns, clock: Clock) -> Server:

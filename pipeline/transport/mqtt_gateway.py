@@ -3,15 +3,22 @@
 A device publishes its messages to ``PREFIX/up/DEVICE_ID`` and reads ours on
 ``PREFIX/down/DEVICE_ID``. Its hello (``transport: udp``) opens a session; our hello answers
 with the UDP address and a fresh AES-128 key and nonce for it, whose ssrc routes the
-session's datagrams. The device's address is learned from its first packet that opens
-with the session's key. A session ends with ``goodbye`` (either way); what a device does
-wrong ends only its session, told in a goodbye with the close code and reason.
+session's datagrams; the hello names the UDP server by ``udp_public_host``, the address
+devices reach this machine at, never a wildcard bind address. The device's address is
+learned from its first packet that opens with the session's key. A session ends with
+``goodbye`` (either way), ours always naming the session, since firmware ignores any other;
+what a device does wrong ends only its session, told in a goodbye with the close code and
+reason. A ``hello`` from a device whose session is open ends that session and opens a new
+one, as the xiaozhi MQTT gateway does: firmware says hello again, without a goodbye, when
+its channel timed out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,8 +41,9 @@ class MqttGatewaySettings:
     broker_host: str = "127.0.0.1"
     broker_port: int = 1883
     prefix: str = "xiaozhi"
-    udp_host: str = "127.0.0.1"  # where the UDP socket binds, and what the hello tells devices
+    udp_host: str = "127.0.0.1"  # where the UDP socket binds
     udp_port: int = 0  # 0: any free port
+    udp_public_host: str = ""  # what the hello tells devices; "": udp_host, which must then not be 0.0.0.0 or ::
     max_message_bytes: int = 16 * 1024
     session: SessionSettings = field(default_factory=SessionSettings)
 
@@ -54,6 +62,9 @@ class MqttUdpChannel:
         self.sequence = 0
         self.check = SequenceCheck()
         self.closed = False
+        # the id the device was told in our hello; before that "", which is what firmware waiting
+        # for its hello holds (mqtt_protocol.cc OpenAudioChannel), so it acts on that goodbye too
+        self.session_id = ""
 
     # --- fed by the gateway ---------------------------------------------------
 
@@ -95,7 +106,8 @@ class MqttUdpChannel:
     async def close(self, code: int, reason: str) -> None:
         if not self.closed:
             with contextlib.suppress(aiomqtt.MqttError):
-                await self.gateway.publish(self.device_id, {"type": "goodbye", "code": code, "reason": reason})
+                goodbye = {"type": "goodbye", "session_id": self.session_id, "code": code, "reason": reason}
+                await self.gateway.publish(self.device_id, goodbye)
         self.end()
 
     def end(self) -> None:
@@ -105,7 +117,8 @@ class MqttUdpChannel:
             self.gateway.forget(self)
 
     def hello_extra(self, session_id: str) -> dict[str, Any]:
-        host, port = self.gateway.udp_address
+        self.session_id = session_id
+        host, port = self.gateway.public_host, self.gateway.udp_address[1]
         return {"udp": {"server": host, "port": port, "key": self.crypto.key.hex(), "nonce": self.crypto.nonce.hex()}}
 
     def turn_started(self) -> None:
@@ -133,6 +146,7 @@ class MqttGateway:
         self.tasks: set[asyncio.Task[None]] = set()
         self.rejected_datagrams = 0
         self.udp_address = (settings.udp_host, settings.udp_port)
+        self.public_host = public_udp_host(settings)
         self._client: aiomqtt.Client | None = None
         self._udp: asyncio.DatagramTransport | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -180,6 +194,13 @@ class MqttGateway:
             except UnicodeDecodeError:
                 text = "\ufffd"  # the session answers it as malformed JSON
             channel = self.sessions.get(device_id)
+            if channel is not None and not channel.closed and _is_hello(text):
+                # the device gave up on that session: it is told nothing (firmware cleared its session id
+                # before this hello, so it would ignore a goodbye naming the old one), and the new session
+                # gets a fresh key and sequence check, as the gateway gives each hello; the firmware's
+                # packet sequence starts again at each server hello (mqtt_protocol.cc ParseServerHello)
+                channel.end()
+                channel = None
             if channel is None or channel.closed:
                 channel = self._open(device_id)
             channel.control(text)
@@ -220,3 +241,30 @@ class MqttGateway:
     def sendto(self, data: bytes, address: tuple[str, int]) -> None:
         if self._udp is not None:
             self._udp.sendto(data, address)
+
+
+def public_udp_host(settings: MqttGatewaySettings) -> str:
+    """The UDP server's address as devices are told it; a wildcard bind address is no address to send to."""
+    host = settings.udp_public_host or settings.udp_host
+    if is_wildcard(host):
+        raise ValueError(
+            f"the UDP socket binds {settings.udp_host}, which devices cannot send to: "
+            "give the address devices reach this machine at (pipeline.serve --public-host HOST)"
+        )
+    return host
+
+
+def is_wildcard(host: str) -> bool:
+    """0.0.0.0, :: and their spellings: every address of this machine, none a device can reach it at."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return host == ""  # a name: the resolver's business
+
+
+def _is_hello(text: str) -> bool:
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("type") == "hello"

@@ -17,6 +17,7 @@ SAMPLE_RATE = 16000
 FRAME_MS = 60
 VERSIONS = (1, 2, 3)
 AUDIO_PARAMS = {"format": "opus", "sample_rate": SAMPLE_RATE, "channels": 1, "frame_duration": FRAME_MS}
+FRAME_DURATIONS = (20, 40, 60)  # uplink packet sizes a device may announce; the server re-frames to 60
 LISTEN_MODES = ("auto", "manual", "realtime")
 
 _V2 = struct.Struct(">HHIII")  # version, type (0 opus, 1 json), reserved, timestamp_ms, payload size
@@ -49,7 +50,7 @@ def dump(message: dict[str, Any]) -> str:
 
 
 def hello(transport: str = "websocket", session_id: str = "", **extra: Any) -> dict[str, Any]:
-    """A hello: the device's (no session id) or the server's answer (with one)."""
+    """A hello: the device's (no session id) or the server's answer (with one); ``extra`` overrides fields."""
     message: dict[str, Any] = {"type": "hello", "version": 1, "transport": transport, "audio_params": AUDIO_PARAMS}
     if session_id:
         message["session_id"] = session_id
@@ -57,16 +58,25 @@ def hello(transport: str = "websocket", session_id: str = "", **extra: Any) -> d
     return message
 
 
-def check_audio_params(message: dict[str, Any]) -> None:
-    """The device's audio must be what both ends encode: 16 kHz mono Opus in 60 ms frames."""
+def check_audio_params(message: dict[str, Any]) -> dict[str, Any]:
+    """The device's audio parameters, to be echoed back as the real server does (helloHandle.py).
+
+    16 kHz mono Opus in frames of 20, 40 or 60 ms (desktop clients default to 20, the firmware
+    to 60); anything else is a ``ProtocolError``. A hello without them gets the lab's."""
     params = message.get("audio_params")
     if params is None:
-        return
+        return dict(AUDIO_PARAMS)
     if not isinstance(params, dict):
         raise ProtocolError("audio_params must be an object")
-    for key in ("format", "sample_rate", "channels", "frame_duration"):
+    for key in ("format", "sample_rate", "channels"):
         if key in params and params[key] != AUDIO_PARAMS[key]:
             raise ProtocolError(f"audio_params.{key} = {params[key]!r}: only {AUDIO_PARAMS[key]!r} is supported")
+    if "frame_duration" in params and params["frame_duration"] not in FRAME_DURATIONS:
+        allowed = ", ".join(map(str, FRAME_DURATIONS))
+        raise ProtocolError(
+            f"audio_params.frame_duration = {params['frame_duration']!r}: one of {allowed} ms is expected"
+        )
+    return {**AUDIO_PARAMS, **params}
 
 
 @dataclass(frozen=True, slots=True)

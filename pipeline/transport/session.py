@@ -1,82 +1,51 @@
-"""The server's side of a device session, whatever the transport: hello, turns, the protocol's messages.
+"""The server's side of a device session, whatever the transport: hello, listening, turns, MCP.
 
-A session says hello, then asks for turns with ``listen``; a turn runs the same
-instrumented stages as an in-process run (``serve_turn``), with the device's Opus audio
-decoded into its uplink and its events told back as the protocol's messages: ``stt``,
-``tts start``, ``llm``, ``sentence_start`` before each sentence's audio, paced Opus
-frames, ``tts stop``. Whatever a device does wrong ends its own session only, with a close
-code and reason; a turn it leaves unfinished is recorded with its error. The transport
-(WebSocket, MQTT + UDP) is a ``ServerChannel``.
+The session follows xiaozhi-esp32-server, whose rules a real device relies on:
+
+- ``listen start`` starts listening (auto and manual mode: a turn for the utterance that
+  follows; realtime mode: listening that goes on); it never waits for an old answer to end,
+  and never stops one (``listenMessageHandler.py``).
+- While the session listens on (realtime mode, and auto mode after a failed or empty turn)
+  the VAD runs on all incoming audio and speech starts the next turn by itself; an utterance
+  recognised while an answer plays stops that answer (``receiveAudioHandle.py`` startToChat).
+- ``abort`` is answered with ``tts stop`` at once (``abortHandle.py``).
+- ``listen detect`` carries text: a typed question, or a wake word answered with a greeting.
+- A packet that does not decode and text that is not JSON are dropped and counted; a repeated
+  hello starts a new session on the same connection.
+
+Whatever a device does wrong ends its own session only, with a close code and reason; a turn
+it leaves unfinished is recorded with its error. The transport is a ``ServerChannel``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Protocol
 
 from pipeline.clock import Clock
-from pipeline.events import AudioFrame, AudioOut, Event, Sentence, TokenDelta, Transcript, TurnEnd
-from pipeline.run.device import close, drain
-from pipeline.run.recorder import TurnRecorder
-from pipeline.run.turn import ServerStages, check_complete, serve_turn, supervise
-from pipeline.tracing.timeline import PacketCounts, TurnTimeline
+from pipeline.run.inputs import push_to_talk, typed
+from pipeline.run.turn import ServerStages
+from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport import protocol
-from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder
+from pipeline.transport.codec import CodecError, OpusDecoder
+from pipeline.transport.mcp import DeviceMcp
 from pipeline.transport.protocol import ChannelGone, ProtocolError
+from pipeline.transport.server_turn import (
+    ServerChannel,
+    ServerTurn,
+    SessionSettings,
+    TurnRequest,
+    run_server_turn,
+)
 
-_CODEC_THREADS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="opus")
+__all__ = ["DeviceSession", "ServerChannel", "SessionSettings", "TurnRequest", "Turns"]
 
 # close codes (RFC 6455; an MQTT session reports them in its goodbye)
 CLOSE_PROTOCOL = 1002
-CLOSE_BAD_DATA = 1007
 CLOSE_POLICY = 1008
-
-
-class ServerChannel(Protocol):
-    """One device's link to the server, as a session uses it."""
-
-    transport: str  # what the hello says: "websocket", "udp"
-
-    def incoming(self) -> AsyncIterator[str | protocol.Packet]: ...
-
-    async def send_json(self, message: dict[str, Any]) -> None: ...
-
-    async def send_audio(self, opus: bytes, timestamp_ms: int) -> None: ...
-
-    async def close(self, code: int, reason: str) -> None: ...
-
-    def hello_extra(self, session_id: str) -> dict[str, Any]: ...
-
-    def turn_started(self) -> None:
-        """A turn begins: a lossy channel starts counting its packets afresh."""
-
-    def packet_counts(self) -> PacketCounts | None:
-        """The turn's incoming packets, for a lossy channel (UDP); None for a reliable one."""
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    max_messages_per_s: float = 100.0  # a device sends ~17 audio messages a second
-    hello_timeout_s: float = 10.0
-    prebuffer_frames: int = 3  # downlink: sent at once, then one frame per 60 ms
-    turn_timeout_s: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """What a ``listen start`` asks for; ``question_id`` and ``round`` are our emulator's extra fields."""
-
-    session_id: str
-    mode: str
-    question_id: str = ""
-    round: int = 0
-    traceparent: str = ""  # W3C trace context of the device's turn, when the device sent one
 
 
 class Turns(Protocol):
@@ -105,140 +74,28 @@ class RateLimit:
         return True
 
 
-class ServerTurn:
-    """One turn on one connection: the pipeline's server side, its uplink fed by the connection."""
-
-    def __init__(self, channel: ServerChannel, request: TurnRequest, settings: SessionSettings, clock: Clock) -> None:
-        self.channel, self.request, self.settings = channel, request, settings
-        self.up: asyncio.Queue[object] = asyncio.Queue()
-        self.outbox: asyncio.Queue[object] = asyncio.Queue()
-        self.decoder, self.encoder = OpusDecoder(), OpusEncoder()
-        self.seq = 0
-        self.uplink_open = True
-        self.aborted = False
-        self.work: list[asyncio.Task[None]] = []
-        self.texts: dict[int, str] = {}
-        self.llm_told = False
-        self.recorder = TurnRecorder(clock, observer=self.observe)
-
-    # --- the pipeline's side (run.device.ServerSide) ---------------------------
-
-    def uplink(self) -> AsyncIterator[Event]:
-        return drain(self.up)
-
-    async def send_down(self, event: Event) -> None:
-        if isinstance(event, (AudioOut, TurnEnd)):
-            self.outbox.put_nowait(event)
-
-    def observe(self, role: str, event: Event) -> None:
-        """Stage outputs that the device is told about, in the order the protocol tells them."""
-        sid = self.request.session_id
-        if role == "asr" and isinstance(event, Transcript):
-            self.outbox.put_nowait({"type": "stt", "text": event.text, "session_id": sid})
-            self.outbox.put_nowait({"type": "tts", "state": "start", "session_id": sid})
-        elif role == "llm" and isinstance(event, TokenDelta) and event.text.strip() and not self.llm_told:
-            self.llm_told = True
-            self.outbox.put_nowait({"type": "llm", "text": "🙂", "emotion": "neutral", "session_id": sid})
-        elif role == "sentences" and isinstance(event, Sentence):
-            self.texts[event.index] = event.text
-
-    # --- the connection's side ------------------------------------------------
-
-    def audio(self, packet: bytes) -> None:
-        """A device's Opus frame, into the uplink (dropped once the uplink is closed)."""
-        if not self.uplink_open:
-            return
-        pcm = self.decoder.decode(packet)  # CodecError: the caller closes the connection
-        self.up.put_nowait(AudioFrame(seq=self.seq, pcm=pcm))
-        self.seq += 1
-
-    def close_uplink(self) -> None:
-        if self.uplink_open:
-            self.uplink_open = False
-            close(self.up)
-
-    def abort(self, error_type: str, message: str) -> None:
-        """Fail the turn with this reason and stop its work (the first failure recorded stays)."""
-        self.recorder.fail(error_type, message)
-        self.close_uplink()
-        self.aborted = True
-        for task in self.work:
-            task.cancel()
-
-
-async def run_server_turn(turn: ServerTurn, stages: ServerStages) -> TurnTimeline:
-    """Run the pipeline for one turn and send its messages and audio; the server's own timeline."""
-    recorder = turn.recorder
-    if turn.aborted:  # before it started
-        return recorder.finish()
-    stage_tasks: list[asyncio.Task[None]] = []
-    turn.work = [
-        asyncio.create_task(serve_turn(stages, recorder, turn, stage_tasks)),
-        asyncio.create_task(_send(turn)),
-    ]
-    try:
-        await supervise(recorder, turn.work, stage_tasks, turn.settings.turn_timeout_s)
-    except asyncio.CancelledError:
-        if not turn.aborted:  # an abort cancels the turn's work; anything else cancelling us goes on up
-            raise
-    if not turn.aborted:
-        check_complete(recorder, played=False)
-    if not recorder.timeline.ok:
-        await _tell(turn, {"type": "tts", "state": "stop", "session_id": turn.request.session_id})
-    return recorder.finish()
-
-
-async def _tell(turn: ServerTurn, message: dict[str, Any]) -> None:
-    with contextlib.suppress(ChannelGone):
-        await turn.channel.send_json(message)
-
-
-async def _send(turn: ServerTurn) -> None:
-    """The turn's downlink, in order: control messages, and Opus frames paced like a real server."""
-    loop = asyncio.get_running_loop()
-    sentence, frames, start = -1, 0, 0.0
-    while True:
-        item = await turn.outbox.get()
-        if isinstance(item, dict):
-            await turn.channel.send_json(item)
-        elif isinstance(item, TurnEnd):
-            await turn.channel.send_json({"type": "tts", "state": "stop", "session_id": turn.request.session_id})
-            return
-        elif isinstance(item, AudioOut):
-            if item.sentence_index != sentence:
-                sentence = item.sentence_index
-                text = turn.texts.get(sentence, "")
-                sid = turn.request.session_id
-                await turn.channel.send_json(
-                    {"type": "tts", "state": "sentence_start", "text": text, "session_id": sid}
-                )
-            if frames >= turn.settings.prebuffer_frames:
-                due = start + (frames - turn.settings.prebuffer_frames + 1) * protocol.FRAME_MS / 1000
-                await asyncio.sleep(max(0.0, due - loop.time()))
-            elif frames == 0:
-                start = loop.time()
-            # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
-            packet = await loop.run_in_executor(_CODEC_THREADS, turn.encoder.encode, item.pcm)
-            turn.recorder.sent()  # handed to the transport now: the device may have it before send_audio returns
-            await turn.channel.send_audio(packet, timestamp_ms=frames * protocol.FRAME_MS)
-            frames += 1
-
-
 class DeviceSession:
-    """One connection: hello, then turns one at a time, until the device leaves or breaks the protocol."""
+    """One connection: hello, then listening and turns, until the device leaves or breaks the protocol."""
 
     def __init__(self, channel: ServerChannel, settings: SessionSettings, turns: Turns, clock: Clock) -> None:
         self.channel, self.settings, self.turns, self.clock = channel, settings, turns, clock
-        self.session_id = uuid.uuid4().hex
-        self.turn: ServerTurn | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.session_id = str(uuid.uuid4())  # dashed, as the real server's (connection.py)
+        self.decoder = OpusDecoder()  # one per connection, as the real server's: 20, 40 and 60 ms packets
+        self.collecting: ServerTurn | None = None  # the turn the device's audio goes to
+        self.running: dict[ServerTurn, asyncio.Task[None]] = {}
+        self.mode = "auto"
+        self.listening = False  # listening on: speech starts a turn with no listen start
+        self.label: dict[str, Any] = {}  # our emulator's name for the next question (a "lab" message)
+        self.mcp: DeviceMcp | None = None
+        self.muted_until_ns = 0
         self.rate = RateLimit(settings.max_messages_per_s, clock)
-        self.ignored: dict[str, int] = {}  # message types we do not act on, counted
+        self.ignored: dict[str, int] = {}  # what we do not act on, counted
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def serve(self) -> None:
         messages = aiter(self.channel.incoming())  # one reader of the channel, hello included
         try:
-            await self._hello(messages)
+            await self._first_hello(messages)
             async for message in messages:
                 if not self.rate.take():
                     raise _Close(CLOSE_POLICY, f"more than {self.settings.max_messages_per_s:g} messages a second")
@@ -249,15 +106,14 @@ class DeviceSession:
         except ProtocolError as exc:
             await self._leave("protocol_error", str(exc))
             await self.channel.close(CLOSE_PROTOCOL, str(exc)[:120])
-        except CodecError as exc:
-            await self._leave("bad_audio", str(exc))
-            await self.channel.close(CLOSE_BAD_DATA, str(exc)[:120])
         except ChannelGone:
             pass
         finally:
             await self._leave("disconnected", "the device left mid-turn")
 
-    async def _hello(self, messages: AsyncIterator[str | protocol.Packet]) -> None:
+    # --- hello ---------------------------------------------------------------
+
+    async def _first_hello(self, messages: AsyncIterator[str | protocol.Packet]) -> None:
         try:
             async with asyncio.timeout(self.settings.hello_timeout_s):
                 first = await anext(messages, None)
@@ -270,90 +126,267 @@ class DeviceSession:
         message = protocol.parse(first)
         if message["type"] != "hello":
             raise ProtocolError(f"the first message must be hello, not {message['type']!r}")
+        await self._hello(message)
+
+    async def _hello(self, message: dict[str, Any]) -> None:
         if message.get("transport", self.channel.transport) != self.channel.transport:
             raise ProtocolError(f"transport {message.get('transport')!r} over {self.channel.transport}")
-        protocol.check_audio_params(message)
-        answer = protocol.hello(self.channel.transport, self.session_id, **self.channel.hello_extra(self.session_id))
-        await self.channel.send_json(answer)
+        params = protocol.check_audio_params(message)
+        extra = self.channel.hello_extra(self.session_id)
+        await self.channel.send_json(
+            protocol.hello(self.channel.transport, self.session_id, audio_params=params, **extra)
+        )
+        features = message.get("features")
+        if isinstance(features, dict) and features.get("mcp"):
+            self.mcp = DeviceMcp(self.channel.send_json, self.session_id)
+            self._soon(self.mcp.start())  # its replies come through this session's reader, which must go on
+
+    async def _hello_again(self, message: dict[str, Any]) -> None:
+        """A device whose channel lapsed says hello anew: the old session ends, a new one begins."""
+        await self._leave("disconnected", "the device opened a new session")
+        self.session_id = str(uuid.uuid4())
+        self.decoder = OpusDecoder()
+        self.mode, self.listening, self.label = "auto", False, {}
+        await self._hello(message)
+
+    # --- messages ------------------------------------------------------------
 
     async def _message(self, message: str | protocol.Packet) -> None:
-        if isinstance(message, protocol.Packet):
-            packet = message
-            if packet.kind == protocol.TYPE_JSON:
-                await self._control(protocol.parse(packet.payload))
-            elif self.turn is not None:
-                try:
-                    self.turn.audio(packet.payload)
-                except CodecError:
-                    if self.channel.packet_counts() is None:  # reliable: the device sent it so
-                        raise
-                    self.ignored["undecodable packet"] = self.ignored.get("undecodable packet", 0) + 1
-            else:
-                self.ignored["audio outside a turn"] = self.ignored.get("audio outside a turn", 0) + 1
+        if isinstance(message, protocol.Packet) and message.kind == protocol.TYPE_OPUS:
+            self._audio(message.payload)
             return
-        await self._control(protocol.parse(message))
+        text = message.payload if isinstance(message, protocol.Packet) else message
+        try:
+            control = protocol.parse(text)
+        except ProtocolError:  # the real server echoes it and carries on (textMessageProcessor.py)
+            self._count("text that is not a JSON message")
+            return
+        await self._control(control)
 
     async def _control(self, message: dict[str, Any]) -> None:
         kind, state = message["type"], message.get("state")
-        if kind == "listen" and state == "start":
-            await self._start(message)
-        elif kind == "listen" and state == "stop" and self.turn is not None:
-            self.turn.close_uplink()
-        elif kind == "abort" and self.turn is not None:
-            self.turn.abort("aborted", f"the device aborted the turn ({message.get('reason', 'no reason given')})")
+        if kind == "hello":
+            await self._hello_again(message)
+        elif kind == "listen":
+            await self._listen(message, state)
+        elif kind == "abort":
+            await self._abort(message)
+        elif kind == "lab" and state == "question":
+            self._label(message)
+        elif kind == "mcp" and self.mcp is not None:
+            self.mcp.handle(message)
         elif kind == "goodbye":
             raise _Close(1000, "goodbye")
-        else:  # listen detect, mcp, iot, and whatever firmware adds: tolerated, counted
-            key = f"{kind}:{state}" if state else str(kind)
-            self.ignored[key] = self.ignored.get(key, 0) + 1
+        else:  # iot, ping, and whatever firmware adds: tolerated, counted
+            self._count(f"{kind}:{state}" if state else str(kind))
 
-    async def _start(self, message: dict[str, Any]) -> None:
-        mode = message.get("mode", "auto")
-        if mode not in protocol.LISTEN_MODES:
-            raise ProtocolError(f"listen mode {mode!r} is not one of {', '.join(protocol.LISTEN_MODES)}")
-        if self.turn is not None:  # speaking over the answer: the answer is abandoned
-            self.turn.abort("interrupted", "the device started a new turn mid-answer")
-            await self._wait_turn()
-        lab = message["lab"] if isinstance(message.get("lab"), dict) else {}
-        traceparent = message.get("traceparent")
-        request = TurnRequest(
+    async def _listen(self, message: dict[str, Any], state: object) -> None:
+        if "mode" in message:  # the real server keeps the mode a listen message last named
+            mode = message["mode"]
+            if mode not in protocol.LISTEN_MODES:
+                raise ProtocolError(f"listen mode {mode!r} is not one of {', '.join(protocol.LISTEN_MODES)}")
+            self.mode = mode
+        if state == "start":
+            self._reset_audio("a new listen start reset the audio")
+            self.listening = self.mode == "realtime"
+            self._begin(self._request("listen", message))
+        elif state == "stop":
+            if self.collecting is not None:  # manual mode: the utterance ends here
+                self.collecting.close_uplink()
+                self.collecting = None
+            self.listening = False
+        elif state == "detect":
+            await self._detect(message)
+        else:
+            self._count(f"listen:{state}")
+
+    async def _detect(self, message: dict[str, Any]) -> None:
+        """Typed text or a wake word: a turn with no audio, as the real server's detect handler."""
+        text = message.get("text")
+        if not isinstance(text, str) or not text.strip():
+            self._count("listen:detect without text")
+            return
+        self._reset_audio("the device sent a detect")
+        self.muted_until_ns = self.clock.now_ns() + int(self.settings.wake_mute_s * 1e9)
+        if _bare(text) in {_bare(w) for w in self.settings.wake_words}:
+            if not self.settings.greeting:  # enable_greeting false: acknowledged, not answered
+                await self.channel.send_json({"type": "stt", "text": text, "session_id": self.session_id})
+                await self.channel.send_json({"type": "tts", "state": "stop", "session_id": self.session_id})
+                return
+            self._begin(self._request("wake", message, self.settings.greeting))
+        else:
+            self._begin(self._request("text", message, text))
+
+    async def _abort(self, message: dict[str, Any]) -> None:
+        reason = message.get("reason") or "no reason given"
+        await self.channel.send_json({"type": "tts", "state": "stop", "session_id": self.session_id})
+        for turn in list(self.running):
+            if turn.speech.is_set() or not turn.candidate:  # a listener that heard nothing goes on listening
+                turn.stop_sent = True
+                turn.abort("aborted", f"the device aborted the turn ({reason})")
+        if self.collecting is not None and not self.collecting.uplink_open:
+            self.collecting = None
+
+    def _label(self, message: dict[str, Any]) -> None:
+        """Our emulator names the question it is about to ask; a listener that heard nothing yet restarts with it."""
+        self.label = message
+        turn = self.collecting
+        if turn is not None and turn.candidate and not turn.speech.is_set():
+            self._discard(turn)
+
+    def _audio(self, packet: bytes) -> None:
+        now = self.clock.now_ns()
+        if now < self.muted_until_ns:
+            self._count("audio while the server ignores it after a detect")
+            return
+        try:
+            pcm = self.decoder.decode(packet)
+        except CodecError:
+            self._count("undecodable packet")
+            return
+        turn = self.collecting
+        if turn is None or not turn.uplink_open:
+            turn = self._begin(self._request("speech")) if self.listening else None
+            if turn is None:
+                self._count("audio outside a turn")
+                return
+        turn.audio(pcm, now)
+
+    # --- turns ---------------------------------------------------------------
+
+    def _request(self, started_by: str, message: dict[str, Any] | None = None, text: str = "") -> TurnRequest:
+        """The turn's request, named by the listen message's lab fields, else by the last lab message."""
+        message = message or {}
+        lab = message.get("lab")
+        if isinstance(lab, dict):
+            source = lab
+        else:
+            source, self.label = self.label, {}
+        traceparent = message.get("traceparent") or source.get("traceparent") or ""
+        return TurnRequest(
             self.session_id,
-            mode,
-            str(lab.get("question_id", "")),
-            _int(lab.get("round")),
+            self.mode,
+            str(source.get("question_id", "")),
+            _int(source.get("round")),
             traceparent if isinstance(traceparent, str) else "",
+            started_by,
+            text,
+            self.mcp,
         )
+
+    def _begin(self, request: TurnRequest) -> ServerTurn | None:
         try:
             stages = self.turns.stages(request)
         except Exception as exc:  # a turn that cannot be built is refused, not the connection
-            await self.channel.send_json({"type": "error", "message": f"turn not started: {exc}"})
-            return
-        self.channel.turn_started()
-        self.turn = turn = ServerTurn(self.channel, request, self.settings, self.clock)
-        self.task = asyncio.create_task(self._run(turn, stages))
+            self.listening = False  # and not built again for every frame that follows
+            self._soon(self._tell({"type": "error", "message": f"turn not started: {exc}"}))
+            return None
+        if request.started_by in ("text", "wake"):
+            stages = typed(stages, request.text)
+        elif request.mode == "manual":
+            stages = push_to_talk(stages)
+        turn = ServerTurn(self.channel, request, self.settings, self.clock, self)
+        if request.started_by in ("text", "wake"):
+            turn.close_uplink()
+            turn.speech.set()
+        else:
+            self.channel.turn_started()
+            self.collecting = turn
+        self.running[turn] = asyncio.create_task(self._run(turn, stages))
+        return turn
 
     async def _run(self, turn: ServerTurn, stages: ServerStages) -> None:
         timeline = await run_server_turn(turn, stages)
+        del self.running[turn]
+        if self.collecting is turn:
+            self.collecting = None
+        if timeline is None:  # listened, heard nothing: no turn
+            return
         timeline.packets = self.channel.packet_counts()
-        if self.turn is turn:
-            self.turn = None
+        timeline.dropped, self.ignored = self.ignored, {}
         self.turns.finished(turn.request, timeline)
+        if not timeline.ok and self.mode == "auto":  # the device still streams: the next utterance is heard
+            self.listening = True
 
-    async def _wait_turn(self) -> None:
-        if self.task is not None:
-            await asyncio.gather(self.task, return_exceptions=True)
-            self.task = None
+    def _reset_audio(self, why: str) -> None:
+        """What the device said so far is forgotten (the real server's reset_audio_states)."""
+        turn, self.collecting = self.collecting, None
+        if turn is None:
+            return
+        if turn.candidate and not turn.speech.is_set():
+            self._discard(turn)
+        elif turn.uplink_open:
+            turn.abort("interrupted", why)
+
+    def _discard(self, turn: ServerTurn) -> None:
+        """A listener that heard nothing is dropped: its work ends, and no turn is recorded."""
+        turn.close_uplink()
+        if self.collecting is turn:
+            self.collecting = None
+
+    # --- what turns tell the session (server_turn.TurnWatcher) ---------------
+
+    def endpointed(self, turn: ServerTurn) -> None:
+        """Listening on: the audio after this end-point belongs to the next utterance."""
+        if self.listening and self.collecting is turn:
+            turn.close_uplink()
+            self.collecting = None
+
+    def recognised(self, turn: ServerTurn) -> None:
+        """A new utterance stops the answer the device is playing (not in manual mode, as the real server)."""
+        if self.mode == "manual":
+            return
+        for other in list(self.running):
+            if other is turn or not other.told_start or other.stop_sent or other.superseded:
+                continue
+            other.superseded = True
+            turn.outbox.put_nowait(other.tell_stop())  # before this turn's stt: the device leaves the old answer
+            other.abort("interrupted", "a new utterance was recognised mid-answer")
+
+    # --- leaving -------------------------------------------------------------
 
     async def _leave(self, error_type: str, message: str) -> None:
-        if self.turn is not None:
-            self.turn.abort(error_type, message)
-        await self._wait_turn()
+        for turn in list(self.running):
+            if turn.candidate and not turn.speech.is_set():
+                self._discard(turn)
+            else:
+                turn.abort(error_type, message)
+        self.collecting = None
+        if self.running:
+            await asyncio.gather(*self.running.values(), return_exceptions=True)
+        if self.mcp is not None:
+            self.mcp.close()
+            self.mcp = None
+
+    def _soon(self, work: Coroutine[Any, Any, None]) -> None:
+        """Work the message loop must not wait for; a device gone meanwhile is no error of ours."""
+        task = asyncio.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and not isinstance(exc, ChannelGone):
+            task.get_loop().call_exception_handler({"message": "device session work failed", "exception": exc})
+
+    async def _tell(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(ChannelGone):
+            await self.channel.send_json(message)
+
+    def _count(self, what: str) -> None:
+        self.ignored[what] = self.ignored.get(what, 0) + 1
 
 
 class _Close(Exception):
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
         self.code, self.reason = code, reason
+
+
+def _bare(text: str) -> str:
+    """Text without punctuation or spaces, as the real server compares wake words."""
+    return "".join(ch for ch in text if ch.isalnum())
 
 
 def _int(value: object) -> int:

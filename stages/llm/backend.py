@@ -13,9 +13,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
-from pipeline.events import CallEnd, OutputStart, QueueWait, TokenDelta, ToolCall, ToolCallDelta
+from pipeline.events import (
+    CallEnd,
+    OutputStart,
+    QueueWait,
+    TokenDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolResult,
+)
+from pipeline.events import ToolSpec as ToolSpec  # the chat-backend contract's, kept where stages look
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,13 +33,6 @@ class Message:
     content: str
     tool_name: str = ""
     tool_arguments: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    name: str
-    description: str
-    parameters_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,27 @@ class ChatBackend(Protocol):
 
 class ToolExecutor(Protocol):
     async def execute(self, name: str, arguments: str) -> str: ...
+
+
+@runtime_checkable
+class TracedToolExecutor(Protocol):
+    """An executor that says, for the trace, where a call ran and the id it went by (a device's MCP).
+
+    ``run`` answers the call as ``execute`` does, as the ``ToolResult`` the stage passes on; a call
+    that fails raises ``ToolFailed``."""
+
+    async def execute(self, name: str, arguments: str) -> str: ...
+
+    async def run(self, name: str, arguments: str) -> ToolResult: ...
+
+
+class ToolSource(Protocol):
+    """Tools known only once the model is asked: a device lists its own over its link after its hello,
+    so a turn whose stages were built at ``listen start`` may not have had them yet."""
+
+    def tools(self) -> tuple[ToolSpec, ...]: ...
+
+    def executor(self) -> ToolExecutor: ...
 
 
 class LlmError(RuntimeError):

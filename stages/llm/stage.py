@@ -4,7 +4,8 @@ Modes (METHOD M3 counts every call of a turn):
 - ``single``: one streamed call; the sentence splitter cuts its output.
 - ``per-sentence``: one generation call per sentence, each continuing the answer so far.
 - tool calls (either mode, when tools are offered): a call that returns a tool call,
-  the tool's execution, then a follow-up call with its result.
+  the tool's execution, then a follow-up call with its result. A device's own tools (xiaozhi
+  MCP), once it has listed them, replace the configured ones; a tool call that fails fails the turn.
 
 The model itself is a ``ChatBackend`` (scripted, llama.cpp, a cloud endpoint); this
 stage owns the mode logic, announces each call with ``CallStart`` and passes the
@@ -17,8 +18,27 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline.events import CallEnd, CallStart, Event, StageInfo, TokenDelta, ToolCall, ToolResult, Transcript
-from stages.llm.backend import ChatBackend, ChatRequest, LlmError, Message, ToolExecutor, ToolSpec
+from pipeline.events import (
+    CallEnd,
+    CallStart,
+    Event,
+    StageInfo,
+    TokenDelta,
+    ToolCall,
+    ToolFailed,
+    ToolResult,
+    Transcript,
+)
+from stages.llm.backend import (
+    ChatBackend,
+    ChatRequest,
+    LlmError,
+    Message,
+    ToolExecutor,
+    ToolSource,
+    ToolSpec,
+    TracedToolExecutor,
+)
 
 Mode = Literal["single", "per-sentence"]
 MODES: tuple[Mode, ...] = ("single", "per-sentence")
@@ -50,6 +70,7 @@ class LlmStage:
         impl: str = "scripted",
         scripted: bool = True,
         history: tuple[Message, ...] = (),
+        device: ToolSource | None = None,
     ) -> None:
         if tools and executor is None:
             raise ValueError("tools were offered without a tool executor")
@@ -58,6 +79,7 @@ class LlmStage:
         self.tools = tools
         self.executor = executor
         self.history = history
+        self.device = device  # its tools, once it has listed any, replace ``tools`` and ``executor``
         self.info = StageInfo(
             role="llm",
             impl=impl,
@@ -78,6 +100,14 @@ class LlmStage:
             return self.settings.system_prompt
         return by_language.get(language[:2], self.settings.system_prompt)
 
+    def _toolset(self) -> tuple[tuple[ToolSpec, ...], ToolExecutor | None]:
+        """The tools offered in this turn: read when the model is first asked, as the real server
+        reads its function list per chat, so a device's tools listed after the turn began count."""
+        offered = self.device.tools() if self.device is not None else ()
+        if offered and self.device is not None:
+            return offered, self.device.executor()
+        return self.tools, self.executor
+
     async def _answer(self, text: str, system_prompt: str) -> AsyncIterator[Event]:
         messages: tuple[Message, ...] = (
             Message("system", system_prompt),
@@ -86,13 +116,14 @@ class LlmStage:
         )
         answer = ""
         after_tool = False
+        tools, executor = self._toolset()
         for index in range(self.settings.max_calls):
             per_sentence = self.settings.mode == "per-sentence"
             request = ChatRequest(
                 messages=messages,
                 max_tokens=self.settings.max_tokens,
                 stop_at_sentence=per_sentence,
-                tools=self.tools,
+                tools=tools,
                 assistant_prefix=answer if per_sentence else "",
             )
             purpose = "after_tool" if after_tool else ("sentence" if per_sentence else "answer")
@@ -117,15 +148,26 @@ class LlmStage:
                     break
             if done is None:
                 raise LlmError(f"LLM backend {self.backend.model!r} ended call {index} without finishing")
-            if tool is not None and self.executor is not None:
-                result = await self.executor.execute(tool.name, tool.arguments)
-                yield ToolResult(name=tool.name, result=result)
+            if tool is not None and executor is not None:
+                try:
+                    ran = await run_tool(executor, tool)
+                except ToolFailed as exc:  # the trace shows the failed call, and the turn fails with it (M7)
+                    yield ToolResult(tool.name, "", where=exc.where, call_id=exc.call_id, error=str(exc))
+                    raise
+                yield ran
                 messages = (
                     *messages,
                     Message("assistant", "", tool_name=tool.name, tool_arguments=tool.arguments),
-                    Message("tool", result, tool_name=tool.name),
+                    Message("tool", ran.result, tool_name=tool.name),
                 )
                 after_tool = True
                 continue
             if not per_sentence or done.answer_complete or done.finish_reason == "length":
                 return
+
+
+async def run_tool(executor: ToolExecutor, tool: ToolCall) -> ToolResult:
+    """The tool's result as the trace records it: where it ran and its id, when the executor says."""
+    if isinstance(executor, TracedToolExecutor):
+        return await executor.run(tool.name, tool.arguments)
+    return ToolResult(name=tool.name, result=await executor.execute(tool.name, tool.arguments))

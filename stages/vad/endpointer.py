@@ -32,6 +32,7 @@ class FrameVad:
         silence_ms: int = 600,
         min_speech_ms: int = 120,
         threshold: float = 0.5,
+        profile: str = "",
     ) -> None:
         if silence_ms <= 0 or min_speech_ms <= 0:
             raise ValueError("silence_ms and min_speech_ms must be positive")
@@ -42,7 +43,11 @@ class FrameVad:
         self.info = StageInfo(
             role="vad",
             impl=classifier.name,
-            attributes=(("vad.silence_ms", silence_ms), ("vad.threshold", threshold)),
+            attributes=(
+                *((("vad.profile", profile),) if profile else ()),  # only a classifier with profiles names one
+                ("vad.silence_ms", silence_ms),
+                ("vad.threshold", threshold),
+            ),
         )
 
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:

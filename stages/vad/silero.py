@@ -1,24 +1,32 @@
-"""Silero VAD (ONNX, run with onnxruntime) as a frame classifier.
+"""Silero VAD (ONNX, run with onnxruntime) as a frame or chunk classifier, under one of two end-pointers.
 
 The model takes 512-sample chunks at 16 kHz with 64 samples of context and a
-recurrent state; a 60 ms frame holds one or two chunks, and the frame's speech
-probability is the highest of them. About 0.2-0.3 ms per chunk here (STACK.md),
-so it runs on the event loop.
+recurrent state. About 0.2-0.3 ms per chunk here (STACK.md), so it runs on the event loop.
+
+``[vad] profile`` picks the end-pointer:
+
+- ``"lab"`` (default): ``FrameVad`` over 60 ms frames, a frame's probability being the highest
+  of the one or two chunks it completes; hysteresis, ``min_speech_ms``, ``silence_ms`` in audio time.
+- ``"xiaozhi-server"``: ``XiaozhiServerVad``, the xiaozhi-esp32-server's own rule on every chunk
+  (dual threshold, 3-of-5 vote, silence between frame arrivals), with the settings of
+  ``[vad.xiaozhi_server]``; the lab's ``threshold``, ``silence_ms`` and ``min_speech_ms`` do not apply.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.events import SAMPLE_RATE
+from pipeline.events import SAMPLE_RATE, VAD_PROFILES, XiaozhiServerProfile
 from stages.registry import Implementation, Loaded, Models, TurnInputs
 from stages.vad.endpointer import FrameVad
+from stages.vad.xiaozhi import XiaozhiServerVad
 
 CHUNK = 512
+PROFILES = VAD_PROFILES
 CONTEXT = 64
 
 
@@ -51,16 +59,30 @@ class SileroClassifier:
         self._buffer = np.zeros(0, dtype=np.float32)
 
     def speech_probability(self, pcm: bytes) -> float:
-        samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-        self._buffer = np.concatenate([self._buffer, samples])
+        """The highest probability of the chunks this frame completes (0 when it completes none)."""
+        self._buffer = np.concatenate([self._buffer, _samples(pcm)])
         best = 0.0
         while len(self._buffer) >= CHUNK:
             chunk, self._buffer = self._buffer[:CHUNK], self._buffer[CHUNK:]
-            x = np.concatenate([self._context, chunk])[np.newaxis, :]
-            out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
-            self._context = chunk[-CONTEXT:]
-            best = max(best, float(out[0][0]))
+            best = max(best, self._run(chunk))
         return best
+
+    def chunk_probability(self, pcm: bytes) -> float:
+        """The probability of exactly one chunk (the caller cuts the chunks)."""
+        chunk = _samples(pcm)
+        if len(chunk) != CHUNK:
+            raise ValueError(f"a Silero chunk is {CHUNK} samples, not {len(chunk)}")
+        return self._run(chunk)
+
+    def _run(self, chunk: np.ndarray) -> float:
+        x = np.concatenate([self._context, chunk])[np.newaxis, :]
+        out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
+        self._context = chunk[-CONTEXT:]
+        return float(out[0][0])
+
+
+def _samples(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +91,8 @@ class SileroSettings:
     threshold: float = 0.5
     silence_ms: int = 600
     min_speech_ms: int = 120
+    profile: str = "lab"  # or "xiaozhi-server"
+    xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
 
 
 def _load(s: SileroSettings, models: Models) -> Loaded:
@@ -76,8 +100,12 @@ def _load(s: SileroSettings, models: Models) -> Loaded:
     return Loaded(SileroModel(path), models.identity(s.model, path))
 
 
-def _build(s: SileroSettings, model: SileroModel, _turn: TurnInputs) -> FrameVad:
-    return FrameVad(SileroClassifier(model), s.silence_ms, s.min_speech_ms, s.threshold)
+def _build(s: SileroSettings, model: SileroModel, _turn: TurnInputs) -> FrameVad | XiaozhiServerVad:
+    if s.profile == "xiaozhi-server":
+        return XiaozhiServerVad(SileroClassifier(model), s.xiaozhi_server)
+    if s.profile != "lab":
+        raise ValueError(f"[vad] profile = {s.profile!r}: choose one of {', '.join(PROFILES)}")
+    return FrameVad(SileroClassifier(model), s.silence_ms, s.min_speech_ms, s.threshold, profile="lab")
 
 
 IMPLEMENTATION = Implementation("vad", "silero", SileroSettings, _build, load=_load)

@@ -1,0 +1,226 @@
+"""The emulated device's MCP server: the JSON-RPC 2.0 methods a xiaozhi firmware answers over its link.
+
+The firmware (main/mcp_server.cc) answers ``initialize``, ``tools/list`` and ``tools/call`` inside
+``{"type": "mcp", "payload": ...}`` messages; a server learns the device's tools from it and calls them
+during a turn. This module reproduces those answers, their error texts included, for three tools with
+the firmware's names: the device status, the speaker volume and a light per room. The device keeps
+its state, so a status call shows what earlier calls set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = "2024-11-05"
+SERVER_NAME = "voice-latency-lab-emulator"  # the firmware sends its BOARD_NAME
+SERVER_VERSION = "1.0.0"  # the firmware sends its app version
+MAX_LIST_PAYLOAD = 8000  # mcp_server.cc GetToolsList: one tools/list answer stays below this many bytes
+
+__all__ = ["DeviceMcp", "DeviceState", "McpArgumentError"]
+
+
+class McpArgumentError(ValueError):
+    """An argument the tool cannot take; the text is the firmware's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prop:
+    """One tool argument as mcp_server.h's Property: a type, optionally a default and an integer range."""
+
+    name: str
+    kind: str  # "boolean", "integer", "string"
+    default: bool | int | str | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.kind}
+        if self.default is not None:
+            out["default"] = self.default
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        return out
+
+    def take(self, value: object) -> bool | int | str | None:
+        """The argument's value, or None when it is absent or of another type (mcp_server.cc DoToolCall)."""
+        if self.kind == "boolean" and isinstance(value, bool):
+            return value
+        if self.kind == "integer" and isinstance(value, int | float) and not isinstance(value, bool):
+            number = int(value)  # cJSON valueint
+            if self.minimum is not None and number < self.minimum:
+                raise McpArgumentError(f"Value is below minimum allowed: {self.minimum}")
+            if self.maximum is not None and number > self.maximum:
+                raise McpArgumentError(f"Value exceeds maximum allowed: {self.maximum}")
+            return number
+        if self.kind == "string" and isinstance(value, str):
+            return value
+        return None
+
+
+Result = bool | int | str | dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    props: tuple[Prop, ...]
+    run: Callable[[dict[str, Any]], Result]
+
+    def listing(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "object", "properties": {p.name: p.schema() for p in self.props}}
+        required = [p.name for p in self.props if p.default is None]
+        if required:
+            schema["required"] = required
+        return {"name": self.name, "description": self.description, "inputSchema": schema}
+
+
+@dataclass(slots=True)
+class DeviceState:
+    """What the tools change and the status reports."""
+
+    volume: int = 70  # audio_codec.h: output_volume_ = 70
+    lights: dict[str, bool] = field(default_factory=dict)
+
+    def status(self) -> dict[str, Any]:
+        """As boards/common/wifi_board.cc GetDeviceStatusJson (no battery, no chip sensor), plus the lights."""
+        return {
+            "audio_speaker": {"volume": self.volume},
+            "screen": {},
+            "network": {"type": "wifi", "ssid": "lab", "signal": "strong"},
+            "lights": dict(self.lights),
+        }
+
+
+class DeviceMcp:
+    """Answers one MCP request payload as the firmware does; keeps the device's state across calls."""
+
+    def __init__(self, state: DeviceState | None = None) -> None:
+        self.state = state if state is not None else DeviceState()
+        self.tools = self._tools()
+
+    def _tools(self) -> tuple[Tool, ...]:
+        return (
+            Tool(
+                "self.get_device_status",
+                "Provides the real-time information of the device, including the current status of the audio "
+                "speaker, screen, battery, network, etc.\nUse this tool for: \n1. Answering questions about "
+                "current condition (e.g. what is the current volume of the audio speaker?)\n2. As the first step "
+                "to control the device (e.g. turn up / down the volume of the audio speaker, etc.)",
+                (),
+                lambda _args: self.state.status(),
+            ),
+            Tool(
+                "self.audio_speaker.set_volume",
+                "Set the volume of the audio speaker. If the current volume is unknown, you must call "
+                "`self.get_device_status` tool first and then call this tool.",
+                (Prop("volume", "integer", minimum=0, maximum=100),),
+                self._set_volume,
+            ),
+            Tool(
+                "self.light.set_light",
+                "Turn the light in a room on or off.",
+                (Prop("room", "string"), Prop("on", "boolean")),
+                self._set_light,
+            ),
+        )
+
+    def _set_volume(self, args: dict[str, Any]) -> Result:
+        self.state.volume = int(args["volume"])
+        return True
+
+    def _set_light(self, args: dict[str, Any]) -> Result:
+        self.state.lights[str(args["room"])] = bool(args["on"])
+        return True
+
+    def handle(self, payload: object) -> dict[str, Any] | None:
+        """The answer to a JSON-RPC request, or None where the firmware answers nothing (notifications,
+        a wrong ``jsonrpc``, no method, params that are not an object, an id that is not a number)."""
+        if not isinstance(payload, dict) or payload.get("jsonrpc") != "2.0":
+            return None
+        method, params, msg_id = payload.get("method"), payload.get("params"), payload.get("id")
+        if not isinstance(method, str) or method.startswith("notifications"):
+            return None
+        if params is not None and not isinstance(params, dict):
+            return None
+        if not isinstance(msg_id, int | float) or isinstance(msg_id, bool):
+            return None
+        number = int(msg_id)
+        if method == "initialize":
+            info = {"name": SERVER_NAME, "version": SERVER_VERSION}
+            return _result(
+                number, {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"tools": {}}, "serverInfo": info}
+            )
+        if method == "tools/list":
+            cursor = params.get("cursor") if isinstance(params, dict) else None
+            return self._list(number, cursor if isinstance(cursor, str) else "")
+        if method == "tools/call":
+            return self._call(number, params)
+        return _error(number, f"Method not implemented: {method}")
+
+    def _list(self, msg_id: int, cursor: str) -> dict[str, Any]:
+        """Tools from the one named by ``cursor``, as many as fit the firmware's payload limit."""
+        found, listed, next_cursor = not cursor, [], ""
+        size = len('{"tools":[')
+        for tool in self.tools:
+            found = found or tool.name == cursor
+            if not found:
+                continue
+            entry = json.dumps(tool.listing(), ensure_ascii=False, separators=(",", ":")) + ","
+            if size + len(entry) + 30 > MAX_LIST_PAYLOAD:
+                next_cursor = tool.name
+                break
+            listed.append(tool.listing())
+            size += len(entry)
+        if not listed and self.tools:  # the firmware's answer also when the cursor names no tool
+            return _error(msg_id, f"Failed to add tool {next_cursor} because of payload size limit")
+        result: dict[str, Any] = {"tools": listed}
+        if next_cursor:
+            result["nextCursor"] = next_cursor
+        return _result(msg_id, result)
+
+    def _call(self, msg_id: int, params: object) -> dict[str, Any]:
+        if not isinstance(params, dict):
+            return _error(msg_id, "Missing params")
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str):
+            return _error(msg_id, "Missing name")
+        if arguments is not None and not isinstance(arguments, dict):
+            return _error(msg_id, "Invalid arguments")
+        tool = next((t for t in self.tools if t.name == name), None)
+        if tool is None:
+            return _error(msg_id, f"Unknown tool: {name}")
+        values: dict[str, Any] = {}
+        try:
+            for prop in tool.props:
+                value = prop.take(arguments.get(prop.name)) if isinstance(arguments, dict) else None
+                if value is None and prop.default is None:
+                    return _error(msg_id, f"Missing valid argument: {prop.name}")
+                values[prop.name] = prop.default if value is None else value
+        except McpArgumentError as exc:
+            return _error(msg_id, str(exc))
+        return _result(msg_id, {"content": [{"type": "text", "text": _text(tool.run(values))}], "isError": False})
+
+
+def _text(value: Result) -> str:
+    """A tool's return value as mcp_server.h McpTool::Call writes it into the text content."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
+
+
+def _result(msg_id: int, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+
+
+def _error(msg_id: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": {"message": message}}

@@ -1,0 +1,136 @@
+"""The xiaozhi OTA endpoint (``/xiaozhi/ota/``): where a stock device learns which server to talk to.
+
+At boot a firmware POSTs its system information (``Device-Id``, ``Client-Id`` headers, a JSON
+body naming its application version) to its configured OTA URL, and takes from the JSON answer
+the server time, whether a firmware update is offered, and its protocol: with a ``websocket``
+section (``url``, ``token``) it connects there over WebSocket (firmware ``main/ota.cc``
+``CheckVersion``, ``application.cc`` ``InitializeProtocol``). This endpoint answers as
+xiaozhi-esp32-server's does (``core/api/ota_handler.py`` ``handle_post``): no update (the
+device's own version echoed, no URL), and the lab's WebSocket URL and bearer token.
+
+It is served over HTTP by aiohttp on a port of its own, as the real server serves it beside its
+WebSocket port: websockets' HTTP parser takes only GET requests without a body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.clock import Clock
+
+OTA_PATH = "/xiaozhi/ota/"
+UNKNOWN_VERSION = "0.0.0"  # what the real server echoes when a device names no version
+MAX_BODY_BYTES = 64 * 1024  # a firmware's system information is 1-2 KiB
+# the headers a browser page may send across origins, as the real server allows (core/api/base_handler.py)
+CORS = {
+    "Access-Control-Allow-Headers": "client-id, content-type, device-id, authorization",
+    "Access-Control-Allow-Credentials": "true",
+    "Access-Control-Allow-Origin": "*",
+}
+
+
+class OtaError(RuntimeError):
+    """The endpoint could not be served: its port is taken, or the address is not this machine's."""
+
+
+@dataclass(frozen=True, slots=True)
+class OtaSettings:
+    websocket_url: str  # what devices are told to connect to: ws://PUBLIC_HOST:PORT/xiaozhi/v1/
+    host: str = "127.0.0.1"
+    port: int = 8003  # the real server's http_port
+    token: str = field(default="", repr=False)  # the WebSocket bearer token: the device's credential
+    timezone_offset_min: int = 0  # added by firmware to server_time.timestamp to set its local clock
+
+
+def server_url(host: str, port: int, path: str, scheme: str = "ws") -> str:
+    """``SCHEME://HOST:PORT/PATH``, an IPv6 address in brackets."""
+    netloc = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{netloc}:{port}{path}"
+
+
+class OtaServer:
+    """The endpoint on its own HTTP port; ``async with`` runs it, ``port`` is the one bound."""
+
+    def __init__(self, settings: OtaSettings, clock: Clock, note: Callable[[str], None] | None = None) -> None:
+        self.settings, self.clock = settings, clock
+        self.note = note or (lambda _message: None)
+        self.port = settings.port
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> OtaServer:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        for path in (OTA_PATH, OTA_PATH.rstrip("/")):  # with or without the trailing slash a user typed
+            app.router.add_post(path, self._post)
+            app.router.add_get(path, self._get)
+            app.router.add_route("OPTIONS", path, self._options)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            where = f"{self.settings.host}:{self.settings.port}"
+            raise OtaError(f"cannot serve OTA on {where}: {exc.strerror or exc}") from None
+        except BaseException:
+            await self._runner.cleanup()
+            raise
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _post(self, request: web.Request) -> web.Response:
+        missing = [name for name in ("Device-Id", "Client-Id") if not request.headers.get(name)]
+        if missing:  # the real server refuses these too (ota_handler.py handle_post)
+            return _refusal(f"the {' and '.join(missing)} header(s) are missing")
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return _refusal("the body is not JSON (a device sends its system information as a JSON object)")
+        if not isinstance(body, dict):
+            return _refusal("the body is not a JSON object")
+        device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
+        self.note(f"OTA: {device} is told {self.settings.websocket_url}")
+        return self._answer(_version(body))
+
+    async def _get(self, request: web.Request) -> web.Response:
+        # firmware GETs when it has no system information to send (ota.cc CheckVersion); a person checks
+        # the endpoint this way too. The real server answers GET with a line of text, which firmware cannot parse.
+        return self._answer(UNKNOWN_VERSION)
+
+    async def _options(self, request: web.Request) -> web.Response:
+        return web.Response(headers={**CORS, "Access-Control-Allow-Methods": "GET, POST, OPTIONS"})
+
+    def _answer(self, version: str) -> web.Response:
+        s = self.settings
+        answer: dict[str, Any] = {
+            "server_time": {"timestamp": self.clock.now_ns() // 1_000_000, "timezone_offset": s.timezone_offset_min},
+            "firmware": {"version": version, "url": ""},  # the device's own version: no update offered
+            "websocket": {"url": s.websocket_url, "token": s.token},
+        }
+        return web.json_response(answer, headers=CORS, dumps=_compact)
+
+
+def _version(body: dict[str, Any]) -> str:
+    application = body.get("application")
+    version = application.get("version") if isinstance(application, dict) else None
+    return version if isinstance(version, str) and version else UNKNOWN_VERSION
+
+
+def _refusal(message: str) -> web.Response:
+    body = {"success": False, "message": message}
+    return web.json_response(body, status=HTTPStatus.BAD_REQUEST, headers=CORS, dumps=_compact)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
