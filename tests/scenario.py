@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from array import array
+from collections.abc import AsyncIterator, Sequence
 
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.events import FRAME_SAMPLES, AudioFrame, LatencyProfile
+from pipeline.events import FRAME_SAMPLES, AudioFrame, Event, LatencyProfile
 from pipeline.run.turn import ServerStages, run_turn
 from pipeline.tracing.timeline import TurnTimeline
 from stages.asr.oracle import OracleAsr
@@ -63,3 +65,16 @@ def run_virtual(server: ServerStages, frames: list[AudioFrame] | None = None, ti
 def ms(tl: TurnTimeline, t: int | None) -> float | None:
     """A timeline moment in ms since the turn started."""
     return None if t is None else (t - tl.start_ns) / 1e6
+
+
+def run_stage(stage: object, events: Sequence[Event]) -> list[Event]:
+    """One stage alone over a list of events, on a fresh event loop: what it yields."""
+
+    async def source() -> AsyncIterator[Event]:
+        for e in events:
+            yield e
+
+    async def collect() -> list[Event]:
+        return [e async for e in stage.run(source())]  # type: ignore[attr-defined]
+
+    return asyncio.run(collect())

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Sequence
-
 import pytest
 
 from pipeline.analysis.textmetrics import error_rate
@@ -36,17 +33,7 @@ from stages.vad.energy import EnergyClassifier
 from stages.vad.fsmn import FsmnVad
 from stages.vad.silero import SileroClassifier
 from tests import real_models as models
-
-
-def run_stage(stage: object, events: Sequence[Event]) -> list[Event]:
-    async def source() -> AsyncIterator[Event]:
-        for e in events:
-            yield e
-
-    async def collect() -> list[Event]:
-        return [e async for e in stage.run(source())]  # type: ignore[attr-defined]
-
-    return asyncio.run(collect())
+from tests.scenario import run_stage
 
 
 def frames(name: str) -> list[Event]:

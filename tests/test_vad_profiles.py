@@ -8,8 +8,7 @@ frame ceil((k+1) * 512 / 960) - 1.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +22,7 @@ from stages.vad.endpointer import FrameVad
 from stages.vad.manual import ManualEndpoint
 from stages.vad.silero import SileroClassifier
 from stages.vad.xiaozhi import CHUNK_BYTES, XiaozhiServerVad
+from tests.scenario import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAGMENT = ROOT / "configs" / "xiaozhi-server-vad.toml"
@@ -53,17 +53,6 @@ def frames(n: int, arrivals: Sequence[int] | None = None) -> list[AudioFrame]:
         AudioFrame(seq=i, pcm=bytes(FRAME_BYTES), arrival_ms=None if arrivals is None else arrivals[i])
         for i in range(n)
     ]
-
-
-def run_stage(stage: object, events: Sequence[Event]) -> list[Event]:
-    async def source() -> AsyncIterator[Event]:
-        for e in events:
-            yield e
-
-    async def collect() -> list[Event]:
-        return [e async for e in stage.run(source())]  # type: ignore[attr-defined]
-
-    return asyncio.run(collect())
 
 
 def xs(probs: Sequence[float], n: int, profile: XiaozhiServerProfile = KEEP_ALL, **kw: object) -> list[Event]:
