@@ -86,6 +86,11 @@ class TurnRequest:
     text: str = ""  # a text or wake turn's input
     device: Any = field(default=None, compare=False, repr=False)  # the session's DeviceMcp, when the device has one
 
+    @property
+    def typed(self) -> bool:
+        """A turn with no audio: its input is text (``listen detect``, or a wake word's greeting)."""
+        return self.started_by in ("text", "wake")
+
 
 class TurnWatcher(Protocol):
     """The session, told of the moments that continuous listening and barge-in hang on."""
@@ -119,8 +124,9 @@ class ServerTurn:
         self.texts: dict[int, str] = {}
         self.llm_told = False
         self.told_start = False  # the device was told ``tts start``: it is speaking this turn's answer
-        self.stop_sent = False  # ``tts stop`` for this turn's answer has gone out (or the abort handler sent it)
-        self.superseded = False  # a newer turn's answer has the device's speaker: this one tells it nothing more
+        # ``tts stop`` for this turn's answer has gone out: the abort handler sent it, or a newer turn's answer
+        # took the device's speaker; either way this turn tells the device nothing more
+        self.stop_sent = False
         # a turn started by speech heard while listening on is only a turn once the VAD hears speech
         self.candidate = request.started_by == "speech" or (
             request.started_by == "listen" and request.mode == "realtime"
@@ -129,6 +135,11 @@ class ServerTurn:
         self.recorder = TurnRecorder(clock, observer=self.observe)
 
     # --- the pipeline's side (run.device.ServerSide) ---------------------------
+
+    @property
+    def unheard(self) -> bool:
+        """A listener whose VAD has heard no speech yet: not a turn, and dropped rather than failed."""
+        return self.candidate and not self.speech.is_set()
 
     def uplink(self) -> AsyncIterator[Event]:
         return drain(self.up)
@@ -207,10 +218,10 @@ async def run_server_turn(turn: ServerTurn, stages: ServerStages) -> TurnTimelin
         if not turn.aborted:  # an abort cancels the turn's work; anything else cancelling us goes on up
             raise
     if not turn.aborted:
-        check_complete(recorder, played=False, spoken=turn.request.started_by in ("listen", "speech"))
-    if not recorder.timeline.ok and not turn.stop_sent and not turn.superseded:
+        check_complete(recorder, played=False, spoken=not turn.request.typed)
+    if not recorder.timeline.ok and not turn.stop_sent:
         # the firmware ignores a stop while it is not speaking; our emulator learns from it that the turn failed
-        await _tell(turn, turn.tell_stop())
+        await tell(turn.channel, turn.tell_stop())
     return recorder.finish()
 
 
@@ -228,9 +239,10 @@ async def _speech_or_end(turn: ServerTurn) -> bool:
     return any(t.done() and not t.cancelled() and t.exception() is not None for t in turn.work)
 
 
-async def _tell(turn: ServerTurn, message: dict[str, Any]) -> None:
+async def tell(channel: ServerChannel, message: dict[str, Any]) -> None:
+    """Send a message the device may no longer be there to hear: a channel gone is no error here."""
     with contextlib.suppress(ChannelGone):
-        await turn.channel.send_json(message)
+        await channel.send_json(message)
 
 
 async def _send(turn: ServerTurn) -> None:

@@ -20,7 +20,6 @@ it leaves unfinished is recorded with its error. The transport is a ``ServerChan
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Protocol
@@ -39,6 +38,7 @@ from pipeline.transport.server_turn import (
     SessionSettings,
     TurnRequest,
     run_server_turn,
+    tell,
 )
 
 __all__ = ["DeviceSession", "ServerChannel", "SessionSettings", "TurnRequest", "Turns"]
@@ -221,17 +221,15 @@ class DeviceSession:
         reason = message.get("reason") or "no reason given"
         await self.channel.send_json({"type": "tts", "state": "stop", "session_id": self.session_id})
         for turn in list(self.running):
-            if turn.speech.is_set() or not turn.candidate:  # a listener that heard nothing goes on listening
+            if not turn.unheard:  # a listener that heard nothing goes on listening
                 turn.stop_sent = True
                 turn.abort("aborted", f"the device aborted the turn ({reason})")
-        if self.collecting is not None and not self.collecting.uplink_open:
-            self.collecting = None
 
     def _label(self, message: dict[str, Any]) -> None:
         """Our emulator names the question it is about to ask; a listener that heard nothing yet restarts with it."""
         self.label = message
         turn = self.collecting
-        if turn is not None and turn.candidate and not turn.speech.is_set():
+        if turn is not None and turn.unheard:
             self._discard(turn)
 
     def _audio(self, packet: bytes) -> None:
@@ -279,14 +277,14 @@ class DeviceSession:
             stages = self.turns.stages(request)
         except Exception as exc:  # a turn that cannot be built is refused, not the connection
             self.listening = False  # and not built again for every frame that follows
-            self._soon(self._tell({"type": "error", "message": f"turn not started: {exc}"}))
+            self._soon(tell(self.channel, {"type": "error", "message": f"turn not started: {exc}"}))
             return None
-        if request.started_by in ("text", "wake"):
+        if request.typed:
             stages = typed(stages, request.text)
         elif request.mode == "manual":
             stages = push_to_talk(stages)
         turn = ServerTurn(self.channel, request, self.settings, self.clock, self)
-        if request.started_by in ("text", "wake"):
+        if request.typed:
             turn.close_uplink()
             turn.speech.set()
         else:
@@ -313,7 +311,7 @@ class DeviceSession:
         turn, self.collecting = self.collecting, None
         if turn is None:
             return
-        if turn.candidate and not turn.speech.is_set():
+        if turn.unheard:
             self._discard(turn)
         elif turn.uplink_open:
             turn.abort("interrupted", why)
@@ -337,9 +335,8 @@ class DeviceSession:
         if self.mode == "manual":
             return
         for other in list(self.running):
-            if other is turn or not other.told_start or other.stop_sent or other.superseded:
+            if other is turn or not other.told_start or other.stop_sent:
                 continue
-            other.superseded = True
             turn.outbox.put_nowait(other.tell_stop())  # before this turn's stt: the device leaves the old answer
             other.abort("interrupted", "a new utterance was recognised mid-answer")
 
@@ -347,7 +344,7 @@ class DeviceSession:
 
     async def _leave(self, error_type: str, message: str) -> None:
         for turn in list(self.running):
-            if turn.candidate and not turn.speech.is_set():
+            if turn.unheard:
                 self._discard(turn)
             else:
                 turn.abort(error_type, message)
@@ -369,10 +366,6 @@ class DeviceSession:
         exc = None if task.cancelled() else task.exception()
         if exc is not None and not isinstance(exc, ChannelGone):
             task.get_loop().call_exception_handler({"message": "device session work failed", "exception": exc})
-
-    async def _tell(self, message: dict[str, Any]) -> None:
-        with contextlib.suppress(ChannelGone):
-            await self.channel.send_json(message)
 
     def _count(self, what: str) -> None:
         self.ignored[what] = self.ignored.get(what, 0) + 1
