@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import aiomqtt
 from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport import protocol
-from pipeline.transport.protocol import ChannelGone
+from pipeline.transport.protocol import ChannelGone, ProtocolError
 from pipeline.transport.session import DeviceSession, SessionSettings, Turns
 from pipeline.transport.udp import PacketCrypto, PacketError, SequenceCheck, ssrc_of
 
@@ -264,7 +263,6 @@ def is_wildcard(host: str) -> bool:
 
 def _is_hello(text: str) -> bool:
     try:
-        message = json.loads(text)
-    except ValueError:
+        return bool(protocol.parse(text)["type"] == "hello")
+    except ProtocolError:
         return False
-    return isinstance(message, dict) and message.get("type") == "hello"
