@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-APT_PACKAGES := espeak-ng strace chromium nftables libopus0 mosquitto
+APT_PACKAGES := espeak-ng strace chromium nftables libopus0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint bench bench-stages bench-llm experiment report fixtures system clean

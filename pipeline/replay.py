@@ -74,9 +74,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     device = p.add_argument_group("as a device of a xiaozhi server (audio always at real-time pace)")
     device.add_argument(
-        "--server", help="the server: ws://HOST:PORT/xiaozhi/v1/ (WebSocket) or mqtt://BROKER:PORT/PREFIX (MQTT + UDP)"
+        "--server",
+        help="the server: ws://HOST:PORT/xiaozhi/v1/ (WebSocket); mqtt://HOST:PORT[/TOPIC][?group=GID] (MQTT + UDP "
+        "as to the xiaozhi MQTT gateway: client id GID@@@MAC@@@UUID, password signed with the key in "
+        "--mqtt-signature-key-env, publishes to TOPIC, default device-server); or an OTA URL "
+        "http://HOST:PORT/xiaozhi/ota/, asked as a device asks at boot, whose answer's mqtt section says all that",
     )
     device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
+    device.add_argument(
+        "--mqtt-signature-key-env",
+        default="MQTT_SIGNATURE_KEY",
+        help="environment variable with the MQTT gateway's signature key, for an mqtt:// --server (the gateway's "
+        "own name by default; unset: an unsigned password, which a gateway without a key accepts)",
+    )
     device.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
     device.add_argument(
         "--listen-mode",
@@ -188,8 +198,8 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
     """With ``--server``: this run's devices are devices of that server, over the xiaozhi protocol."""
     if not args.server:
         return None
-    if not args.server.startswith(("ws://", "wss://", "mqtt://")):
-        raise ValueError(f"--server {args.server!r}: a ws://, wss:// or mqtt:// URL is expected")
+    if not args.server.startswith(("ws://", "wss://", "mqtt://", "http://", "https://")):
+        raise ValueError(f"--server {args.server!r}: a ws://, wss://, mqtt:// or http(s):// OTA URL is expected")
     if clock.kind != "real":
         raise ValueError("--server needs the real clock: the server runs in real time")
     if args.jitter_frames < 0:
@@ -197,6 +207,7 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
     settings = DeviceSettings(
         url=args.server,
         token=env.get(args.token_env, ""),
+        mqtt_signature_key=env.get(args.mqtt_signature_key_env, "") if args.mqtt_signature_key_env else "",
         protocol_version=args.protocol_version,
         listen_mode=args.listen_mode,
         turn_timeout_s=cfg.run.turn_timeout_s,

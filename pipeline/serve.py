@@ -8,7 +8,10 @@ question's reference text, which scripted stages and scoring need. Binds 127.0.0
 otherwise; the bearer token, when wanted, comes from an environment variable, never the command line.
 With ``--ota-port`` it also serves the OTA endpoint (``http://HOST:PORT/xiaozhi/ota/``) a stock
 firmware asks at boot which server to use; the address it and the MQTT hello tell devices is
-``--public-host``, which a wildcard ``--host`` (0.0.0.0, ::) cannot stand for.
+``--public-host``, which a wildcard ``--host`` (0.0.0.0, ::) cannot stand for. With ``--mqtt-port``
+it also is an MQTT server on ``--host`` for MQTT + UDP devices, as the xiaozhi MQTT gateway is
+(``pipeline.transport.mqtt_gateway``); their passwords are checked against the signature key in
+the environment variable ``--mqtt-signature-key-env`` names, and the OTA answer then offers MQTT.
 """
 
 from __future__ import annotations
@@ -23,9 +26,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
-
-import aiomqtt
 
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.sink import RowSink
@@ -79,8 +79,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="xiaozhi-server",
         help="the downlink's Opus encoder preset (default: the real server's, 24 kHz)",
     )
-    p.add_argument("--mqtt", help="also serve MQTT + UDP devices through this broker: mqtt://BROKER:PORT/PREFIX")
+    p.add_argument(
+        "--mqtt-port",
+        type=int,
+        help="also serve MQTT + UDP devices: an MQTT server on this port of --host, as the xiaozhi MQTT gateway "
+        "(the gateway uses 1883; 0: any free one)",
+    )
     p.add_argument("--udp-port", type=int, default=0, help="the UDP audio port for MQTT devices (0: any free one)")
+    p.add_argument(
+        "--mqtt-signature-key-env",
+        default="",
+        help="environment variable holding the key MQTT passwords are signed with (the gateway's MQTT_SIGNATURE_KEY); "
+        "unset: any password is accepted",
+    )
     p.add_argument(
         "--ota-port",
         type=int,
@@ -157,13 +168,16 @@ async def serve_until_stopped(
         server = await stack.enter_async_context(await start_gateway(settings, turns, run.clock))
         port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
         print(f"serving ws://{settings.host}:{port}{settings.path} (run {run.run_id})", flush=True)
+        mqtt_endpoint = ""
         if mqtt is not None:
             gateway = await stack.enter_async_context(MqttGateway(mqtt, turns, run.clock))
-            host, udp_port = gateway.udp_address
-            broker = f"mqtt://{mqtt.broker_host}:{mqtt.broker_port}/{mqtt.prefix}"
-            print(f"serving {broker} with audio on udp://{host}:{udp_port}, told as {gateway.public_host}", flush=True)
+            (host, mqtt_port), udp_port = gateway.mqtt_address, gateway.udp_address[1]
+            mqtt_endpoint = f"{gateway.public_host}:{mqtt_port}"
+            told = f"told as {gateway.public_host}"
+            print(f"serving mqtt://{host}:{mqtt_port} with audio on udp://{host}:{udp_port}, {told}", flush=True)
         if ota is not None:
-            front = await stack.enter_async_context(OtaServer(ota.settings(settings, port), run.clock, ota.note))
+            told_ota = ota.settings(settings, port, mqtt_endpoint, mqtt.signature_key if mqtt else "")
+            front = await stack.enter_async_context(OtaServer(told_ota, run.clock, ota.note))
             told = server_url(ota.public_host, front.port, OTA_PATH, "http")
             print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
         await stop.wait()
@@ -178,10 +192,10 @@ class OtaFront:
     token: str = field(default="", repr=False)
     note: Callable[[str], None] = print
 
-    def settings(self, ws: GatewaySettings, ws_port: int) -> OtaSettings:
+    def settings(self, ws: GatewaySettings, ws_port: int, mqtt_endpoint: str = "", mqtt_key: str = "") -> OtaSettings:
         offset_min = (time.localtime().tm_gmtoff or 0) // 60  # a device shows the lab machine's local time
         url = server_url(self.public_host, ws_port, ws.path)
-        return OtaSettings(url, ws.host, self.port, self.token, offset_min)
+        return OtaSettings(url, ws.host, self.port, self.token, offset_min, mqtt_endpoint, mqtt_key)
 
 
 def public_host(host: str, public: str, advertised: bool) -> str:
@@ -197,14 +211,16 @@ def public_host(host: str, public: str, advertised: bool) -> str:
     return chosen
 
 
-def mqtt_settings(
-    url: str, udp_host: str, udp_port: int, session: SessionSettings, public: str = ""
-) -> MqttGatewaySettings:
-    parts = urlsplit(url)
-    if parts.scheme != "mqtt" or not parts.hostname:
-        raise ValueError(f"--mqtt {url!r}: mqtt://BROKER:PORT/PREFIX is expected")
-    prefix = parts.path.strip("/") or "xiaozhi"
-    return MqttGatewaySettings(parts.hostname, parts.port or 1883, prefix, udp_host, udp_port, public, session=session)
+def mqtt_key(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    """The MQTT signature key, from the environment, never the command line; "" when none is named."""
+    if not args.mqtt_signature_key_env:
+        return ""
+    if args.mqtt_port is None:
+        raise ValueError("--mqtt-signature-key-env needs --mqtt-port: no MQTT is served")
+    key = env.get(args.mqtt_signature_key_env, "")
+    if not key:
+        raise ValueError(f"--mqtt-signature-key-env {args.mqtt_signature_key_env}: the variable is not set")
+    return key
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -215,7 +231,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         if args.token_env and not token:
             raise ValueError(f"--token-env {args.token_env}: the variable is not set")
-        told = public_host(args.host, args.public_host, bool(args.mqtt) or args.ota_port is not None)
+        told = public_host(args.host, args.public_host, args.mqtt_port is not None or args.ota_port is not None)
+        key = mqtt_key(args, env)
         refuse_existing_run(args.out, run_id, append=False)
         cfg = load_config(args.config, {})
         questions = load_questions(args.fixtures, args.language) if args.fixtures else QuestionSet(Path("."), ())
@@ -227,6 +244,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
         print(f"warning: listening on {args.host} without a token: anyone who reaches it can use it", file=sys.stderr)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and args.mqtt_port is not None and not key:
+        print(f"warning: MQTT on {args.host} without --mqtt-signature-key-env: any device is let in", file=sys.stderr)
     clock = RealClock()
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     # how the server paces and encodes the answer changes what every device hears (M11)
@@ -255,7 +274,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         clock.now_ns(),
     )
     try:
-        mqtt = mqtt_settings(args.mqtt, args.host, args.udp_port, session, told) if args.mqtt else None
+        mqtt = None
+        if args.mqtt_port is not None:
+            mqtt = MqttGatewaySettings(args.host, args.mqtt_port, args.udp_port, told, key, session=session)
         note = _quiet if args.quiet else _to_stderr
         ota = OtaFront(told, args.ota_port, token, note) if args.ota_port is not None else None
         run_on_clock(
@@ -264,7 +285,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except OSError as exc:  # the address is taken, or not ours
         print(f"error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except (ValueError, aiomqtt.MqttError, OtaError) as exc:
+    except (ValueError, OtaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -50,7 +50,6 @@ from websockets.asyncio.client import connect  # noqa: E402
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
 from pipeline.clock import RealClock, run_on_clock  # noqa: E402
-from pipeline.endpoints.broker import local_broker  # noqa: E402
 from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
 from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
 from pipeline.run.device import speech_end_ms  # noqa: E402
@@ -126,7 +125,7 @@ async def _device_turns(url: str, turns: int, clock: RealClock) -> list[TurnTime
     return out
 
 
-async def overhead(turns: int, broker_port: int) -> dict[str, tuple[float, float]]:
+async def overhead(turns: int) -> dict[str, tuple[float, float]]:
     """Median first audio (first frame played) and whole turn: in-process, over WebSocket, over MQTT + UDP (ms)."""
     cfg, engines, question, frames = setup()
     clock = RealClock()
@@ -137,9 +136,8 @@ async def overhead(turns: int, broker_port: int) -> dict[str, tuple[float, float
     async with server:
         url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/"
         runs["websocket"] = await _device_turns(url, turns, clock)
-    mqtt = MqttGatewaySettings(broker_port=broker_port, prefix="bench")
-    async with MqttGateway(mqtt, ScriptedTurns(cfg, engines, question), clock):
-        runs["mqtt+udp"] = await _device_turns(f"mqtt://127.0.0.1:{broker_port}/bench", turns, clock)
+    async with MqttGateway(MqttGatewaySettings(port=0), ScriptedTurns(cfg, engines, question), clock) as mqtt:
+        runs["mqtt+udp"] = await _device_turns(f"mqtt://127.0.0.1:{mqtt.mqtt_address[1]}", turns, clock)
     out = {}
     for name, timelines in runs.items():
         bad = [tl.error_type for tl in timelines if not tl.ok]
@@ -407,8 +405,7 @@ def main() -> int:
                 f"packet {size:.0f} bytes (mean)"
             )
     if "overhead" in parts:
-        with local_broker() as broker_port:
-            sides = run_on_clock(overhead(args.turns, broker_port), RealClock())
+        sides = run_on_clock(overhead(args.turns), RealClock())
         lf, lw = sides["in-process"]
         print(f"turn, median of {args.turns} (ms)      in-process   transport    ratio   difference")
         for name in ("websocket", "mqtt+udp"):

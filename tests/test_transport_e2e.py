@@ -15,7 +15,6 @@ from pipeline import replay
 from pipeline.analysis.rows import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 from pipeline.report.__main__ import main as report_main
-from tests.mqtt_broker import mosquitto
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"
@@ -27,10 +26,12 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def start_server(out: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+def start_server(out: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     command = [sys.executable, "-m", "pipeline.serve", str(FIXTURES), "--config", str(SIMULATOR)]
     command += ["--port", "0", "--out", str(out), "--quiet", *extra]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env and {**os.environ, **env}
+    )
     assert server.stdout is not None
     line = server.stdout.readline()
     found = re.search(r"serving (ws://\S+)", line)
@@ -140,18 +141,28 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
 
 
-def test_fixtures_over_mqtt_and_udp_through_mosquitto_match_in_process(tmp_path: Path) -> None:
+def test_fixtures_over_the_mqtt_front_end_and_udp_match_in_process(tmp_path: Path) -> None:
     common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
     assert replay.main([*common, "--fast", "--out", str(tmp_path / "local")], env={}) == 0
-    with mosquitto(tmp_path) as port:
-        server, _ws = start_server(tmp_path / "server", "--mqtt", f"mqtt://127.0.0.1:{port}/lab")
-        try:
-            assert server.stdout is not None
-            assert "serving mqtt://" in server.stdout.readline()
-            url = f"mqtt://127.0.0.1:{port}/lab"
-            device = replay.main([*common, "--server", url, "--out", str(tmp_path / "dev")], env={})
-        finally:
-            stop(server)
+    key = {"LAB_MQTT_KEY": "Lab-signature-Key9"}
+    server, _ws = start_server(
+        tmp_path / "server", "--mqtt-port", "0", "--mqtt-signature-key-env", "LAB_MQTT_KEY", "--ota-port", "0", env=key
+    )
+    try:
+        assert server.stdout is not None
+        found = re.search(r"serving (mqtt://\S+) with audio on udp://", server.stdout.readline())
+        ota = re.search(r"serving OTA at (\S+),", server.stdout.readline())
+        assert found is not None and ota is not None
+        # a device told everything by the OTA, as a stock firmware is at boot: no key needed
+        told = replay.main([*common, "--server", ota.group(1), "--out", str(tmp_path / "ota")], env={})
+        # the gateway's own variable name is the emulator's default: no flag needed
+        wrong = replay.main([*common, "--server", found.group(1), "--out", str(tmp_path / "refused")], env={})
+        signed = {"MQTT_SIGNATURE_KEY": key["LAB_MQTT_KEY"]}
+        device = replay.main([*common, "--server", found.group(1), "--out", str(tmp_path / "dev")], env=signed)
+    finally:
+        stop(server)
+    assert wrong != 0  # an unsigned device is refused
+    assert told == 0 and all(r["ok"] == "1" for r in rows(tmp_path / "ota" / "bench.csv"))
     assert device == 0
     local, dev, served = (rows(tmp_path / d / "bench.csv") for d in ("local", "dev", "server"))
     assert all(r["ok"] == "1" for r in [*dev, *served])

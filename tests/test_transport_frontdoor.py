@@ -1,10 +1,9 @@
 """The lab's front door as real clients knock: the WebSocket handshake (query string, query-parameter
-credentials, message size), the MQTT gateway's goodbyes and repeated hellos, the UDP address it
-advertises, and the OTA endpoint a stock firmware asks at boot. Loopback only."""
+credentials, message size), the addresses ``pipeline.serve`` tells devices, and the OTA endpoint a stock
+firmware asks at boot. Loopback only. (The MQTT front end's own tests: tests/test_mqtt_frontend.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -12,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import aiomqtt
 import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import Server
@@ -25,9 +23,7 @@ from pipeline.run.session import Ask
 from pipeline.transport import protocol
 from pipeline.transport.emulator import DeviceSettings, EmulatedDevice
 from pipeline.transport.gateway import GatewaySettings, start_gateway
-from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
 from pipeline.transport.ota import OTA_PATH, OtaServer, OtaSettings, server_url
-from tests.mqtt_broker import mosquitto
 from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, gateway, real
 
 TOKEN = "s3cret"
@@ -143,101 +139,14 @@ def test_a_200_kib_text_message_is_read_and_the_session_goes_on() -> None:
     assert real(scenario)
 
 
-# --- MQTT gateway ----------------------------------------------------------------------------
-
-
-async def _next_message(client: aiomqtt.Client, within_s: float = 5.0) -> dict[str, Any]:
-    async with asyncio.timeout(within_s):
-        async for message in client.messages:
-            assert isinstance(message.payload, bytes | bytearray)
-            return protocol.parse(bytes(message.payload))
-    raise AssertionError("the subscription ended")
-
-
-def test_every_goodbye_names_the_session_the_device_was_told(tmp_path: Path) -> None:
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        settings = MqttGatewaySettings(broker_port=port, prefix="lab")
-        async with (
-            MqttGateway(settings, ScriptedTurns(), RealClock()),
-            aiomqtt.Client("127.0.0.1", port, identifier="fw-1") as device,
-        ):
-            await device.subscribe("lab/down/+")
-            await device.publish("lab/up/fw", protocol.dump(protocol.hello("udp")))
-            hello = await _next_message(device)
-            bad_listen = {"type": "listen", "state": "start", "mode": "telepathy", "session_id": hello["session_id"]}
-            await device.publish("lab/up/fw", protocol.dump(bad_listen))
-            after_hello = await _next_message(device)
-            # a device that never said hello: firmware waiting for its hello holds "" as its session id
-            await device.publish("lab/up/fw2", protocol.dump({"type": "listen", "state": "start"}))
-            before_hello = await _next_message(device)
-        return hello, after_hello, before_hello
-
-    with mosquitto(tmp_path) as port:
-        hello, after_hello, before_hello = real(scenario)
-    assert hello["type"] == "hello" and hello["session_id"]
-    assert after_hello["type"] == "goodbye" and after_hello["session_id"] == hello["session_id"]
-    assert after_hello["code"] == 1002 and "telepathy" in after_hello["reason"]
-    assert before_hello["type"] == "goodbye" and before_hello["session_id"] == ""
-
-
-def test_a_repeated_hello_ends_the_open_session_and_opens_a_new_one(tmp_path: Path) -> None:
-    """Firmware says hello again without a goodbye once its channel went 120 s without a message."""
-    turns = ScriptedTurns()
-
-    async def scenario() -> tuple[str, str, bool, list[dict[str, Any]]]:
-        url = f"mqtt://127.0.0.1:{port}/lab"
-        lab = MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock())
-        async with lab, aiomqtt.Client("127.0.0.1", port, identifier="old-fw") as old:
-            await old.subscribe("lab/down/fw")
-            await old.publish("lab/up/fw", protocol.dump(protocol.hello("udp")))
-            first = await _next_message(old)
-            stale = lab.sessions["fw"]
-            async with EmulatedDevice(DeviceSettings(url=url, device_id="fw"), RealClock()) as device:
-                second = device.session_id
-                ok = (await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))).ok
-                assert stale.closed and lab.sessions["fw"] is not stale
-                assert len(lab.tasks) == 1  # the old session's task has ended
-            told: list[dict[str, Any]] = []
-            with contextlib.suppress(TimeoutError):
-                while True:
-                    told.append(await _next_message(old, within_s=1.0))
-        return first["session_id"], second, ok, told
-
-    with mosquitto(tmp_path) as port:
-        first, second, ok, told = real(scenario)
-    assert first and second and first != second
-    assert ok
-    goodbyes = [m for m in told if m["type"] == "goodbye"]
-    assert goodbyes and all(m["session_id"] == second for m in goodbyes)  # nothing said for the dead session
-
-
-def test_the_hello_advertises_the_public_host_and_a_wildcard_is_refused(tmp_path: Path) -> None:
-    async def scenario() -> dict[str, Any]:
-        settings = MqttGatewaySettings(broker_port=port, prefix="lab", udp_public_host="lab.example.test")
-        async with (
-            MqttGateway(settings, ScriptedTurns(), RealClock()) as lab,
-            aiomqtt.Client("127.0.0.1", port, identifier="fw-3") as device,
-        ):
-            await device.subscribe("lab/down/fw")
-            await device.publish("lab/up/fw", protocol.dump(protocol.hello("udp")))
-            hello = await _next_message(device)
-            assert hello["udp"]["port"] == lab.udp_address[1]
-            return hello
-
-    with mosquitto(tmp_path) as port:
-        hello = real(scenario)
-    assert hello["udp"]["server"] == "lab.example.test"
-    for wildcard in ("0.0.0.0", "::"):
-        with pytest.raises(ValueError, match="--public-host"):
-            MqttGateway(MqttGatewaySettings(udp_host=wildcard), ScriptedTurns(), RealClock())
-    udp_on_all = MqttGatewaySettings(udp_host="0.0.0.0", udp_public_host="192.0.2.7")
-    assert MqttGateway(udp_on_all, ScriptedTurns(), RealClock()).public_host == "192.0.2.7"
+# --- serve's addresses ---------------------------------------------------------------------------
+# (the MQTT front end's own tests are in tests/test_mqtt_frontend.py)
 
 
 def test_serve_refuses_at_start_to_advertise_a_wildcard_address(tmp_path: Path, capsys: Any) -> None:
     for argv in (
         ["--host", "0.0.0.0", "--ota-port", "0"],
-        ["--host", "::", "--mqtt", "mqtt://127.0.0.1:1/lab"],
+        ["--host", "::", "--mqtt-port", "0"],
         ["--public-host", "0.0.0.0", "--ota-port", "0"],
     ):
         assert serve.main([*argv, "--out", str(tmp_path)], env={}) == 2

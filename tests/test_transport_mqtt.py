@@ -1,26 +1,24 @@
-"""MQTT + UDP: the packet format and its sequence checks, and turns through a real Mosquitto broker
-with AES-CTR audio over loopback UDP, lost and reordered packets counted per turn."""
+"""MQTT + UDP: the packet format and its sequence checks, and the emulator's turns through the lab's MQTT
+front end with AES-CTR audio over loopback UDP, lost and reordered packets counted per turn."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from pathlib import Path
 from typing import Any
 
-import aiomqtt
 import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.run.session import Ask
 from pipeline.tracing.timeline import TurnTimeline
-from pipeline.transport import protocol
+from pipeline.transport import mqtt_auth
 from pipeline.transport.emulator import DeviceSettings, EmulatedDevice
 from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
 from pipeline.transport.udp import HEADER, PacketCrypto, PacketError, SequenceCheck
-from tests.mqtt_broker import mosquitto
 from tests.scenario import run_virtual
+from tests.test_mqtt_frontend import HELLO, RawDevice
 from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, device_rows, quick_stages, real
 
 KEY, NONCE = bytes(range(16)), bytes([1, 0, 0, 0, 0xDE, 0xAD, 0xBE, 0xEF]) + bytes(8)
@@ -82,13 +80,17 @@ class Lossy:
         self.inner.close()
 
 
-def _turn_over_mqtt(port: int, lossy: bool) -> tuple[TurnTimeline, ScriptedTurns]:
+SIGNATURE_KEY = "Lab-signature-Key9"
+
+
+def _turn_over_mqtt(lossy: bool) -> tuple[TurnTimeline, ScriptedTurns]:
     turns = ScriptedTurns()
 
     async def scenario() -> TurnTimeline:
-        settings = MqttGatewaySettings(broker_port=port, prefix="lab")
-        async with MqttGateway(settings, turns, RealClock()):
-            device = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab"), RealClock())
+        settings = MqttGatewaySettings(port=0, signature_key=SIGNATURE_KEY)
+        async with MqttGateway(settings, turns, RealClock()) as lab:
+            url = f"mqtt://127.0.0.1:{lab.mqtt_address[1]}"
+            device = EmulatedDevice(DeviceSettings(url=url, mqtt_signature_key=SIGNATURE_KEY), RealClock())
             async with device:
                 if lossy:
                     link = device.link
@@ -100,9 +102,8 @@ def _turn_over_mqtt(port: int, lossy: bool) -> tuple[TurnTimeline, ScriptedTurns
     return real(scenario), turns
 
 
-def test_a_turn_through_mosquitto_and_udp_hears_and_says_what_the_in_process_turn_does(tmp_path: Path) -> None:
-    with mosquitto(tmp_path) as port:
-        timeline, turns = _turn_over_mqtt(port, lossy=False)
+def test_a_turn_through_the_front_end_and_udp_hears_and_says_what_the_in_process_turn_does(tmp_path: Path) -> None:
+    timeline, turns = _turn_over_mqtt(lossy=False)
     in_process = run_virtual(quick_stages(), clip())
     assert timeline.ok, timeline.error_message
     assert timeline.device is not None and timeline.device.transport == "udp"
@@ -116,56 +117,52 @@ def test_a_turn_through_mosquitto_and_udp_hears_and_says_what_the_in_process_tur
     assert row["transport"] == "udp" and row["packets_lost"] == 0 and row["first_audible_ms"] > 0
 
 
-def test_lost_and_reordered_uplink_packets_are_counted_on_the_servers_turn(tmp_path: Path) -> None:
-    with mosquitto(tmp_path) as port:
-        timeline, turns = _turn_over_mqtt(port, lossy=True)
+def test_lost_and_reordered_uplink_packets_are_counted_on_the_servers_turn() -> None:
+    timeline, turns = _turn_over_mqtt(lossy=True)
     _, server = turns.done[0]
     assert server.packets is not None
     assert (server.packets.lost, server.packets.late) == (2, 1)  # 5 and 6 dropped; 10 came after 11
     assert server.ok and timeline.ok  # a few lost frames of speech do not stop a turn
 
 
-def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served(tmp_path: Path) -> None:
+def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served() -> None:
     turns = ScriptedTurns()
 
     async def scenario() -> tuple[dict[str, Any], TurnTimeline]:
-        gateway = MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock())
-        async with gateway, aiomqtt.Client("127.0.0.1", port, identifier="rogue") as rogue:
-            await rogue.subscribe("lab/down/rogue")
-            await rogue.publish("lab/up/rogue", protocol.dump(protocol.hello("udp")))
-            # non-JSON text is dropped and counted, as the real server does: a bad listen mode is refused
-            await rogue.publish("lab/up/rogue", protocol.dump({"type": "listen", "state": "start", "mode": "x"}))
-            good = EmulatedDevice(DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", device_id="good"), RealClock())
-            async with good:
-                timeline = await good.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
-            async with asyncio.timeout(5):
-                async for message in rogue.messages:
-                    told = protocol.parse(bytes(message.payload))
-                    if told["type"] == "goodbye":
-                        return told, timeline
-        raise AssertionError("no goodbye")
+        async with MqttGateway(MqttGatewaySettings(port=0), turns, RealClock()) as lab:
+            rogue = await RawDevice.to(lab)
+            try:
+                await rogue.connect("GID_test@@@02_00_00_00_00_0f@@@rogue", mqtt_auth.username({}), password="")
+                await rogue.publish(HELLO)
+                await rogue.message()
+                await rogue.publish({"type": "listen", "state": "start", "mode": "x"})  # a bad mode is refused
+                url = f"mqtt://127.0.0.1:{lab.mqtt_address[1]}"
+                async with EmulatedDevice(DeviceSettings(url=url, device_id="02:00:00:00:00:02"), RealClock()) as good:
+                    timeline = await good.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
+                _, told = await rogue.message()
+            finally:
+                rogue.close()
+        return told, timeline
 
-    with mosquitto(tmp_path) as port:
-        goodbye, timeline = real(scenario)
-    assert goodbye["code"] == 1002 and "listen mode 'x'" in goodbye["reason"] and goodbye["session_id"]
-    assert timeline.ok
+    goodbye, timeline = real(scenario)
+    assert goodbye["type"] == "goodbye" and goodbye["code"] == 1002 and "listen mode 'x'" in goodbye["reason"]
+    assert goodbye["session_id"] and timeline.ok
 
 
-def test_a_lossy_link_profile_between_device_and_server_loses_udp_packets_both_ways(tmp_path: Path) -> None:
+def test_a_lossy_link_profile_between_device_and_server_loses_udp_packets_both_ways() -> None:
     # 20 % loss over ~60-80 packets each way: no loss at all would have odds below 1e-5
     profile = NetProfile("test-lossy", rtt_ms=10.0, loss=0.2, handshake=False, seed=5)
     turns = ScriptedTurns()
 
     async def scenario() -> TurnTimeline:
-        async with MqttGateway(MqttGatewaySettings(broker_port=port, prefix="lab"), turns, RealClock()):
-            settings = DeviceSettings(url=f"mqtt://127.0.0.1:{port}/lab", profile=profile)
+        async with MqttGateway(MqttGatewaySettings(port=0), turns, RealClock()) as lab:
+            settings = DeviceSettings(url=f"mqtt://127.0.0.1:{lab.mqtt_address[1]}", profile=profile)
             async with EmulatedDevice(settings, RealClock()) as device:
                 timeline = await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))
             await turns.settled(1)
         return timeline
 
-    with mosquitto(tmp_path) as port:
-        timeline = real(scenario)
+    timeline = real(scenario)
     _, server = turns.done[0]
     assert server.packets is not None and server.packets.lost > 0  # uplink datagrams the relay dropped
     assert timeline.packets is not None and timeline.packets.lost > 0  # and downlink ones

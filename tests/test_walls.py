@@ -21,6 +21,7 @@ ENTRY_POINTS = {
     "pipeline.offline.__main__",
     "pipeline.serve",
     "pipeline.sweep.__main__",
+    "pipeline.endpoints.speech.__main__",
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
@@ -36,9 +37,13 @@ MAY_USE = {
     "names": set(),
     "report": {"analysis", "names"},
     "endpoints": {"contract"},
+    # the speech services run the configured stages, through the registry only, and trace each request
+    "speech": {"contract", "clock", "settings", "registry", "tracing", "names"},
     "offline": {"settings"},
     "transport": {"contract", "clock", "run", "tracing", "endpoints"},  # the run's turn over the device protocol
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
+    # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
+    "interop": {"settings", "endpoints", "analysis", "names"},
 }
 
 
@@ -60,6 +65,8 @@ def part(module: str) -> str:
         return "registry"
     if module.startswith("stages."):
         return "stages"
+    if module.startswith("pipeline.endpoints.speech"):
+        return "speech"
     return module.split(".")[1]
 
 

@@ -56,11 +56,12 @@ class VadConfig:
 
 @dataclass(frozen=True, slots=True)
 class AsrConfig:
-    impl: str = "whisper"  # or "funasr" (a local FunASR model folder), or "oracle" (reference text, scripted latency)
+    impl: str = "whisper"  # or "funasr" (a FunASR model folder), "oracle" (reference text), "service" (HTTP)
     model: str = "whisper-base"  # registry name, a CTranslate2 Whisper folder, or a FunASR model folder
     beam_size: int = 1
     threads: int = 2
     latency: LatencyProfile = LatencyProfile(first_ms=300, jitter_ms=40, seed=1)  # oracle only
+    url: str = ""  # service only: http://HOST:PORT/v1/audio/transcriptions (OpenAI-compatible, no key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +116,12 @@ class SentenceConfig:
 
 @dataclass(frozen=True, slots=True)
 class TtsConfig:
-    impl: str = "espeak"  # or "piper" (English only) or "stub"
+    impl: str = "espeak"  # or "piper" (English only), "stub", or "service" (an OpenAI-compatible speech service)
     voice: str = "piper-joe"  # piper: registry name or voice folder
     words_per_minute: int = 160  # espeak
     first_frame: LatencyProfile = LatencyProfile(first_ms=180, jitter_ms=30, seed=3)  # stub only
     real_time_factor: float = 0.15  # stub only
+    url: str = ""  # service only: http://HOST:PORT/v1/audio/speech (OpenAI-compatible, no key)
 
 
 @dataclass(frozen=True, slots=True)

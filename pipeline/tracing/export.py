@@ -24,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from pipeline.tracing import names
 from pipeline.tracing.otlp_json import dumps_line, spans_to_otlp_json
+from pipeline.tracing.requests import RequestTiming, build_request_span, remote_parent
 from pipeline.tracing.spans import Attributes, build_job_spans, build_turn_spans
 from pipeline.tracing.timeline import JobTimeline, TurnTimeline
 
@@ -187,6 +188,16 @@ class Tracing:
     def emit_job(self, job: JobTimeline, attributes: Attributes) -> dict[str, Any]:
         """A background job as spans in the session's trace, written as one line of its own."""
         build_job_spans(self._tracer, self._session_ctx, job, attributes)
+        line = self._write_line()
+        assert line is not None
+        return line
+
+    def emit_request(self, timing: RequestTiming, traceparent: str = "") -> dict[str, Any]:
+        """A request a service served, as one span written as one line; returns that line's data.
+
+        ``traceparent``: the caller's span, which the request's span joins; without one (or with
+        a malformed one) the span is the root of a trace of its own, never the session's."""
+        build_request_span(self._tracer, remote_parent(traceparent), timing)
         line = self._write_line()
         assert line is not None
         return line

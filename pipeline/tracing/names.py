@@ -117,3 +117,17 @@ GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_FINISH = "gen_ai.response.finish_reasons"
 SERVER_ADDRESS = "server.address"
+
+# a request served by the lab's speech services (pipeline/endpoints/speech): its span is the stage's (ASR, TTS)
+HTTP_ROUTE = "http.route"  # OpenTelemetry HTTP conventions
+HTTP_STATUS = "http.response.status_code"
+SERVICE_MODEL = "lab.service.request_model"  # the model the client named; the configured stage is what served it
+SERVICE_FORMAT = "lab.service.response_format"
+SERVICE_VOICE = "lab.service.request_voice"  # the voice the client named (TTS); the configured voice is what spoke
+SERVICE_INPUT_BYTES = "lab.service.input_bytes"  # the uploaded file (ASR) or the request body (TTS)
+SERVICE_OUTPUT_BYTES = "lab.service.output_bytes"  # the response body
+SERVICE_INPUT_FORMAT = "lab.service.input_format"  # what libsndfile read the upload as, e.g. "WAV PCM_16"
+SERVICE_READ_MS = "lab.service.read_ms"  # receiving and parsing the request body
+SERVICE_DECODE_MS = "lab.service.decode_ms"  # the upload to 16 kHz mono PCM (ASR)
+SERVICE_COMPUTE_MS = "lab.service.compute_ms"  # the stage itself
+SERVICE_ENCODE_MS = "lab.service.encode_ms"  # the stage's audio to the response format (TTS)

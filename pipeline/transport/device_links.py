@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+import aiohttp
 import aiomqtt
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -27,12 +30,14 @@ from pipeline.endpoints.link.datagrams import UdpRelay
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.endpoints.link.proxy import LinkEmulator
 from pipeline.tracing.timeline import PacketCounts
-from pipeline.transport import protocol
+from pipeline.transport import mqtt_auth, protocol
+from pipeline.transport.mqtt_auth import MqttConfig
 from pipeline.transport.protocol import ChannelGone, ProtocolError
 from pipeline.transport.udp import PacketCrypto, PacketError, SequenceCheck
 
 _END = object()
 MQTT_HELLO_VERSION = 3  # mqtt_protocol.cc GetHelloMessage: always 3, whatever the WebSocket version
+OTA_APP_VERSION = "1.6.0"  # the application version the emulator tells an OTA endpoint it runs
 
 McpHandler = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -49,13 +54,14 @@ def stable_client_id(device_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LinkSettings:
-    url: str  # ws://HOST:PORT/xiaozhi/v1/ or mqtt://BROKER:PORT/PREFIX
+    url: str  # ws://HOST:PORT/xiaozhi/v1/, mqtt://HOST:PORT[/TOPIC] or an OTA URL (MqttUdpLink)
     token: str = field(default="", repr=False)
     protocol_version: int = 1  # WebSocket binary framing
     device_id: str = "02:00:00:00:00:01"
     connect_timeout_s: float = 10.0
     profile: NetProfile | None = None  # the link emulator between device and server (M14); None: direct
     client_id: str = ""  # "": stable_client_id(device_id)
+    mqtt_signature_key: str = field(default="", repr=False)  # signs an mqtt:// device's password
 
     def __post_init__(self) -> None:
         if not self.client_id:
@@ -235,18 +241,31 @@ class _Downlink(asyncio.DatagramProtocol):
 
 
 class MqttUdpLink:
-    """Control JSON through the broker on ``PREFIX/up|down/DEVICE_ID``; audio over UDP, AES-CTR sealed."""
+    """Control JSON over MQTT as a stock firmware speaks it to the xiaozhi MQTT gateway; audio over UDP.
+
+    The device connects with the client id ``GROUP@@@MAC@@@UUID``, a base64 JSON username and the
+    password signed with the gateway's key (``mqtt_auth``), publishes every message to one topic
+    (``device-server``), and subscribes to nothing: the server pushes its messages to
+    ``devices/p2p/MAC`` regardless. Where those come from depends on the URL:
+
+    - ``mqtt://HOST:PORT[/PUBLISH_TOPIC][?group=GROUP]``: made here as the gateway's OTA makes them,
+      the password signed with ``LinkSettings.mqtt_signature_key`` (none: an unsigned one, which a
+      gateway without a key accepts);
+    - ``http(s)://HOST:PORT/xiaozhi/ota/``: asked of that OTA endpoint as the firmware asks at boot,
+      and taken from its answer's ``mqtt`` section (endpoint, client id, username, password, topic).
+    """
 
     transport = "udp"
 
     def __init__(self, settings: LinkSettings, clock: Clock) -> None:
         self.settings = settings
         parts = urlsplit(settings.url)
-        self.broker = (parts.hostname or "127.0.0.1", parts.port or 1883)
-        self.prefix = parts.path.strip("/") or "xiaozhi"
-        self.label = f"xiaozhi server through MQTT {self.broker[0]}:{self.broker[1]} + UDP"
+        self.ota = parts.scheme in ("http", "https")
+        where = f"MQTT as the OTA at {settings.url} says" if self.ota else f"MQTT {parts.hostname}:{parts.port or 1883}"
+        self.label = f"xiaozhi server through {where} + UDP"
         if settings.profile is not None:
             self.label += f"; link profile {settings.profile.name}"
+        self.config: MqttConfig | None = None
         self.proxy: LinkEmulator | None = None
         self.relay: UdpRelay | None = None
         self.session_id = ""
@@ -269,14 +288,23 @@ class MqttUdpLink:
         s = self.settings
         try:
             async with asyncio.timeout(s.connect_timeout_s):
-                broker = self.broker
+                self.config = await self._ota_config() if self.ota else mqtt_url_config(s)
+                host, port = self.config.host_port()
+                tls = ssl.create_default_context() if port == 8883 else None  # the firmware's rule for a bare host
                 if s.profile is not None:  # the control channel goes through the TCP link emulator
-                    self.proxy = LinkEmulator(s.profile, *self.broker)
-                    broker = ("127.0.0.1", await self.proxy.start())
-                self.client = aiomqtt.Client(*broker, identifier=f"lab-device-{uuid.uuid4().hex[:12]}")
+                    self.proxy = LinkEmulator(s.profile, host, port)
+                    host, port = "127.0.0.1", await self.proxy.start()
+                self.client = aiomqtt.Client(
+                    host,
+                    port,
+                    identifier=self.config.client_id,
+                    username=self.config.username or None,
+                    password=self.config.password or None,
+                    keepalive=self.config.keepalive_s,
+                    tls_context=tls,
+                )
                 await self.client.__aenter__()
-                await self.client.subscribe(f"{self.prefix}/down/{s.device_id}")
-                self._reader = asyncio.create_task(self._read(self.client))
+                self._reader = asyncio.create_task(self._read(self.client))  # no SUBSCRIBE: replies are pushed
                 await self.send_json(device_hello("udp", MQTT_HELLO_VERSION))
                 answer = await _next_control(self)
                 self.session_id = await _hello_answer(self, answer)
@@ -284,9 +312,28 @@ class MqttUdpLink:
         except DeviceError:
             await self.close()
             raise
-        except (OSError, TimeoutError, ChannelGone, ProtocolError, aiomqtt.MqttError, PacketError) as exc:
+        except (OSError, TimeoutError, ChannelGone, ProtocolError, aiomqtt.MqttError, PacketError, ValueError) as exc:
             await self.close()
             raise DeviceError(f"{s.url}: no session ({type(exc).__name__}: {exc})") from None
+
+    async def _ota_config(self) -> MqttConfig:
+        """The ``mqtt`` section of the OTA's answer to this device (firmware ``ota.cc`` ``CheckVersion``)."""
+        s = self.settings
+        headers = {"Device-Id": s.device_id, "Client-Id": s.client_id, "Content-Type": "application/json"}
+        body = {"application": {"name": "xiaozhi", "version": OTA_APP_VERSION}, "mac_address": s.device_id}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(s.url, json={**body, "uuid": s.client_id}, headers=headers) as response,
+        ):
+            if response.status != 200:
+                raise DeviceError(f"{s.url}: the OTA answered HTTP {response.status}")
+            answer = await response.json(content_type=None)
+        section = answer.get("mqtt") if isinstance(answer, dict) else None
+        if not isinstance(section, dict):
+            told = answer.get("websocket", {}).get("url", "") if isinstance(answer, dict) else ""
+            hint = f"; it offers WebSocket: --server {told}" if told else ""
+            raise DeviceError(f"{s.url}: the OTA's answer has no mqtt section{hint}")
+        return MqttConfig.of(section)
 
     async def _open_udp(self, udp: object) -> None:
         if not isinstance(udp, dict):
@@ -305,14 +352,14 @@ class MqttUdpLink:
 
     async def _read(self, client: aiomqtt.Client) -> None:
         try:
-            async for message in client.messages:
+            async for message in client.messages:  # whatever the server pushes, on whatever topic
                 payload = message.payload
                 if isinstance(payload, bytes | bytearray):
                     await self._text(bytes(payload).decode("utf-8", "replace"))
         except aiomqtt.MqttError:
             pass
         finally:
-            self.inbox.end("the broker connection is gone")
+            self.inbox.end("the MQTT connection is gone")
 
     async def _text(self, text: str) -> None:
         message = _peek(text)
@@ -328,8 +375,7 @@ class MqttUdpLink:
             self.inbox.end(f"the server ended the session: {message.get('reason', 'goodbye')}")
 
     def _ours(self, goodbye: dict[str, Any]) -> bool:
-        """The firmware closes only on a goodbye naming its session; one naming none is taken too, as the
-        lab's gateway sends (finding 7)."""
+        """The firmware closes only on a goodbye naming its session; one naming none is taken too."""
         named = goodbye.get("session_id")
         return named is None or named == self.session_id
 
@@ -365,12 +411,12 @@ class MqttUdpLink:
             await self.proxy.stop()
 
     async def send_json(self, message: dict[str, Any]) -> None:
-        if self.client is None or (self._closed and message.get("type") != "goodbye"):
+        if self.client is None or self.config is None or (self._closed and message.get("type") != "goodbye"):
             raise ChannelGone("not connected")
         try:
-            await self.client.publish(f"{self.prefix}/up/{self.settings.device_id}", protocol.dump(message))
+            await self.client.publish(self.config.publish_topic, protocol.dump(message), qos=0)
         except aiomqtt.MqttError as exc:
-            raise ChannelGone(f"the broker is gone ({exc})") from None
+            raise ChannelGone(f"the MQTT connection is gone ({exc})") from None
 
     async def send_audio(self, opus: bytes, timestamp_ms: int) -> None:
         if self.udp is None or self.crypto is None or self._closed:
@@ -400,6 +446,20 @@ class MqttUdpLink:
         return PacketCounts(self.check.received, self.check.lost, self.check.late)
 
 
+def mqtt_url_config(settings: LinkSettings) -> MqttConfig:
+    """``mqtt://HOST:PORT[/PUBLISH_TOPIC][?group=GROUP]`` as the gateway's OTA would configure this device."""
+    parts = urlsplit(settings.url)
+    if not parts.hostname:
+        raise ValueError(f"{settings.url!r}: mqtt://HOST:PORT is expected")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    group = parse_qs(parts.query).get("group", [mqtt_auth.GROUP])[0]
+    config = mqtt_auth.device_config(
+        f"{host}:{parts.port or 1883}", settings.device_id, settings.client_id, settings.mqtt_signature_key, group
+    )
+    topic = parts.path.strip("/")
+    return dataclasses.replace(config, publish_topic=topic) if topic else config
+
+
 DeviceLink = WebSocketLink | MqttUdpLink
 
 
@@ -418,10 +478,10 @@ async def _hello_answer(link: DeviceLink, answer: dict[str, Any]) -> str:
 
 
 def open_link(settings: LinkSettings, clock: Clock) -> DeviceLink:
-    """The link a server URL names: ws:// or wss:// (WebSocket), mqtt:// (MQTT + UDP)."""
+    """The link a server URL names: ws:// or wss:// (WebSocket), mqtt:// or an http(s):// OTA URL (MQTT + UDP)."""
     scheme = urlsplit(settings.url).scheme
     if scheme in ("ws", "wss"):
         return WebSocketLink(settings, clock)
-    if scheme == "mqtt":
+    if scheme in ("mqtt", "http", "https"):
         return MqttUdpLink(settings, clock)
-    raise ValueError(f"{settings.url!r}: a ws://, wss:// or mqtt:// URL is expected")
+    raise ValueError(f"{settings.url!r}: a ws://, wss://, mqtt:// or http(s):// OTA URL is expected")

@@ -58,6 +58,7 @@ class DeviceSettings:
     listen_mode: str = "auto"
     device_id: str = "02:00:00:00:00:01"
     client_id: str = ""  # "": stable per device id, as a board's UUID is
+    mqtt_signature_key: str = field(default="", repr=False)  # an mqtt:// server's: signs the device's password
     # frames held before the first one of an answer plays; the firmware holds none (audio_service.cc)
     jitter_frames: int = 0
     tail_ms: int = 3000  # auto mode: noise floor streamed after the clip until the server says what it heard
@@ -97,7 +98,14 @@ class EmulatedDevice:
         self.settings, self.clock = settings, clock
         s = settings
         self.link_settings = LinkSettings(
-            s.url, s.token, s.protocol_version, s.device_id, s.connect_timeout_s, s.profile, s.client_id
+            s.url,
+            s.token,
+            s.protocol_version,
+            s.device_id,
+            s.connect_timeout_s,
+            s.profile,
+            s.client_id,
+            mqtt_signature_key=s.mqtt_signature_key,
         )
         self.mcp = DeviceMcp()  # the device's state outlives its connections
         self.noise = NoiseFloor(s.device_id)

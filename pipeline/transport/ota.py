@@ -6,7 +6,11 @@ the server time, whether a firmware update is offered, and its protocol: with a 
 section (``url``, ``token``) it connects there over WebSocket (firmware ``main/ota.cc``
 ``CheckVersion``, ``application.cc`` ``InitializeProtocol``). This endpoint answers as
 xiaozhi-esp32-server's does (``core/api/ota_handler.py`` ``handle_post``): no update (the
-device's own version echoed, no URL), and the lab's WebSocket URL and bearer token.
+device's own version echoed, no URL), and the lab's WebSocket URL and bearer token. When the lab's
+MQTT front end runs, the answer also has the ``mqtt`` section the xiaozhi MQTT gateway's OTA gives
+(``generateMqttConfig``: endpoint, a client id from the request's Device-Id and Client-Id, a username
+naming the device's IP, the password signed with the front end's key, the topics); firmware prefers
+MQTT when the section is there (``application.cc`` ``InitializeProtocol``).
 
 It is served over HTTP by aiohttp on a port of its own, as the real server serves it beside its
 WebSocket port: websockets' HTTP parser takes only GET requests without a body.
@@ -23,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.clock import Clock
+from pipeline.transport import mqtt_auth
 
 OTA_PATH = "/xiaozhi/ota/"
 UNKNOWN_VERSION = "0.0.0"  # what the real server echoes when a device names no version
@@ -46,6 +51,9 @@ class OtaSettings:
     port: int = 8003  # the real server's http_port
     token: str = field(default="", repr=False)  # the WebSocket bearer token: the device's credential
     timezone_offset_min: int = 0  # added by firmware to server_time.timestamp to set its local clock
+    mqtt_endpoint: str = ""  # HOST:PORT of the lab's MQTT front end; "": no mqtt section
+    mqtt_signature_key: str = field(default="", repr=False)  # signs each device's password; "": none checked
+    mqtt_group: str = mqtt_auth.GROUP
 
 
 def server_url(host: str, port: int, path: str, scheme: str = "ws") -> str:
@@ -100,24 +108,41 @@ class OtaServer:
         if not isinstance(body, dict):
             return _refusal("the body is not a JSON object")
         device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
-        self.note(f"OTA: {device} is told {self.settings.websocket_url}")
-        return self._answer(_version(body))
+        told = self.settings.websocket_url + (f" and mqtt {self.settings.mqtt_endpoint}" if self.mqtt else "")
+        self.note(f"OTA: {device} is told {told}")
+        return self._answer(_version(body), self._mqtt_section(request))
 
     async def _get(self, request: web.Request) -> web.Response:
         # firmware GETs when it has no system information to send (ota.cc CheckVersion); a person checks
         # the endpoint this way too. The real server answers GET with a line of text, which firmware cannot parse.
-        return self._answer(UNKNOWN_VERSION)
+        return self._answer(UNKNOWN_VERSION, self._mqtt_section(request))
+
+    @property
+    def mqtt(self) -> bool:
+        return bool(self.settings.mqtt_endpoint)
+
+    def _mqtt_section(self, request: web.Request) -> dict[str, Any] | None:
+        """The device's MQTT credentials, from its Device-Id and Client-Id headers; none without them."""
+        mac, uuid = request.headers.get("Device-Id", ""), request.headers.get("Client-Id", "")
+        if not self.mqtt or not mac or not uuid:
+            return None
+        s = self.settings
+        user_data = {"ip": request.remote or ""}  # what the gateway's OTA puts there: the device's address
+        config = mqtt_auth.device_config(s.mqtt_endpoint, mac, uuid, s.mqtt_signature_key, s.mqtt_group, user_data)
+        return config.section(int(s.mqtt_endpoint.rpartition(":")[2]))
 
     async def _options(self, request: web.Request) -> web.Response:
         return web.Response(headers={**CORS, "Access-Control-Allow-Methods": "GET, POST, OPTIONS"})
 
-    def _answer(self, version: str) -> web.Response:
+    def _answer(self, version: str, mqtt: dict[str, Any] | None = None) -> web.Response:
         s = self.settings
         answer: dict[str, Any] = {
             "server_time": {"timestamp": self.clock.now_ns() // 1_000_000, "timezone_offset": s.timezone_offset_min},
             "firmware": {"version": version, "url": ""},  # the device's own version: no update offered
             "websocket": {"url": s.websocket_url, "token": s.token},
         }
+        if mqtt is not None:
+            answer["mqtt"] = mqtt
         return web.json_response(answer, headers=CORS, dumps=_compact)
 
 

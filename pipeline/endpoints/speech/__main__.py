@@ -1,0 +1,112 @@
+"""Entry point: serve the configured ASR and TTS as OpenAI-compatible speech services until stopped.
+
+    python -m pipeline.endpoints.speech --config configs/local.toml --port 8100 --out runs/speech \\
+        [--host 127.0.0.1] [--api-key-env VAR] [--otlp-endpoint URL] [--run-id ID] [--max-body-mb 25]
+
+Loads the models ``[asr]`` and ``[tts]`` name, then prints one line,
+``speech services listening on http://HOST:PORT/v1 (run RUN_ID)``, and serves until SIGINT or
+SIGTERM. Spans go to ``<out>/traces/<run_id>.jsonl`` and, with ``--otlp-endpoint`` (an OTLP/HTTP
+traces URL) or the standard ``OTEL_EXPORTER_OTLP_*`` variables, over the wire. Point
+xiaozhi-esp32-server's ``OpenaiASR`` ``base_url`` at ``.../v1/audio/transcriptions`` and its
+``openai`` TTS ``api_url`` at ``.../v1/audio/speech``. With ``--llm-upstream URL`` it also passes
+``/v1/chat/completions`` on to that LLM endpoint and times each call (``relay.py``): point the
+server's ``openai`` LLM ``base_url`` at ``.../v1`` to see its LLM's first token too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.clock import RealClock
+from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
+from pipeline.endpoints.speech.relay import LlmRelay
+from pipeline.replay import new_run_id, otlp_from_env
+from pipeline.run.assembly import CacheModels
+from pipeline.settings.config import ConfigError, load_config
+from pipeline.settings.models import ModelError, default_cache
+from pipeline.tracing import names
+from pipeline.tracing.export import OtlpSettings, Tracing
+
+
+async def serve(services: SpeechServices, run_id: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with services:
+        print(f"speech services listening on {services.base_url} (run {run_id})", flush=True)
+        await stop.wait()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.endpoints.speech", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, action="append", required=True, help="TOML; later ones override")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100, help="0 = any free port")
+    parser.add_argument("--out", type=Path, required=True, help="traces go to OUT/traces/RUN_ID.jsonl")
+    parser.add_argument("--run-id", default="", help="default: a fresh one")
+    parser.add_argument("--api-key-env", default="", help="require the key held by this environment variable")
+    parser.add_argument("--otlp-endpoint", default="", help="also send spans to this OTLP/HTTP traces URL")
+    parser.add_argument("--model-cache", type=Path, help="default: $XDG_CACHE_HOME/voice-latency-lab/models")
+    parser.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY / (1024 * 1024))
+    parser.add_argument(
+        "--llm-upstream",
+        default="",
+        help="also serve /v1/chat/completions, passed on to this OpenAI-compatible base URL (…/v1) and timed",
+    )
+    parser.add_argument("--llm-upstream-key-env", default="", help="the environment variable with the upstream's key")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    env = os.environ
+    key = env.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        print(f"speech services: the variable {args.api_key_env} is not set", file=sys.stderr)
+        return 2
+    try:
+        otlp = OtlpSettings(args.otlp_endpoint) if args.otlp_endpoint else otlp_from_env(env)
+        cfg = load_config(args.config)
+        stages = SpeechStages.load(cfg, CacheModels(args.model_cache or default_cache(env)))
+    except (ConfigError, ModelError, ValueError, KeyError, OSError) as exc:
+        print(f"speech services: {exc}", file=sys.stderr)
+        return 2
+    run_id = args.run_id or new_run_id()
+    service_name = env.get("OTEL_SERVICE_NAME", "lab-speech-services")
+    tracing = Tracing(args.out / "traces" / f"{run_id}.jsonl", service_name, otlp)
+    relay = None
+    if args.llm_upstream:
+        upstream_key = env.get(args.llm_upstream_key_env, "") if args.llm_upstream_key_env else ""
+        relay = LlmRelay(args.llm_upstream, upstream_key, tracing.emit_request, RealClock())
+    services = SpeechServices(
+        stages,
+        tracing,
+        RealClock(),
+        args.host,
+        args.port,
+        key,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        attributes={names.RUN_ID: run_id},
+        relay=relay,
+    )
+    try:
+        asyncio.run(serve(services, run_id))
+    except OSError as exc:
+        print(f"speech services: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        tracing.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

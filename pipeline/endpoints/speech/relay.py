@@ -1,0 +1,146 @@
+"""An OpenAI-compatible chat relay that times the LLM for a server the lab did not write.
+
+A real xiaozhi server sends no ``traceparent`` and writes no spans, so the lab cannot see
+when its LLM answered. Pointed at this relay instead of the LLM endpoint, the server's
+chat requests pass through unchanged (body as sent, the upstream's own key put in place
+of the caller's) and every request becomes one ``llm.call`` span: ``first_chunk`` when
+the upstream's first streamed chunk arrived, ``first_token`` at its first chunk with
+content or a tool call, and a ``chunk`` event at every later chunk with content, so an
+analysis can tell how much of the answer existed at any moment (the first sentence a
+server hands to its TTS). Times are the injected clock's, stamped as the bytes pass; the
+relay adds one loopback hop, which the span does not hide: it starts when the request
+reached the relay and ends when the last byte left it.
+
+The relay never parses more than it must: SSE lines are read for timing only and passed
+on byte for byte, and a non-streaming answer is passed on whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pipeline.clock import Clock
+from pipeline.tracing import names
+from pipeline.tracing.requests import RequestTiming
+
+Record = Callable[[RequestTiming, str], Any]  # the request's timing and the caller's traceparent
+EV_CHUNK = "chunk"  # a streamed chunk with content, after the first
+_PASSED_HEADERS = ("Content-Type", "Accept")
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class LlmRelay:
+    """Passes ``POST /v1/chat/completions`` on to ``upstream`` (a base URL ending /v1), timing each request."""
+
+    def __init__(self, upstream: str, upstream_key: str, record: Record, clock: Clock) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.upstream_key = upstream_key
+        self.record, self.clock = record, clock
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # no proxy from the environment: the upstream is a local process (METHOD M14's loopback)
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=120))
+        return self._session
+
+    def _headers(self, request: web.Request) -> dict[str, str]:
+        headers = {k: request.headers[k] for k in _PASSED_HEADERS if k in request.headers}
+        if self.upstream_key:
+            headers["Authorization"] = f"Bearer {self.upstream_key}"
+        return headers
+
+    async def chat(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
+        """One chat request, passed on; ``timing`` (started when it arrived) is recorded however it ends."""
+        traceparent = request.headers.get("traceparent", "")
+        body = await request.read()
+        timing.attributes.update(_request_attributes(body))
+        try:
+            return await self._forward(request, body, timing)
+        except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+            timing.error_type, timing.error_message = "upstream_unreachable", f"{type(exc).__name__}: {exc}"[:300]
+            return _error(502, f"the relay's upstream {self.upstream} failed: {type(exc).__name__}")
+        finally:
+            timing.end_ns = self.clock.now_ns()
+            self.record(timing, traceparent)
+
+    async def _forward(self, request: web.Request, body: bytes, timing: RequestTiming) -> web.StreamResponse:
+        url = f"{self.upstream}/chat/completions"
+        async with self._client().post(url, data=body, headers=self._headers(request)) as up:
+            timing.attributes[names.HTTP_STATUS] = up.status
+            if up.status != 200 or up.content_type != "text/event-stream":
+                payload = await up.read()
+                now = self.clock.now_ns()
+                if up.status != 200:
+                    timing.error_type = f"http_{up.status}"
+                    timing.error_message = payload[:300].decode("utf-8", "replace")
+                else:
+                    timing.events += [(names.EV_FIRST_CHUNK, now), (names.EV_FIRST_TOKEN, now)]
+                return web.Response(body=payload, status=up.status, content_type=up.content_type)
+            out = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+            await out.prepare(request)
+            chunks = 0
+            async for line in up.content:
+                now = self.clock.now_ns()
+                kind = _chunk_kind(line)
+                if kind:
+                    chunks += 1
+                    _stamp(timing, kind, now)
+                await out.write(line)
+            await out.write_eof()
+            timing.attributes["lab.relay.chunks"] = chunks
+            return out
+
+
+def _stamp(timing: RequestTiming, kind: str, now: int) -> None:
+    seen = {name for name, _ in timing.events}
+    if names.EV_FIRST_CHUNK not in seen:
+        timing.events.append((names.EV_FIRST_CHUNK, now))
+    if kind == "content":
+        timing.events.append((names.EV_FIRST_TOKEN if names.EV_FIRST_TOKEN not in seen else EV_CHUNK, now))
+
+
+def _chunk_kind(line: bytes) -> str:
+    """``content`` for an SSE chunk carrying text or a tool call, ``other`` for any other chunk, "" for no chunk."""
+    if not line.startswith(b"data:"):
+        return ""
+    data = line[5:].strip()
+    if not data or data == b"[DONE]":
+        return ""
+    try:
+        chunk = json.loads(data)
+        delta = chunk["choices"][0].get("delta") or {}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return "other"
+    return "content" if delta.get("content") or delta.get("tool_calls") else "other"
+
+
+def _request_attributes(body: bytes) -> dict[str, str | int | bool]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    attrs: dict[str, str | int | bool] = {names.GEN_AI_OPERATION: "chat"}
+    attrs[names.GEN_AI_MODEL] = str(data.get("model", ""))
+    attrs["lab.llm.stream"] = bool(data.get("stream", False))
+    messages = data.get("messages")
+    if isinstance(messages, list):
+        attrs["lab.llm.messages"] = len(messages)
+    return attrs
+
+
+def _error(status: int, message: str) -> web.Response:
+    error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": None}}
+    return web.json_response(error, status=status)

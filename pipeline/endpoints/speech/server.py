@@ -1,0 +1,296 @@
+"""The lab's ASR and TTS as OpenAI-compatible HTTP services, each request traced as its stage's span.
+
+Routes (OpenAI's audio API):
+
+- ``POST /v1/audio/transcriptions``: multipart ``file`` (any audio libsndfile reads) and ``model``;
+  optional ``language``, ``response_format`` (json, text, verbose_json), ``prompt`` (none),
+  ``temperature`` (0). Answers ``{"text": ...}``.
+- ``POST /v1/audio/speech``: JSON ``model``, ``input``; optional ``voice``, ``response_format``
+  (wav, flac, mp3, opus, pcm; OpenAI's default mp3), ``speed`` (1.0). Answers the audio.
+- ``GET /v1/models``: the configured stages; ``GET /health``: no key needed.
+
+Whatever ``model`` and ``voice`` a client names, the configured stage serves it; the span
+records what was asked. Every request to the two audio routes is one span named as the
+in-process stage's (``asr``, ``tts``) with its stage attributes, the service's own timings
+(read, decode, compute, encode), and the caller's trace when it sent a ``traceparent``. A
+refused or failed request answers OpenAI's error JSON and is a failed span with
+``error.type`` = the error's ``code``; the next request is served as if nothing happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.clock import Clock
+from pipeline.endpoints.speech import audio, forms
+from pipeline.endpoints.speech.errors import ApiError
+from pipeline.endpoints.speech.relay import LlmRelay
+from pipeline.endpoints.speech.served import SpeechStages, asr_events, run_stage, tts_events
+from pipeline.events import AudioOut, Transcript
+from pipeline.tracing import names
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.requests import Attributes, RequestTiming
+
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+SPEECH = "/v1/audio/speech"
+CHAT = "/v1/chat/completions"  # served only with a relay (``--llm-upstream``)
+DEFAULT_MAX_BODY = 25 * 1024 * 1024  # OpenAI's limit on an upload
+
+Work = Callable[[web.Request, RequestTiming], Awaitable[web.StreamResponse]]
+
+
+def _ms(start_ns: int, end_ns: int) -> float:
+    return round((end_ns - start_ns) / 1e6, 3)
+
+
+class SpeechServices:
+    """The server. ``await start()`` returns the port; ``base_url`` is what a client is given."""
+
+    def __init__(
+        self,
+        stages: SpeechStages,
+        tracing: Tracing,
+        clock: Clock,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY,
+        attributes: Mapping[str, Any] | None = None,
+        relay: LlmRelay | None = None,
+    ) -> None:
+        if max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        self.stages, self.tracing, self.clock = stages, tracing, clock
+        self.host, self.port = host, port
+        self.max_body_bytes = max_body_bytes
+        self.attributes: Attributes = dict(attributes or {})  # on every span (the run id, say)
+        self._api_key = api_key
+        self.relay = relay  # chat requests passed on to an LLM and timed (``relay.py``), when given
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def __aenter__(self) -> SpeechServices:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def app(self) -> web.Application:
+        # One byte over the limit is enough to refuse; the slack keeps multipart framing out of the count.
+        app = web.Application(client_max_size=self.max_body_bytes + 64 * 1024)
+        app.router.add_post(TRANSCRIPTIONS, self._transcriptions)
+        app.router.add_post(SPEECH, self._speech)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        if self.relay is not None:
+            app.router.add_post(CHAT, self._chat)
+        return app
+
+    async def start(self) -> int:
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = int(self._runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.relay is not None:
+            await self.relay.close()
+
+    # --- the two audio routes ---------------------------------------------------------------
+
+    async def _transcriptions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, names.ASR, TRANSCRIPTIONS, self._transcribe)
+
+    async def _speech(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, names.TTS, SPEECH, self._speak)
+
+    async def _serve(self, request: web.Request, name: str, route: str, work: Work) -> web.StreamResponse:
+        """Run one request's ``work``; whatever happens, the request becomes one span."""
+        timing = RequestTiming(name, self.clock.now_ns(), attributes={**self.attributes, names.HTTP_ROUTE: route})
+        try:
+            self._authorize(request)
+            response = await work(request, timing)
+        except ApiError as exc:
+            response = self._failed(timing, exc)
+        except Exception as exc:  # the stage or a codec broke: a 500 and a failed span, and the server goes on
+            what = timing.stage.impl if timing.stage is not None else "service"
+            response = self._failed(timing, ApiError(500, "stage_error", f"{what} failed: {type(exc).__name__}: {exc}"))
+        timing.end_ns = self.clock.now_ns()
+        timing.attributes[names.HTTP_STATUS] = response.status
+        self.tracing.emit_request(timing, request.headers.get("traceparent", ""))
+        return response
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        assert self.relay is not None
+        timing = RequestTiming(
+            names.LLM_CALL, self.clock.now_ns(), attributes={**self.attributes, names.HTTP_ROUTE: CHAT}
+        )
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            response = self._failed(timing, exc)
+            timing.end_ns = self.clock.now_ns()
+            self.tracing.emit_request(timing, request.headers.get("traceparent", ""))
+            return response
+        return await self.relay.chat(request, timing)
+
+    @staticmethod
+    def _failed(timing: RequestTiming, exc: ApiError) -> web.Response:
+        timing.error_type, timing.error_message = exc.code, exc.message
+        return exc.response()
+
+    def _authorize(self, request: web.Request) -> None:
+        if not self._api_key:
+            return
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self._api_key}".encode()):
+            raise ApiError(401, "invalid_api_key", "Incorrect API key provided: send 'Authorization: Bearer KEY'.")
+
+    def _expect(self, request: web.Request, content_type: str) -> None:
+        if request.content_type != content_type:
+            raise ApiError(
+                415,
+                "unsupported_media_type",
+                f"the body must be {content_type}, not {request.content_type or 'untyped'}",
+            )
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            raise self._too_large()
+
+    def _too_large(self) -> ApiError:
+        mib = self.max_body_bytes / (1024 * 1024)
+        return ApiError(413, "request_too_large", f"the request body is over this server's limit of {mib:g} MiB")
+
+    async def _transcribe(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
+        self._expect(request, "multipart/form-data")
+        try:
+            fields = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise self._too_large() from None
+        except ValueError as exc:  # aiohttp's reader on a malformed multipart body
+            raise ApiError(400, "invalid_multipart", f"the multipart body cannot be read ({exc})") from None
+        for key, field in ((names.SERVICE_MODEL, "model"), (names.SERVICE_FORMAT, "response_format")):
+            if isinstance(fields.get(field), str):
+                timing.attributes[key] = str(fields[field])
+        form = forms.transcription(fields)
+        if len(form.audio) > self.max_body_bytes:
+            raise self._too_large()
+        read = self.clock.now_ns()
+        timing.attributes[names.SERVICE_READ_MS] = _ms(timing.start_ns, read)
+        timing.attributes[names.SERVICE_INPUT_BYTES] = len(form.audio)
+        timing.attributes[names.SERVICE_FORMAT] = form.response_format
+        upload = await asyncio.to_thread(_decode, form.audio)
+        decoded = self.clock.now_ns()
+        timing.attributes[names.SERVICE_DECODE_MS] = _ms(read, decoded)
+        timing.attributes[names.SERVICE_INPUT_FORMAT] = upload.kind
+        timing.attributes[names.AUDIO_MS] = upload.duration_ms
+        try:
+            stage = self.stages.asr_stage(form.language)
+        except ValueError as exc:
+            raise ApiError(400, "unsupported_language", str(exc), "language") from None
+        timing.stage = stage.info
+        transcript: Transcript | None = None
+        async for event in run_stage(stage, asr_events(upload.pcm, upload.duration_ms)):
+            if isinstance(event, Transcript):
+                transcript = event
+        computed = self.clock.now_ns()
+        timing.attributes[names.SERVICE_COMPUTE_MS] = _ms(decoded, computed)
+        if transcript is None:
+            raise ApiError(500, "no_transcript", f"the {stage.info.impl} ASR ended without a transcript")
+        timing.attributes[names.TRANSCRIPT] = transcript.text
+        timing.attributes[names.ASR_LANGUAGE] = transcript.language
+        body, content_type = _transcription_body(form.response_format, transcript, upload.duration_ms)
+        timing.attributes[names.SERVICE_OUTPUT_BYTES] = len(body)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _speak(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
+        self._expect(request, "application/json")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise self._too_large() from None
+        timing.attributes[names.SERVICE_INPUT_BYTES] = len(raw)
+        if len(raw) > self.max_body_bytes:
+            raise self._too_large()
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise ApiError(400, "invalid_json", f"the body is not valid JSON ({exc})") from None
+        if isinstance(body, dict):
+            for key, field in ((names.SERVICE_MODEL, "model"), (names.SERVICE_VOICE, "voice")):
+                if isinstance(body.get(field), str):
+                    timing.attributes[key] = body[field]
+        spoken = forms.speech(body)
+        read = self.clock.now_ns()
+        timing.attributes[names.SERVICE_READ_MS] = _ms(timing.start_ns, read)
+        timing.attributes[names.SERVICE_FORMAT] = spoken.response_format
+        timing.attributes[names.SENTENCE_INDEX] = 0
+        timing.attributes[names.SENTENCE_TEXT] = spoken.text
+        stage = self.stages.tts_stage()
+        timing.stage = stage.info
+        pcm, audio_ms = bytearray(), 0
+        async for event in run_stage(stage, tts_events(spoken.text)):
+            if isinstance(event, AudioOut):
+                if not pcm:
+                    timing.events.append((names.EV_FIRST_FRAME, self.clock.now_ns()))
+                pcm += event.pcm
+                audio_ms += event.duration_ms
+        computed = self.clock.now_ns()
+        timing.attributes[names.SERVICE_COMPUTE_MS] = _ms(read, computed)
+        timing.attributes[names.AUDIO_MS] = audio_ms
+        if not pcm:
+            raise ApiError(500, "no_audio", f"the {stage.info.impl} TTS produced no audio for this input")
+        body_bytes = await asyncio.to_thread(audio.encode, bytes(pcm), spoken.response_format)
+        timing.attributes[names.SERVICE_ENCODE_MS] = _ms(computed, self.clock.now_ns())
+        timing.attributes[names.SERVICE_OUTPUT_BYTES] = len(body_bytes)
+        content_type = audio.OUTPUT_FORMATS[spoken.response_format].content_type
+        return web.Response(body=body_bytes, headers={"Content-Type": content_type})
+
+    # --- the rest ------------------------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            return exc.response()
+        data = [
+            {"id": role.model_id, "object": "model", "created": 0, "owned_by": "voice-latency-lab"}
+            for role in (self.stages.asr, self.stages.tts)
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "asr": self.stages.asr.impl.name, "tts": self.stages.tts.impl.name})
+
+
+def _decode(data: bytes) -> audio.Upload:
+    try:
+        return audio.decode(data)
+    except audio.NoSamples as exc:
+        raise ApiError(400, "empty_file", f"the uploaded audio is empty: {exc}", "file") from None
+    except audio.NotAudio as exc:
+        raise ApiError(415, "invalid_file_format", str(exc), "file") from None
+
+
+def _transcription_body(response_format: str, transcript: Transcript, duration_ms: int) -> tuple[bytes, str]:
+    """The response body in ``response_format`` and its content type."""
+    if response_format == "text":
+        return transcript.text.encode("utf-8"), "text/plain; charset=utf-8"
+    answer: dict[str, Any] = {"text": transcript.text}
+    if response_format == "verbose_json":
+        # OpenAI's verbose form also has segments and words; the stage gives neither, so none are made up
+        answer = {"task": "transcribe", "language": transcript.language, "duration": duration_ms / 1000, **answer}
+    return json.dumps(answer, ensure_ascii=False).encode("utf-8"), "application/json"

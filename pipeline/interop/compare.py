@@ -1,0 +1,70 @@
+"""The interop runs side by side: one row per server and path, the segments of first sound in columns.
+
+Every figure is a median over the measured turns that succeeded (the warm-up round left out),
+computed from spans by ``analysis.server_segments``; ``server own`` is derived from them (what is
+left of first audible once the measured segments are taken out) and labelled so.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.analysis.server_segments import COLUMNS, SegmentSummary, Value
+
+HEADERS = (
+    ("to_asr_ms", "to ASR"),
+    ("asr_ms", "ASR"),
+    ("asr_to_llm_ms", "ASR->LLM"),
+    ("llm_first_token_ms", "LLM 1st token"),
+    ("llm_to_sentence_ms", "LLM to 1st sentence"),
+    ("sentence_to_tts_ms", "sentence->TTS"),
+    ("tts_ms", "TTS"),
+    ("tts_to_audio_ms", "TTS->device"),
+    ("device_buffer_ms", "device buffer"),
+    ("server_own_ms", "server own (derived)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    label: str  # "real server, A", ...
+    condition: str
+    summary: SegmentSummary
+    packets_lost: int | None  # over the measured turns; None when the path has no packet counts (WebSocket)
+    packets_late: int | None
+    note: str = ""  # what went wrong, when something did
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def markdown(results: Sequence[RunResult]) -> str:
+    head = ["run", "turns ok", "first audible median", "P90", *(h for _, h in HEADERS), "packets lost / late"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        s = r.summary
+        packets = "-" if r.packets_lost is None else f"{r.packets_lost} / {r.packets_late}"
+        cells = [
+            r.label,
+            f"{s.ok}/{s.turns}",
+            _cell(s.first_audible_median),
+            _cell(s.first_audible_p90),
+            *(_cell(s.medians.get(key)) for key, _ in HEADERS),
+            packets,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [f"- {r.label}: {r.note}" for r in results if r.note]
+    return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"
+
+
+def write_rows(path: Path, rows_by_run: Sequence[tuple[str, Sequence[dict[str, Value]]]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["run", *COLUMNS])
+        writer.writeheader()
+        for label, rows in rows_by_run:
+            for row in rows:
+                writer.writerow({"run": label, **{k: "" if v is None else v for k, v in row.items()}})

@@ -1,0 +1,279 @@
+"""Measure a real xiaozhi-esp32-server (and the xiaozhi MQTT gateway) beside the lab's own server.
+
+    python scripts/interop/xiaozhi_server.py CHECKOUT [--gateway GATEWAY_CHECKOUT] \\
+        [--fixtures audio_fixtures] [--limit 6] [--rounds 2] [--conditions A,B] [--out DIR]
+
+CHECKOUT is a checkout of github:xinnan-tech/xiaozhi-esp32-server; GATEWAY_CHECKOUT one of
+github:xinnan-tech/xiaozhi-mqtt-gateway. For each condition (A: the emulated cloud LLM; B:
+llama.cpp's server with the local model) the script starts the lab's speech services (ASR and
+TTS as OpenAI-compatible endpoints, plus a relay that times the LLM), then in turn: the real
+server with its providers pointed at them, and ``pipeline.serve`` on the same services; the
+device emulator (``pipeline.replay --server``) asks each the fixtures' questions, over
+WebSocket and, with ``--gateway``, through the real MQTT gateway (MQTT + UDP). Everything
+runs on 127.0.0.1 (the gateway binds every interface: see pipeline/interop/gateway.py), and
+every process started is stopped, however the script ends.
+
+Output under --out: ``interop.md`` (the side-by-side table), ``segments.csv`` (every turn's
+segments), ``runs/`` (each run's traces and bench.csv), ``services/`` (the services' spans),
+``logs/`` (every process's output). The real server runs in a venv of its own (--venv),
+filled once with only what its selected providers import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.analysis.server_segments import segment_rows, summarize  # noqa: E402
+from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files  # noqa: E402
+from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
+from pipeline.interop import gateway as real_gateway  # noqa: E402
+from pipeline.interop import real_server  # noqa: E402
+from pipeline.interop.compare import RunResult, markdown, write_rows  # noqa: E402
+from pipeline.interop.lab_server import lab_config  # noqa: E402
+from pipeline.interop.processes import InteropError, Processes, Started, free_ports  # noqa: E402
+from pipeline.settings.models import ModelError, default_cache, resolve  # noqa: E402
+
+SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
+LOCAL_MODEL = "qwen2.5-0.5b"
+UPSTREAM_KEY_ENV = "LAB_INTEROP_UPSTREAM_KEY"  # the llama-server's key, handed to the relay by name only
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    label: str
+    condition: str
+    folder: Path
+    note: str
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkout", type=Path, help="a checkout of github:xinnan-tech/xiaozhi-esp32-server")
+    p.add_argument("--gateway", type=Path, help="a checkout of github:xinnan-tech/xiaozhi-mqtt-gateway")
+    p.add_argument("--fixtures", type=Path, default=ROOT / "audio_fixtures")
+    p.add_argument("--limit", type=int, default=6, help="the first N questions")
+    p.add_argument("--rounds", type=int, default=2, help="rounds over them (the first is a warm-up)")
+    p.add_argument("--conditions", default="A,B", help="A (emulated cloud LLM), B (local llama.cpp), or both")
+    p.add_argument("--out", type=Path, help="default: experiments/interop-TIME")
+    p.add_argument("--venv", type=Path, help="the real server's venv (default: ~/.cache/voice-latency-lab/...)")
+    p.add_argument("--services-config", type=Path, default=SERVICES_CONFIG, help="the speech services' [asr] [tts]")
+    p.add_argument("--ports-from", type=int, default=0, help="use ports N, N+1, ... (default: any free ones)")
+    p.add_argument("--no-lab", action="store_true", help="measure the real server only")
+    args = p.parse_args(argv)
+    bad = sorted(set(args.conditions.split(",")) - {"A", "B"})
+    if bad:
+        p.error(f"--conditions: unknown {', '.join(bad)} (A or B)")
+    return args
+
+
+class Interop:
+    """One invocation: its folders, ports and processes."""
+
+    def __init__(self, args: argparse.Namespace, env: Mapping[str, str]) -> None:
+        self.args, self.env = args, dict(env)
+        self.out: Path = args.out or ROOT / "experiments" / time.strftime("interop-%Y%m%d-%H%M%S")
+        self.python = sys.executable
+        cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab"
+        self.venv: Path = args.venv or cache / "xiaozhi-server-venv"
+        self.runs: list[Run] = []
+        names = ("speech", "cloud", "real_ws", "real_http", "lab_ws", "mqtt", "udp", "admin")
+        self.ports = dict(zip(names, free_ports(len(names), args.ports_from), strict=True))
+
+    # --- the whole run ---------------------------------------------------------------------
+
+    def main(self) -> list[RunResult]:
+        server_folder = real_server.server_folder(self.args.checkout.resolve())
+        gateway_folder = real_gateway.gateway_folder(self.args.gateway.resolve()) if self.args.gateway else None
+        if not (self.args.fixtures / "manifest.csv").is_file():
+            raise InteropError(f"{self.args.fixtures}: no manifest.csv (give the fixtures folder)")
+        self.out.mkdir(parents=True, exist_ok=True)
+        with Processes(self.out / "logs", self.env) as processes:
+            real_server.ensure_ffmpeg()
+            python = real_server.ensure_venv(server_folder, self.venv, processes)
+            for condition in self.args.conditions.split(","):
+                with self.llm(condition, processes) as (upstream, model, key):
+                    relay = self.services(condition, upstream, key, processes)
+                    self.measure(condition, relay, model, python, server_folder, gateway_folder, processes)
+        return self.build()
+
+    @contextmanager
+    def llm(self, condition: str, processes: Processes) -> Iterator[tuple[str, str, str]]:
+        """The condition's LLM endpoint: (base URL, model name, key)."""
+        if condition == "A":
+            port = self.ports["cloud"]
+            argv = [self.python, "-m", "pipeline.cloud_emulator_main", "--port", str(port)]
+            cloud = processes.start("cloud-A", [*argv, "--answers", str(self.args.fixtures / "manifest.csv")])
+            processes.wait_line(cloud, r"emulated cloud, profile [^:]+: (http\S+)", timeout_s=60)
+            try:
+                yield f"http://127.0.0.1:{port}/v1", "emulated-cloud", ""
+            finally:
+                processes.stop(cloud)
+            return
+        try:
+            model = resolve(LOCAL_MODEL, default_cache(self.env))
+        except ModelError as exc:
+            raise InteropError(f"condition B needs the local model: {exc}") from None
+        print(f"condition B: starting llama-server with {model.name}", flush=True)
+        try:
+            with LlamaServer(model, threads=os.cpu_count() or 2, n_ctx=8192, seed=1234).start(timeout_s=180) as llama:
+                yield llama.base_url, LOCAL_MODEL, llama.api_key
+        except ServerError as exc:
+            raise InteropError(f"llama-server: {exc}") from None
+
+    def services(self, condition: str, upstream: str, key: str, processes: Processes) -> str:
+        """The speech services and LLM relay for one condition; their base URL (…/v1)."""
+        port = self.ports["speech"]
+        argv = [self.python, "-m", "pipeline.endpoints.speech", "--config", str(self.args.services_config)]
+        argv += ["--port", str(port), "--out", str(self.out / "services" / condition)]
+        argv += ["--run-id", f"services-{condition}", "--llm-upstream", upstream]
+        if key:
+            argv += ["--llm-upstream-key-env", UPSTREAM_KEY_ENV]
+        started = processes.start(f"services-{condition}", argv, env={UPSTREAM_KEY_ENV: key} if key else None)
+        processes.wait_line(started, r"speech services listening on (\S+)", timeout_s=300)
+        return f"http://127.0.0.1:{port}/v1"
+
+    def measure(
+        self,
+        condition: str,
+        base: str,
+        model: str,
+        python: Path,
+        server_folder: Path,
+        gateway_folder: Path | None,
+        processes: Processes,
+    ) -> None:
+        asr, tts = f"{base}/audio/transcriptions", f"{base}/audio/speech"
+        services = real_server.Services(base, model, asr, tts, api_key="lab-loopback", voice="lab")
+        copy = real_server.prepare_copy(
+            server_folder, self.out / f"xiaozhi-server-{condition}", services,
+            self.ports["real_ws"], self.ports["real_http"],
+        )  # fmt: skip
+        real_ws = f"ws://127.0.0.1:{self.ports['real_ws']}/xiaozhi/v1/"
+        lab_ws = f"ws://127.0.0.1:{self.ports['lab_ws']}/xiaozhi/v1/"
+        config = self.out / f"lab-{condition}.toml"
+        config.write_text(lab_config(condition, base, asr, tts, model), encoding="utf-8")
+        servers = [("real server", real_ws)] + ([] if self.args.no_lab else [("lab server", lab_ws)])
+        for name, ws in servers:
+            if name == "real server":
+                server = real_server.start(processes, python, copy, self.ports["real_ws"], f"real-server-{condition}")
+            else:
+                server = self.start_lab(condition, config, processes)
+            try:
+                self.replay(f"{name}, {condition}", condition, ws, processes)
+                if gateway_folder is not None:
+                    self.through_gateway(
+                        f"{name} via MQTT gateway, {condition}", condition, ws, gateway_folder, processes
+                    )
+            finally:
+                processes.stop(server)
+
+    def start_lab(self, condition: str, config: Path, processes: Processes) -> Started:
+        argv = [self.python, "-m", "pipeline.serve", str(self.args.fixtures), "--config", str(config)]
+        argv += ["--port", str(self.ports["lab_ws"]), "--out", str(self.out / "serve" / condition), "--quiet"]
+        started = processes.start(f"lab-server-{condition}", argv)
+        processes.wait_port(started, self.ports["lab_ws"], timeout_s=300)
+        return started
+
+    def through_gateway(self, label: str, condition: str, ws: str, folder: Path, processes: Processes) -> None:
+        ports = real_gateway.GatewayPorts(self.ports["mqtt"], self.ports["udp"], self.ports["admin"])
+        key = real_gateway.signature_key()
+        name = "mqtt-gateway-" + label.split(" via ")[0].replace(" ", "-") + f"-{condition}"
+        # a server tells the gateway's connections from a device's by this query (xiaozhi-esp32-server
+        # core/connection.py:228; its docs/mqtt-gateway-integration.md:10-14 has users add it)
+        chat_server = f"{ws}?from=mqtt_gateway"
+        copy = real_gateway.prepare_copy(folder, self.out / name, chat_server, ports, key, processes)
+        gateway = real_gateway.start(processes, copy, ports, name)
+        try:
+            self.replay(label, condition, f"mqtt://127.0.0.1:{ports.mqtt}", processes, {"MQTT_SIGNATURE_KEY": key})
+        finally:
+            processes.stop(gateway)
+
+    def replay(
+        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
+    ) -> None:
+        folder = self.out / "runs" / label.replace(", ", "-").replace(" ", "-")
+        argv = [self.python, "-m", "pipeline.replay", str(self.args.fixtures), "--server", server]
+        argv += ["--condition", condition, "--limit", str(self.args.limit), "--rounds", str(self.args.rounds)]
+        argv += ["--out", str(folder), "--run-id", folder.name, "--timeout", "120"]
+        print(f"{label}: {self.args.limit} question(s) x {self.args.rounds} round(s) against {server}", flush=True)
+        started = processes.start(f"replay-{folder.name}", argv, env=env)
+        code = started.process.wait()
+        processes.stop(started)
+        note = "" if code == 0 else f"the emulator exited with code {code}; its log: {started.log}"
+        self.runs.append(Run(label, condition, folder, note))
+
+    # --- the report --------------------------------------------------------------------------
+
+    def build(self) -> list[RunResult]:
+        problems = ReadProblems()
+        results, rows_by_run = [], []
+        for run in self.runs:
+            device = [s for f in trace_files(run.folder / "traces") for s in read_trace_file(f, problems)]
+            services_dir = self.out / "services" / run.condition / "traces"
+            services = [s for f in trace_files(services_dir) for s in read_trace_file(f, problems)]
+            rows = segment_rows(device, services)
+            rows_by_run.append((run.label, rows))
+            lost, late = packets(run.folder / "bench.csv")
+            results.append(RunResult(run.label, run.condition, summarize(rows), lost, late, run.note))
+        write_rows(self.out / "segments.csv", rows_by_run)
+        table = markdown(results)
+        (self.out / "interop.md").write_text(intro(self.args) + table, encoding="utf-8")
+        for message in problems.messages:
+            print(f"warning: {message}", file=sys.stderr)
+        return results
+
+
+def packets(bench: Path) -> tuple[int | None, int | None]:
+    """Packets lost and late over the measured turns; None where no turn counted packets (WebSocket)."""
+    if not bench.is_file():
+        return None, None
+    with bench.open(encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("warmup") == "0"]
+    counted = [r for r in rows if r.get("packets_lost", "") != ""]
+    if not counted:
+        return None, None
+    return sum(int(r["packets_lost"]) for r in counted), sum(int(r.get("packets_late") or 0) for r in counted)
+
+
+def intro(args: argparse.Namespace) -> str:
+    return (
+        "# A real xiaozhi server beside the lab's\n\n"
+        f"Fixtures {args.fixtures.name}, the first {args.limit} question(s), {args.rounds} round(s) (the first a "
+        "warm-up, left out). Medians in ms over the measured turns that succeeded, from spans: the device's and "
+        "the lab's speech services' and LLM relay's, on one clock. `server own (derived)` is first audible less "
+        "ASR, LLM first token, LLM to first sentence, TTS and the device buffer: it holds uplink, end-pointing "
+        "and downlink (loopback) besides the server's own work. A: the emulated cloud (estimated compute "
+        "profile fast-70b-api); B: llama.cpp's server with the local model.\n\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        interop = Interop(args, os.environ)
+        results = interop.main()
+    except InteropError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: every process started was stopped", file=sys.stderr)
+        return 130
+    print()
+    print((interop.out / "interop.md").read_text(encoding="utf-8"))
+    print(f"written: {interop.out / 'interop.md'}, {interop.out / 'segments.csv'}")
+    return 0 if all(r.summary.ok == r.summary.turns for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""ASR by an OpenAI-compatible speech service (``POST /v1/audio/transcriptions``), over HTTP.
+
+What a xiaozhi server does with its ``OpenaiASR`` provider: the utterance the VAD passed
+is written as a 16 kHz mono WAV and sent as a multipart upload once the end-point comes.
+The lab's own server uses it to stand beside a real server on the same speech service, so
+the two are compared on equal ASR (issue 24). A new connection per request, as the real
+provider's ``requests.post`` opens one, and without the question's language, which the real
+provider never sends either (the service's ASR detects it). The service is the lab's own, on
+loopback, and is asked without a key.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+import soundfile
+
+from pipeline.events import SAMPLE_RATE, AudioFrame, Event, SpeechEnd, StageInfo, Transcript
+from stages.registry import Implementation, TurnInputs
+
+SERVICE_LANGUAGES = ("zh", "en")
+
+
+class ServiceError(RuntimeError):
+    """The speech service refused or failed a request; the message carries its status and error text."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAsrSettings:
+    url: str = ""  # the transcription endpoint: http://HOST:PORT/v1/audio/transcriptions
+    model: str = "whisper-base"  # sent as the request's ``model``
+
+
+def wav_bytes(pcm: bytes, rate: int = SAMPLE_RATE) -> bytes:
+    """16-bit mono PCM as a WAV file's bytes."""
+    out = io.BytesIO()
+    soundfile.write(out, np.frombuffer(pcm, dtype="<i2"), rate, format="WAV", subtype="PCM_16")
+    return out.getvalue()
+
+
+async def error_text(response: aiohttp.ClientResponse) -> str:
+    body = await response.text()
+    return f"{response.url} answered {response.status}: {body[:300]}"
+
+
+class ServiceAsr:
+    def __init__(self, settings: ServiceAsrSettings, language: str) -> None:
+        if not settings.url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"[asr] impl = 'service' needs url = http://HOST:PORT/v1/audio/transcriptions, not {settings.url!r}"
+            )
+        self.settings, self.language = settings, language
+        self.info = StageInfo("asr", "service", attributes=(("asr.model", settings.model), ("asr.url", settings.url)))
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        pcm = bytearray()
+        async for event in events:
+            if isinstance(event, AudioFrame):
+                pcm += event.pcm
+            elif isinstance(event, SpeechEnd):
+                text, language = await self._transcribe(bytes(pcm))
+                yield Transcript(text=text, language=self.language or language)
+                return
+
+    async def _transcribe(self, pcm: bytes) -> tuple[str, str]:
+        form = aiohttp.FormData()
+        form.add_field("file", wav_bytes(pcm), filename="utterance.wav", content_type="audio/wav")
+        form.add_field("model", self.settings.model)
+        form.add_field("response_format", "verbose_json")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.settings.url, data=form) as response,
+        ):
+            if response.status != 200:
+                raise ServiceError(await error_text(response))
+            answer = await response.json()
+        return str(answer.get("text", "")).strip(), str(answer.get("language", "") or self.language)
+
+
+def _build(s: ServiceAsrSettings, _engine: object, turn: TurnInputs) -> ServiceAsr:
+    return ServiceAsr(s, turn.language)
+
+
+IMPLEMENTATION = Implementation(
+    "asr", "service", ServiceAsrSettings, _build, languages=SERVICE_LANGUAGES, detects_language=True
+)

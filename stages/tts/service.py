@@ -1,0 +1,71 @@
+"""TTS by an OpenAI-compatible speech service (``POST /v1/audio/speech``), over HTTP.
+
+What a xiaozhi server does with its ``openai`` TTS provider: one request per sentence,
+a WAV back. The lab's own server uses it to stand beside a real server on the same
+speech service (issue 24). The WAV is decoded, resampled to the downlink's 16 kHz and
+cut into 60 ms frames, all sent on once the whole answer has arrived (the service, like
+the real provider, answers with a whole file).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+import soundfile
+
+from pipeline.events import AudioOut, Event, Sentence, StageInfo
+from stages.asr.service import ServiceError, error_text
+from stages.registry import Implementation, TurnInputs
+from stages.tts.frames import Framer, StreamResampler
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceTtsSettings:
+    url: str = ""  # the speech endpoint: http://HOST:PORT/v1/audio/speech
+    voice: str = "piper-joe"  # sent as the request's ``voice``
+
+
+class ServiceTts:
+    def __init__(self, settings: ServiceTtsSettings) -> None:
+        if not settings.url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"[tts] impl = 'service' needs url = http://HOST:PORT/v1/audio/speech, not {settings.url!r}"
+            )
+        self.settings = settings
+        self.info = StageInfo("tts", "service", attributes=(("tts.voice", settings.voice), ("tts.url", settings.url)))
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        async for event in events:
+            if not isinstance(event, Sentence):
+                continue
+            samples, rate = await self._speak(event.text)
+            resampler, framer = StreamResampler(rate), Framer()
+            frames = [*framer.feed(resampler.feed(samples)), *framer.feed(resampler.flush()), *framer.flush()]
+            for seq, pcm in enumerate(frames):
+                yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
+
+    async def _speak(self, text: str) -> tuple[np.ndarray, int]:
+        request = {"model": "tts-1", "input": text, "voice": self.settings.voice, "response_format": "wav"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.settings.url, json=request) as response,
+        ):
+            if response.status != 200:
+                raise ServiceError(await error_text(response))
+            body = await response.read()
+        try:
+            samples, rate = soundfile.read(io.BytesIO(body), dtype="int16", always_2d=True)
+        except (soundfile.LibsndfileError, RuntimeError) as exc:
+            raise ServiceError(f"{self.settings.url} answered audio soundfile cannot read: {exc}") from None
+        return samples[:, 0], int(rate)
+
+
+def _build(s: ServiceTtsSettings, _engine: object, _turn: TurnInputs) -> ServiceTts:
+    return ServiceTts(s)
+
+
+IMPLEMENTATION = Implementation("tts", "service", ServiceTtsSettings, _build)
