@@ -171,14 +171,17 @@ def server_config(s: Services, ws_port: int, http_port: int) -> dict[str, object
     }
 
 
-def start(processes: Processes, python: Path, copy: Path, ws_port: int, name: str) -> Started:
-    """The server, up: its WebSocket port accepts connections and its log says where it listens."""
+def start(processes: Processes, python: Path, copy: Path, ws_port: int, name: str, timeout_s: float = 120) -> Started:
+    """The server, up: its WebSocket port accepts connections. A provider whose package is missing is named."""
     server = processes.start(name, [str(python), "app.py"], cwd=copy)
-    processes.wait_port(server, ws_port, timeout_s=120)
-    missing = server.said(r"No module named '([^']+)'")
-    if missing:
+    try:
+        processes.wait_port(server, ws_port, timeout_s=timeout_s)
+    except InteropError:
+        missing = server.said(r"No module named '([^']+)'")
+        if missing is None:
+            raise
         raise InteropError(
-            f"the real server cannot import {missing[1]!r}: a provider needs a package "
-            f"pipeline/interop/real_server.py does not install; its log: {server.log}"
-        )
+            f"the real server cannot import {missing[1]!r}: a provider it loads needs a package that "
+            f"pipeline/interop/real_server.py does not install (PACKAGES); its log: {server.log}"
+        ) from None
     return server

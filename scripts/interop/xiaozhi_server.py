@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -67,9 +68,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--conditions", default="A,B", help="A (emulated cloud LLM), B (local llama.cpp), or both")
     p.add_argument("--out", type=Path, help="default: experiments/interop-TIME")
     p.add_argument("--venv", type=Path, help="the real server's venv (default: ~/.cache/voice-latency-lab/...)")
+    p.add_argument("--python", type=Path, help="run the real server with this interpreter instead (no venv made)")
     p.add_argument("--services-config", type=Path, default=SERVICES_CONFIG, help="the speech services' [asr] [tts]")
     p.add_argument("--ports-from", type=int, default=0, help="use ports N, N+1, ... (default: any free ones)")
     p.add_argument("--no-lab", action="store_true", help="measure the real server only")
+    p.add_argument("--start-timeout", type=float, default=120, help="seconds the real server has to come up")
     args = p.parse_args(argv)
     bad = sorted(set(args.conditions.split(",")) - {"A", "B"})
     if bad:
@@ -100,7 +103,7 @@ class Interop:
         self.out.mkdir(parents=True, exist_ok=True)
         with Processes(self.out / "logs", self.env) as processes:
             real_server.ensure_ffmpeg()
-            python = real_server.ensure_venv(server_folder, self.venv, processes)
+            python = self.args.python or real_server.ensure_venv(server_folder, self.venv, processes)
             for condition in self.args.conditions.split(","):
                 with self.llm(condition, processes) as (upstream, model, key):
                     relay = self.services(condition, upstream, key, processes)
@@ -166,7 +169,9 @@ class Interop:
         servers = [("real server", real_ws)] + ([] if self.args.no_lab else [("lab server", lab_ws)])
         for name, ws in servers:
             if name == "real server":
-                server = real_server.start(processes, python, copy, self.ports["real_ws"], f"real-server-{condition}")
+                server = real_server.start(
+                    processes, python, copy, self.ports["real_ws"], f"real-server-{condition}", self.args.start_timeout
+                )
             else:
                 server = self.start_lab(condition, config, processes)
             try:
@@ -258,8 +263,13 @@ def intro(args: argparse.Namespace) -> str:
     )
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the run as Ctrl-C does: every process started is stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         interop = Interop(args, os.environ)
         results = interop.main()

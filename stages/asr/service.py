@@ -19,7 +19,8 @@ import aiohttp
 import numpy as np
 import soundfile
 
-from pipeline.events import SAMPLE_RATE, AudioFrame, Event, SpeechEnd, StageInfo, Transcript
+from pipeline.events import SAMPLE_RATE, Event, StageInfo, Transcript
+from stages.asr.utterance import utterance
 from stages.registry import Implementation, TurnInputs
 
 SERVICE_LANGUAGES = ("zh", "en")
@@ -57,14 +58,10 @@ class ServiceAsr:
         self.info = StageInfo("asr", "service", attributes=(("asr.model", settings.model), ("asr.url", settings.url)))
 
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        pcm = bytearray()
-        async for event in events:
-            if isinstance(event, AudioFrame):
-                pcm += event.pcm
-            elif isinstance(event, SpeechEnd):
-                text, language = await self._transcribe(bytes(pcm))
-                yield Transcript(text=text, language=self.language or language)
-                return
+        pcm = await utterance(events)
+        if pcm is not None:
+            text, language = await self._transcribe(pcm)
+            yield Transcript(text=text, language=self.language or language)
 
     async def _transcribe(self, pcm: bytes) -> tuple[str, str]:
         form = aiohttp.FormData()

@@ -51,11 +51,18 @@ class UtteranceAsr:
         self.info = info
 
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        pcm = bytearray()
-        async for event in events:
-            if isinstance(event, AudioFrame):
-                pcm += event.pcm
-            elif isinstance(event, SpeechEnd):
-                text, language = await on_thread(self.engine.thread, self.engine.transcribe, bytes(pcm), self.language)
-                yield Transcript(text=text, language=self.language or language)
-                return
+        pcm = await utterance(events)
+        if pcm is not None:
+            text, language = await on_thread(self.engine.thread, self.engine.transcribe, pcm, self.language)
+            yield Transcript(text=text, language=self.language or language)
+
+
+async def utterance(events: AsyncIterator[Event]) -> bytes | None:
+    """The PCM of the frames the VAD passed, once its end-point comes; None when the input ends without one."""
+    pcm = bytearray()
+    async for event in events:
+        if isinstance(event, AudioFrame):
+            pcm += event.pcm
+        elif isinstance(event, SpeechEnd):
+            return bytes(pcm)
+    return None

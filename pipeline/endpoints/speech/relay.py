@@ -67,8 +67,15 @@ class LlmRelay:
         timing.attributes.update(_request_attributes(body))
         try:
             return await self._forward(request, body, timing)
+        except _CallerGone:
+            timing.error_type, timing.error_message = (
+                "caller_disconnected",
+                "the caller closed the connection mid-stream",
+            )
+            return web.Response(status=499)  # nobody reads it: the connection is gone
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
             timing.error_type, timing.error_message = "upstream_unreachable", f"{type(exc).__name__}: {exc}"[:300]
+            timing.attributes.setdefault(names.HTTP_STATUS, 502)
             return _error(502, f"the relay's upstream {self.upstream} failed: {type(exc).__name__}")
         finally:
             timing.end_ns = self.clock.now_ns()
@@ -90,16 +97,30 @@ class LlmRelay:
             out = web.StreamResponse(status=200, headers=_SSE_HEADERS)
             await out.prepare(request)
             chunks = 0
-            async for line in up.content:
-                now = self.clock.now_ns()
-                kind = _chunk_kind(line)
-                if kind:
-                    chunks += 1
-                    _stamp(timing, kind, now)
-                await out.write(line)
+            try:
+                async for line in up.content:
+                    now = self.clock.now_ns()
+                    kind = _chunk_kind(line)
+                    if kind:
+                        chunks += 1
+                        _stamp(timing, kind, now)
+                    try:
+                        await out.write(line)
+                    except ConnectionError:
+                        raise _CallerGone from None
+            except (aiohttp.ClientError, TimeoutError):
+                # The upstream broke mid-stream, after the 200 went out: no 502 can follow it, so the
+                # caller's stream is cut as the upstream's was (else the caller waits on it forever).
+                if request.transport is not None:
+                    request.transport.abort()
+                raise
             await out.write_eof()
             timing.attributes["lab.relay.chunks"] = chunks
             return out
+
+
+class _CallerGone(Exception):
+    """The caller went away mid-stream: its failure, not the upstream's."""
 
 
 def _stamp(timing: RequestTiming, kind: str, now: int) -> None:

@@ -144,6 +144,7 @@ class SpeechServices:
         except ApiError as exc:
             response = self._failed(timing, exc)
             timing.end_ns = self.clock.now_ns()
+            timing.attributes[names.HTTP_STATUS] = response.status
             self.tracing.emit_request(timing, request.headers.get("traceparent", ""))
             return response
         return await self.relay.chat(request, timing)
