@@ -104,10 +104,19 @@ class Interop:
         with Processes(self.out / "logs", self.env) as processes:
             real_server.ensure_ffmpeg()
             python = self.args.python or real_server.ensure_venv(server_folder, self.venv, processes)
-            for condition in self.args.conditions.split(","):
-                with self.llm(condition, processes) as (upstream, model, key):
-                    relay = self.services(condition, upstream, key, processes)
-                    self.measure(condition, relay, model, python, server_folder, gateway_folder, processes)
+            try:
+                for condition in self.args.conditions.split(","):
+                    with self.llm(condition, processes) as (upstream, model, key):
+                        services = self.services(condition, upstream, key, processes)
+                        try:
+                            base = f"http://127.0.0.1:{self.ports['speech']}/v1"
+                            self.measure(condition, base, model, python, server_folder, gateway_folder, processes)
+                        finally:
+                            processes.stop(services)
+            except BaseException:
+                if self.runs:  # what was measured before the failure is written all the same
+                    self.build()
+                raise
         return self.build()
 
     @contextmanager
@@ -134,8 +143,8 @@ class Interop:
         except ServerError as exc:
             raise InteropError(f"llama-server: {exc}") from None
 
-    def services(self, condition: str, upstream: str, key: str, processes: Processes) -> str:
-        """The speech services and LLM relay for one condition; their base URL (…/v1)."""
+    def services(self, condition: str, upstream: str, key: str, processes: Processes) -> Started:
+        """The speech services and LLM relay for one condition, listening."""
         port = self.ports["speech"]
         argv = [self.python, "-m", "pipeline.endpoints.speech", "--config", str(self.args.services_config)]
         argv += ["--port", str(port), "--out", str(self.out / "services" / condition)]
@@ -144,7 +153,7 @@ class Interop:
             argv += ["--llm-upstream-key-env", UPSTREAM_KEY_ENV]
         started = processes.start(f"services-{condition}", argv, env={UPSTREAM_KEY_ENV: key} if key else None)
         processes.wait_line(started, r"speech services listening on (\S+)", timeout_s=300)
-        return f"http://127.0.0.1:{port}/v1"
+        return started
 
     def measure(
         self,
