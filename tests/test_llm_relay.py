@@ -170,6 +170,9 @@ def test_a_stream_reads_as_it_does_from_the_upstream_and_is_one_timed_span(tmp_p
         "lab.llm.messages": 2,
         names.HTTP_STATUS: 200,
         "lab.relay.chunks": len(chunks),  # the role chunk, each piece, the finish and the timings chunks
+        # the prompt as the upstream's final chunk counts it (llama.cpp's timings: prompt_n + cache_n)
+        names.GEN_AI_INPUT_TOKENS: 8,
+        names.PROMPT_CACHED_TOKENS: 0,
         names.OK: True,
     }
     # the role-only chunk first, then one event per piece of content
@@ -486,3 +489,30 @@ def test_a_caller_without_the_services_key_is_refused_before_the_upstream(tmp_pa
     assert served.status_code == 0 and served.attributes[names.HTTP_STATUS] == 200
     written = (tmp_path / "traces" / "speech.jsonl").read_text()
     assert SERVICES_KEY not in written and UPSTREAM_KEY not in written and CALLER_KEY not in written
+
+
+def test_a_caller_that_closes_at_done_leaves_the_call_whole_and_says_so(tmp_path: Path) -> None:
+    # xiaozhi-esp32-server's OpenAI client closes its connection once it has read ``[DONE]``
+    async def run() -> None:
+        async with (
+            EmulatedCloud(QUICK, wall_clock=fixed_wall_clock) as cloud,
+            relaying(cloud.base_url, tmp_path) as (
+                services,
+                _,
+            ),
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", services.port)
+            body = json.dumps({"model": "qwen-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+            head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            await writer.drain()
+            seen = b""
+            while b"[DONE]" not in seen:
+                seen += await asyncio.wait_for(reader.read(4096), 10)
+            writer.transport.abort()  # gone before the stream's end
+            await asyncio.sleep(0.3)
+
+    asyncio.run(run())
+    [span] = spans(tmp_path)
+    assert span.status_code == 0 and span.attributes[names.OK] is True
+    assert span.event_ns(names.EV_FIRST_TOKEN) is not None

@@ -111,3 +111,15 @@ def test_the_summary_leaves_out_warm_up_and_failed_turns() -> None:
     assert summary.first_audible_median == 3000.0 and summary.first_audible_p90 == 3000.0
     assert summary.medians["asr_ms"] == 1000.0
     assert summary.medians["server_own_ms"] == 1540.0
+
+
+def test_a_server_that_cuts_the_utterance_early_has_a_negative_to_asr_and_the_prompt_state_is_kept() -> None:
+    llm = span(
+        names.LLM_CALL, 3350, 4500, {names.EV_FIRST_TOKEN: 3600},
+        attributes={names.GEN_AI_INPUT_TOKENS: 3100, names.PROMPT_CACHED_TOKENS: 1200},
+    )  # fmt: skip
+    early = [span(names.ASR, 1500, 3300), llm, span(names.TTS, 3800, 3900)]
+    (row,) = segment_rows(device_turn(0, 9000, "q1", 2, False), early)
+    assert row["to_asr_ms"] == -500.0  # the server's VAD cut half a second before the user stopped
+    assert row["asr_ms"] == 1800.0
+    assert (row["prompt_tokens"], row["prompt_cached_tokens"]) == (3100, 1200)

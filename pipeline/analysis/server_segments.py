@@ -51,7 +51,9 @@ SEGMENTS = (
     "device_buffer_ms",
 )
 MEASURED = ("asr_ms", "llm_first_token_ms", "llm_to_sentence_ms", "tts_ms", "device_buffer_ms")
-COLUMNS = ("question_id", "round", "warmup", "ok", "first_audible_ms", *SEGMENTS, "server_own_ms")
+# the state the LLM's first token depends on, as the upstream counted it (through the relay)
+PROMPT = ("prompt_tokens", "prompt_cached_tokens")
+COLUMNS = ("question_id", "round", "warmup", "ok", "first_audible_ms", *SEGMENTS, "server_own_ms", *PROMPT)
 
 Value = str | int | float | bool | None
 
@@ -85,7 +87,9 @@ def turn_segments(turn: DeviceTurn, services: Sequence[SpanRecord]) -> dict[str,
     received = device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)
     audible = device.event_ns(names.EV_FIRST_AUDIBLE)
     inside = [s for s in services if t.start_ns <= s.start_ns <= t.end_ns and s.status_code != names.STATUS_ERROR]
-    asr = _first(inside, names.ASR, spoken or t.start_ns)
+    # from the turn's start, not the user's end of speech: a server may cut the utterance early (its
+    # VAD heard a pause), and then ``to_asr_ms`` is negative, which is what happened
+    asr = _first(inside, names.ASR, t.start_ns)
     llm = _first(inside, names.LLM_CALL, asr.end_ns if asr else t.start_ns)
     tts = _first(inside, names.TTS, llm.start_ns if llm else t.start_ns)
     first_token = llm.event_ns(names.EV_FIRST_TOKEN) if llm else None
@@ -110,7 +114,13 @@ def turn_segments(turn: DeviceTurn, services: Sequence[SpanRecord]) -> dict[str,
     total = row["first_audible_ms"]
     ready = total is not None and all(isinstance(v, float) for v in measured)
     row["server_own_ms"] = round(total - sum(measured), 3) if ready else None  # type: ignore[operator, arg-type]
+    row["prompt_tokens"] = _int(llm.attributes.get(names.GEN_AI_INPUT_TOKENS)) if llm else None
+    row["prompt_cached_tokens"] = _int(llm.attributes.get(names.PROMPT_CACHED_TOKENS)) if llm else None
     return row
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _last_chunk_before(llm: SpanRecord, before: int) -> int | None:
@@ -129,7 +139,7 @@ class SegmentSummary:
     ok: int
     first_audible_median: float | None
     first_audible_p90: float | None
-    medians: dict[str, float | None]  # every segment and server_own_ms, over the ok measured turns
+    medians: dict[str, float | None]  # every segment, server_own_ms and the prompt's tokens, over the ok measured turns
 
 
 def summarize(rows: Sequence[dict[str, Value]]) -> SegmentSummary:
@@ -138,7 +148,7 @@ def summarize(rows: Sequence[dict[str, Value]]) -> SegmentSummary:
     audible = [float(r["first_audible_ms"]) for r in ok]  # type: ignore[arg-type]
 
     def mid(key: str) -> float | None:
-        values = [float(r[key]) for r in ok if isinstance(r[key], float)]  # type: ignore[arg-type]
+        values = [float(r[key]) for r in ok if isinstance(r[key], (int, float)) and not isinstance(r[key], bool)]  # type: ignore[arg-type]
         return round(median(values), 1) if values else None
 
     return SegmentSummary(
@@ -146,5 +156,5 @@ def summarize(rows: Sequence[dict[str, Value]]) -> SegmentSummary:
         ok=len(ok),
         first_audible_median=round(median(audible), 1) if audible else None,
         first_audible_p90=round(quantile(audible, 0.9), 1) if audible else None,
-        medians={key: mid(key) for key in (*SEGMENTS, "server_own_ms")},
+        medians={key: mid(key) for key in (*SEGMENTS, "server_own_ms", *PROMPT)},
     )

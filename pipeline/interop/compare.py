@@ -43,7 +43,8 @@ def _cell(value: float | None) -> str:
 
 
 def markdown(results: Sequence[RunResult]) -> str:
-    head = ["run", "turns ok", "first audible median", "P90", *(h for _, h in HEADERS), "packets lost / late"]
+    head = ["run", "turns ok", "first audible median", "P90", *(h for _, h in HEADERS)]
+    head += ["prompt tokens / cached", "packets lost / late"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         s = r.summary
@@ -54,6 +55,7 @@ def markdown(results: Sequence[RunResult]) -> str:
             _cell(s.first_audible_median),
             _cell(s.first_audible_p90),
             *(_cell(s.medians.get(key)) for key, _ in HEADERS),
+            f"{_cell(s.medians.get('prompt_tokens'))} / {_cell(s.medians.get('prompt_cached_tokens'))}",
             packets,
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -267,7 +267,9 @@ def intro(args: argparse.Namespace) -> str:
         "warm-up, left out). Medians in ms over the measured turns that succeeded, from spans: the device's and "
         "the lab's speech services' and LLM relay's, on one clock. `server own (derived)` is first audible less "
         "ASR, LLM first token, LLM to first sentence, TTS and the device buffer: it holds uplink, end-pointing "
-        "and downlink (loopback) besides the server's own work. A: the emulated cloud (estimated compute "
+        "and downlink (loopback) besides the server's own work. Prompt tokens and how many the LLM server took "
+        "from its cache are as the LLM server counted them (llama.cpp's timings), the state the first token "
+        "depends on. A: the emulated cloud (estimated compute "
         "profile fast-70b-api); B: llama.cpp's server with the local model.\n\n"
     )
 

@@ -67,12 +67,6 @@ class LlmRelay:
         timing.attributes.update(_request_attributes(body))
         try:
             return await self._forward(request, body, timing)
-        except _CallerGone:
-            timing.error_type, timing.error_message = (
-                "caller_disconnected",
-                "the caller closed the connection mid-stream",
-            )
-            return web.Response(status=499)  # nobody reads it: the connection is gone
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
             timing.error_type, timing.error_message = "upstream_unreachable", f"{type(exc).__name__}: {exc}"[:300]
             timing.attributes.setdefault(names.HTTP_STATUS, 502)
@@ -96,54 +90,83 @@ class LlmRelay:
                 return web.Response(body=payload, status=up.status, content_type=up.content_type)
             out = web.StreamResponse(status=200, headers=_SSE_HEADERS)
             await out.prepare(request)
-            chunks = 0
+            timing.attributes["lab.relay.chunks"] = 0
             try:
                 async for line in up.content:
-                    now = self.clock.now_ns()
-                    kind = _chunk_kind(line)
-                    if kind:
-                        chunks += 1
-                        _stamp(timing, kind, now)
-                    try:
-                        await out.write(line)
-                    except ConnectionError:
-                        raise _CallerGone from None
+                    _note_chunk(timing, line, self.clock.now_ns())
+                    if not await _pass_on(out, line, timing):
+                        return out
             except (aiohttp.ClientError, TimeoutError):
                 # The upstream broke mid-stream, after the 200 went out: no 502 can follow it, so the
                 # caller's stream is cut as the upstream's was (else the caller waits on it forever).
                 if request.transport is not None:
                     request.transport.abort()
                 raise
-            await out.write_eof()
-            timing.attributes["lab.relay.chunks"] = chunks
+            await _pass_on(out, b"", timing, eof=True)
             return out
 
 
-class _CallerGone(Exception):
-    """The caller went away mid-stream: its failure, not the upstream's."""
+async def _pass_on(out: web.StreamResponse, line: bytes, timing: RequestTiming, eof: bool = False) -> bool:
+    """Writes on to the caller; False when the caller has gone. A caller may close once it has read what it
+    wants (xiaozhi-esp32-server's OpenAI client closes at ``[DONE]``, before the stream's end): that is
+    recorded, not a failure of the call, whose times stand."""
+    try:
+        await (out.write_eof() if eof else out.write(line))
+    except ConnectionError:
+        timing.attributes["lab.relay.caller_closed"] = True
+        return False
+    return True
 
 
-def _stamp(timing: RequestTiming, kind: str, now: int) -> None:
+def _note_chunk(timing: RequestTiming, line: bytes, now: int) -> None:
+    """Stamps a chunk's arrival and takes what the upstream says of the prompt (usage, llama.cpp's timings)."""
+    chunk = _chunk(line)
+    if chunk is None:
+        return
+    counted = timing.attributes.get("lab.relay.chunks", 0)
+    timing.attributes["lab.relay.chunks"] = (counted if isinstance(counted, int) else 0) + 1
     seen = {name for name, _ in timing.events}
     if names.EV_FIRST_CHUNK not in seen:
         timing.events.append((names.EV_FIRST_CHUNK, now))
-    if kind == "content":
+    if _has_content(chunk):
         timing.events.append((names.EV_FIRST_TOKEN if names.EV_FIRST_TOKEN not in seen else EV_CHUNK, now))
+    timing.attributes.update(_prompt_tokens(chunk))
 
 
-def _chunk_kind(line: bytes) -> str:
-    """``content`` for an SSE chunk carrying text or a tool call, ``other`` for any other chunk, "" for no chunk."""
+def _chunk(line: bytes) -> dict[str, Any] | None:
+    """An SSE line's chunk: {} when it is not JSON; None for no chunk (a comment, a blank line, ``[DONE]``)."""
     if not line.startswith(b"data:"):
-        return ""
+        return None
     data = line[5:].strip()
     if not data or data == b"[DONE]":
-        return ""
+        return None
     try:
         chunk = json.loads(data)
+    except ValueError:
+        return {}
+    return chunk if isinstance(chunk, dict) else {}
+
+
+def _has_content(chunk: dict[str, Any]) -> bool:
+    try:
         delta = chunk["choices"][0].get("delta") or {}
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return "other"
-    return "content" if delta.get("content") or delta.get("tool_calls") else "other"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+    return bool(delta.get("content") or delta.get("tool_calls"))
+
+
+def _prompt_tokens(chunk: dict[str, Any]) -> dict[str, int]:
+    """The prompt's tokens and how many came from the upstream's cache: the state a first token depends on."""
+    timings, usage = chunk.get("timings"), chunk.get("usage")
+    if isinstance(timings, dict) and isinstance(timings.get("prompt_n"), int):
+        cached = timings.get("cache_n") if isinstance(timings.get("cache_n"), int) else 0
+        return {names.GEN_AI_INPUT_TOKENS: timings["prompt_n"] + cached, names.PROMPT_CACHED_TOKENS: cached}
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        found = {names.GEN_AI_INPUT_TOKENS: usage["prompt_tokens"]}
+        return {**found, names.PROMPT_CACHED_TOKENS: cached} if isinstance(cached, int) else found
+    return {}
 
 
 def _request_attributes(body: bytes) -> dict[str, str | int | bool]:
