@@ -33,6 +33,7 @@ from pipeline.settings.config import AsrConfig, TtsConfig
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from stages.registry import registry
+from tests.scenario import StepClock
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 UPSTREAM_KEY = "sk-upstream-7f3a"
@@ -46,19 +47,6 @@ CHAT = {
 }
 QUICK = ComputeProfile("quick", ttft_ms=5, per_token_ms=2)
 ERROR_KEYS = {"message", "type", "param", "code"}
-
-
-class StepClock:
-    """Each reading is 1 ms after the one before."""
-
-    kind = "virtual"
-
-    def __init__(self) -> None:
-        self.t = 1_700_000_000_000_000_000
-
-    def now_ns(self) -> int:
-        self.t += 1_000_000
-        return self.t
 
 
 def scripted_stages() -> SpeechStages:

@@ -37,6 +37,7 @@ from pipeline.settings.config import AsrConfig, Config, TtsConfig
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from tests import real_models
+from tests.scenario import StepClock
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -58,19 +59,6 @@ def scripted() -> SpeechStages:
         tts=TtsConfig(impl="stub", first_frame=LatencyProfile(), real_time_factor=0.0),
     )
     return SpeechStages.load(cfg, CacheModels(real_models.CACHE))
-
-
-class StepClock:
-    """Each reading is 1 ms after the one before: the service's timings come out exact."""
-
-    kind = "virtual"
-
-    def __init__(self) -> None:
-        self.t = 1_700_000_000_000_000_000
-
-    def now_ns(self) -> int:
-        self.t += 1_000_000
-        return self.t
 
 
 @contextlib.asynccontextmanager
