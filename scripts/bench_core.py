@@ -27,8 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.analysis.columns import column
 from pipeline.analysis.numbers import Row, median, quantile
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.events import SAMPLE_RATE, AudioFrame, LatencyProfile
@@ -107,7 +108,8 @@ def run(
 
 def errors_ms(rows: list[Row], metric: str, expected: float) -> list[float]:
     """Signed errors, measured minus configured."""
-    return [float(r[metric]) - expected for r in rows if isinstance(r[metric], (int, float))]  # type: ignore[arg-type]
+    get = column(metric)
+    return [float(v) - expected for r in rows if isinstance(v := get(r), (int, float))]
 
 
 def accuracy_table(by_loop: dict[str, list[Row]]) -> None:
@@ -124,7 +126,7 @@ def accuracy_table(by_loop: dict[str, list[Row]]) -> None:
         print(f"  {metric:<20} configured {expected:6.1f}   " + "   ".join(cells))
     print(f"  {'all stages':<20} {'(goal: < 1 ms)':>17}   " + "   ".join(cell(pooled[n]) for n in loops))
     for name in loops:
-        print(f"  failed turns, {name}: {sum(1 for r in by_loop[name] if not r['ok'])}")
+        print(f"  failed turns, {name}: {sum(1 for r in by_loop[name] if not r.ok)}")
 
 
 def cell(signed: list[float]) -> str:

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
+from pipeline.analysis.columns import column  # noqa: E402
 from pipeline.analysis.numbers import Row, measured_ok, quantile  # noqa: E402
 from pipeline.replay import main as replay  # noqa: E402
 
@@ -45,8 +46,9 @@ CLOUD = '[run]\ncondition = "A"\n[llm]\nimpl = "openai"\nmodel = "emulated-cloud
 CLOUD += '[cloud]\nemulator = "fast-70b-api"\n'
 
 
-def p90(rows: list[Row], column: str) -> float | None:
-    values = [float(v) for r in rows if measured_ok(r) and isinstance(v := r.get(column), (int, float))]
+def p90(rows: list[Row], name: str) -> float | None:
+    get = column(name)
+    values = [float(v) for r in rows if measured_ok(r) and isinstance(v := get(r), (int, float))]
     return round(quantile(values, 0.9), 1) if values else None
 
 
@@ -62,7 +64,7 @@ def point(out: Path, run_id: str, configs: list[str], args: list[str]) -> list[R
         code = replay([str(FIXTURES), *paths, "--out", str(out), "--run-id", run_id, "--quiet", *args])
     if code != 0:
         raise SystemExit(f"{run_id}: replay failed ({code}): {err.getvalue().strip()}")
-    return [r for r in read_bench_csv(out / "bench.csv") if r["run_id"] == run_id]
+    return [r for r in read_bench_csv(out / "bench.csv") if r.run_id == run_id]
 
 
 def cell(value: float | None) -> str:
@@ -91,7 +93,7 @@ def background_part(out: Path, period_ms: int, common: list[str]) -> None:
         extra += f"period_ms = {period_ms}\nmax_tokens = 64\n"
         rows = point(out, f"load-background-priority-{priority}".lower(), [VOICE, LOCAL, extra], common)
         figures[priority] = (p90(rows, "queue_wait_ms"), p90(rows, "whole_turn_ms"))
-        measured = [r for r in rows if not r.get("warmup")]
+        measured = [r for r in rows if not r.warmup]
         print(
             f"   priority {'on ' if priority else 'off'}: queue {cell(figures[priority][0])}, "
             f"whole turn {cell(figures[priority][1])} (ok {sum(map(measured_ok, rows))}/{len(measured)} measured)",

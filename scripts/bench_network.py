@@ -182,8 +182,8 @@ async def pipeline_excess(rtt_ms: float, turns: int) -> tuple[float, list[float]
             segments = []
             for _ in range(turns + 1):
                 row = rows.row(await cloud_turn(backend), note=cloud.label)
-                if row["ok"] != 1:
-                    raise RuntimeError(f"turn failed: {row['error']}")
+                if row.ok != 1:
+                    raise RuntimeError(f"turn failed: {row.error}")
                 segments.append(network_ms(row) - rtt_ms)
     finally:
         rows.close()

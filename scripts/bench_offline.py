@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
+from pipeline.analysis.columns import column  # noqa: E402
 from pipeline.analysis.numbers import Row, measured_ok, median  # noqa: E402
 
 METRICS = ("first_token_ms", "tts_first_frame_ms", "whole_turn_ms", "asr_ms")
@@ -41,7 +42,8 @@ def run(variant: str, out: Path, repeat: int, args: argparse.Namespace) -> None:
 
 
 def values(rows: list[Row], metric: str) -> list[float]:
-    return [float(v) for r in rows if measured_ok(r) and isinstance((v := r[metric]), (int, float))]
+    get = column(metric)
+    return [float(v) for r in rows if measured_ok(r) and isinstance((v := get(r)), (int, float))]
 
 
 def main() -> None:

@@ -71,7 +71,7 @@ STEPS = ("read", "build", "write")  # what a child run times, in order
 STEP_NAMES = {
     "read": "trace files read, rows computed",
     "build": "statistics, tables and plots",
-    "write": "Markdown, HTML and bench.csv written",
+    "write": "Markdown, HTML and rows.csv written",
 }
 
 
@@ -89,6 +89,7 @@ def load_text() -> str:
 
 def synthetic(turns: int, seed: int = 7) -> Dataset:
     """Rows (and per-sentence first tokens) of ``turns`` turns, as analysis would compute them."""
+    from pipeline.analysis.columns import TurnRow
     from pipeline.report.load import Dataset
 
     rng = np.random.default_rng(seed)
@@ -107,37 +108,37 @@ def synthetic(turns: int, seed: int = 7) -> Dataset:
             whole = 600 + 300 + float(per_call.sum()) + 180 + 900 * int(sentences[i]) + 0.2 * generation
             server = label != "A"
             rows.append(
-                {
-                    "run_id": f"run-{label}",
-                    "condition": label,
-                    "config_id": f"cfg-{c}",
-                    "question_id": f"q{i % QUESTIONS:02d}",
-                    "round": i // QUESTIONS + 1,
-                    "warmup": int(i < QUESTIONS),
-                    "first_token_ms": round(float(per_call[0]), 3),
-                    "total_ms": round(float(per_call.sum()) + generation, 3),
-                    "tokens": 40 * k,
-                    "ok": int(ok[i]),
-                    "error": "" if ok[i] else "timeout",
-                    "temp_c": round(45 + 10 * i / n, 1) if label == "B" else None,
-                    "whole_turn_ms": round(whole, 3) if ok[i] else None,
-                    "llm_calls": k,
-                    "llm_first_token_ms_per_call": ";".join(f"{v:.3f}" for v in per_call),
-                    "sentences": int(sentences[i]),
-                    "llm_generation_ms": generation,
-                    "server_queue_ms": 2.0 * k if server else None,
-                    "server_prompt_ms": round(float(per_call.sum()) - 2.5 * k, 3) if server else None,
-                    "server_generation_ms": generation - 0.2 * k if server else None,
-                    "scripted": "asr,llm,tts",
-                    "clock": "virtual",
-                    "turn_start_ns": 1_767_225_600_000_000_000 + i * 6_000_000_000,
-                }
+                TurnRow(
+                    run_id=f"run-{label}",
+                    condition=label,
+                    config_id=f"cfg-{c}",
+                    question_id=f"q{i % QUESTIONS:02d}",
+                    round=i // QUESTIONS + 1,
+                    warmup=int(i < QUESTIONS),
+                    first_token_ms=round(float(per_call[0]), 3),
+                    total_ms=round(float(per_call.sum()) + generation, 3),
+                    tokens=40 * k,
+                    ok=int(ok[i]),
+                    error="" if ok[i] else "timeout",
+                    temp_c=round(45 + 10 * i / n, 1) if label == "B" else None,
+                    whole_turn_ms=round(whole, 3) if ok[i] else None,
+                    llm_calls=k,
+                    llm_first_token_ms_per_call=";".join(f"{v:.3f}" for v in per_call),
+                    sentences=int(sentences[i]),
+                    llm_generation_ms=generation,
+                    server_queue_ms=2.0 * k if server else None,
+                    server_prompt_ms=round(float(per_call.sum()) - 2.5 * k, 3) if server else None,
+                    server_generation_ms=generation - 0.2 * k if server else None,
+                    scripted="asr,llm,tts",
+                    clock="virtual",
+                    turn_start_ns=1_767_225_600_000_000_000 + i * 6_000_000_000,
+                )
             )
             sentence_ms.append(
                 tuple(round(float(v), 3) for v in first * rng.lognormal(-0.3, spread, int(sentences[i])))
             )
-    failed: list[tuple[str, ...]] = [() if r["ok"] else ("llm.call",) for r in rows]
-    return Dataset(rows, sentence_ms, failed, None, {}, f"{turns} synthetic turns")
+    failed: list[tuple[str, ...]] = [() if r.ok else ("llm.call",) for r in rows]
+    return Dataset.of_rows(rows, f"{turns} synthetic turns", sentence_ms, failed)
 
 
 def _ids(span: dict[str, Any], copy: int) -> None:
@@ -208,7 +209,7 @@ def report_from_rows(data: Dataset, out: Path) -> float:
     from pipeline.report.output import write
 
     doc, t_build = timed("statistics, tables and plots", lambda: build(data))
-    _, t_write = timed("Markdown, HTML and bench.csv written", lambda: write(doc, data, out))
+    _, t_write = timed("Markdown, HTML and rows.csv written", lambda: write(doc, data, out))
     total = t_build + t_write
     print(f"  {'total':<44}{total:8.2f} s   ({len(doc.figures())} plots, {len(data.rows)} rows)")
     return float(total)
@@ -330,11 +331,16 @@ def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["process"] = time.perf_counter() - t0
-    result["rows"] = _csv_rows(out / "bench.csv")
+    result["rows"] = _csv_rows(_rows_file(out))
     result["load"] = load_text()
     result["warmed"] = warmed
     result["speed"] = (speed, speed_check(traces))
     return result
+
+
+def _rows_file(out: Path) -> Path:
+    """The rows a report wrote: rows.csv (bench.csv in a checkout from before that name)."""
+    return out / "rows.csv" if (out / "rows.csv").is_file() else out / "bench.csv"
 
 
 def _csv_rows(path: Path) -> int:
@@ -388,7 +394,7 @@ def analyze_step(traces: Path, work: Path, codes: dict[str, Path]) -> None:
             f"{after:.0f} ms just after"
         )
     files = [work / f"analyze-{i}.csv" for i in range(len(runs))]
-    print(f"  its bench.csv and the report's of this checkout: {_same(files[0], work / 'after' / 'bench.csv')}")
+    print(f"  its bench.csv and the report's of this checkout: {_same(files[0], _rows_file(work / 'after'))}")
     if len(files) > 1:
         print(f"  its bench.csv of this checkout and of the baseline: {_same(files[0], files[1])}")
 
@@ -424,7 +430,7 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
         f"  {'peak RSS of its largest child':<44}" + "".join(f"{r['child_rss_mib']:12.0f} MiB" for r in runs.values())
     )
     for name, r in runs.items():
-        print(f"  {name}: {r['rows']} rows in bench.csv, exit status {r['status']}; {r['load']} after its run")
+        print(f"  {name}: {r['rows']} rows in its rows file, exit status {r['status']}; {r['load']} after its run")
         print(f"  {name}: {r['warmed']} (not counted)")
         before, after = r["speed"]
         print(
@@ -432,9 +438,10 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
             f"standard library, lower is faster): {before:.0f} ms just before its run, {after:.0f} ms just after"
         )
     if baseline is not None:
-        for file in ("bench.csv", "report.md"):
-            same = _same(work / "after" / file, work / "before" / file)
-            print(f"  {file} of this checkout and of the baseline: {same}")
+        same = _same(_rows_file(work / "after"), _rows_file(work / "before"))
+        print(f"  the rows (rows.csv or bench.csv) of this checkout and of the baseline: {same}")
+        same = _same(work / "after" / "report.md", work / "before" / "report.md")
+        print(f"  report.md of this checkout and of the baseline: {same}")
     # the goal is the command's, as a user times it: start, imports and exit included
     return float(runs["this checkout"]["process"])
 

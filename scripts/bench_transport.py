@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from websockets.asyncio.client import connect  # noqa: E402
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
+from pipeline.analysis.columns import column  # noqa: E402
 from pipeline.clock import RealClock, run_on_clock  # noqa: E402
 from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
 from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
@@ -340,11 +341,12 @@ def device_run(run: DeviceRun, args: SkewArgs, folder: Path) -> dict[str, list[f
         raise SystemExit(
             f"pipeline.replay against --pacing {run.pacing}: exit {done.returncode}\n{done.stderr[-2000:]}"
         )
-    rows = [r for r in read_bench_csv(here / "device" / "bench.csv") if not r["warmup"]]
-    bad = [str(r["error"]) for r in rows if not r["ok"]]
+    rows = [r for r in read_bench_csv(here / "device" / "bench.csv") if not r.warmup]
+    bad = [str(r.error) for r in rows if not r.ok]
     if bad or not rows:
         raise SystemExit(f"{name}: failed turns {bad}" if bad else f"{name}: no measured turns")
-    return {column: [float(v) for r in rows if isinstance(v := r[column], int | float)] for _label, column in MEASURES}
+    getters = {name: column(name) for _label, name in MEASURES}
+    return {name: [float(v) for r in rows if isinstance(v := get(r), int | float)] for name, get in getters.items()}
 
 
 def skews(args: SkewArgs) -> None:
@@ -357,9 +359,9 @@ def skews(args: SkewArgs) -> None:
     columns = f"{'median old':>10s} {'new':>8s} {'ratio':>7s}   {'P90 old':>8s} {'new':>8s} {'ratio':>7s}"
     print(f"  {'':48s} {'':20s} {columns}")
     for skew, old, new in SKEWS:
-        for i, (label, column) in enumerate(MEASURES):
+        for i, (label, name) in enumerate(MEASURES):
             title = skew if i == 0 else ""
-            a, b = runs[old][column], runs[new][column]
+            a, b = runs[old][name], runs[new][name]
             if not a or not b:
                 print(f"  {title:48s} {label:20s} (no values)")
                 continue

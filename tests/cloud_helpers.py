@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock
 from pipeline.events import FRAME_SAMPLES, AudioFrame, AudioOut, Event, LatencyProfile, StageInfo
@@ -116,6 +116,6 @@ class TraceRows:
 
 def network_ms(row: Row) -> float:
     """The network segment of a single-call turn: client first token minus the server's own first token."""
-    first, queue, prompt = row["first_token_ms"], row["server_queue_ms"], row["server_prompt_ms"]
+    first, queue, prompt = row.first_token_ms, row.server_queue_ms, row.server_prompt_ms
     assert isinstance(first, float) and isinstance(queue, float) and isinstance(prompt, float), row
     return first - (queue + prompt)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.bench_csv import BenchCsv
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.tracing import names
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from array import array
-from collections.abc import AsyncIterator, Sequence
 
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.events import FRAME_SAMPLES, AudioFrame, Event, LatencyProfile
+from pipeline.events import FRAME_SAMPLES, AudioFrame, LatencyProfile
 from pipeline.run.turn import ServerStages, run_turn
 from pipeline.tracing.timeline import TurnTimeline
 from stages.asr.oracle import OracleAsr
@@ -67,27 +65,16 @@ def ms(tl: TurnTimeline, t: int | None) -> float | None:
     return None if t is None else (t - tl.start_ns) / 1e6
 
 
-def run_stage(stage: object, events: Sequence[Event]) -> list[Event]:
-    """One stage alone over a list of events, on a fresh event loop: what it yields."""
-
-    async def source() -> AsyncIterator[Event]:
-        for e in events:
-            yield e
-
-    async def collect() -> list[Event]:
-        return [e async for e in stage.run(source())]  # type: ignore[attr-defined]
-
-    return asyncio.run(collect())
-
-
 class StepClock:
-    """Each reading is 1 ms after the one before: a service's timings come out exact."""
+    """A clock the test moves: each reading ``step_ns`` after the one before (1 ms: a service's timings come
+    out exact), or with ``step_ns=0`` still until the test sets ``t``."""
 
     kind = "virtual"
 
-    def __init__(self) -> None:
-        self.t = 1_700_000_000_000_000_000
+    def __init__(self, step_ns: int = 1_000_000, t: int = 1_700_000_000_000_000_000) -> None:
+        self.step_ns = step_ns
+        self.t = t
 
     def now_ns(self) -> int:
-        self.t += 1_000_000
+        self.t += self.step_ns
         return self.t

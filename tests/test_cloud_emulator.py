@@ -323,8 +323,8 @@ def test_network_segment_from_traces_matches_the_configured_rtt() -> None:
             segments = []
             for _ in range(11):
                 row = rows.row(await cloud_turn(backend), note=cloud.label)
-                assert row["ok"] == 1, row
-                assert row["server_prompt_ms"] >= 25  # type: ignore[operator]
+                assert row.ok == 1, row
+                assert row.server_prompt_ms >= 25  # type: ignore[operator]
                 segments.append(network_ms(row))
             assert link.connections == 1  # one kept-alive connection for every turn
             return segments
@@ -355,7 +355,7 @@ def test_network_segment_is_exact_on_the_virtual_clock() -> None:
             out = []
             for _ in range(3):
                 row = rows.row(await cloud_turn(backend, clock=clock))
-                out.append((row["ok"], row["first_token_ms"], row["server_queue_ms"], row["server_prompt_ms"]))
+                out.append((row.ok, row.first_token_ms, row.server_queue_ms, row.server_prompt_ms))
             return out
 
     try:

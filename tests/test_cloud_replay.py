@@ -22,18 +22,19 @@ def replay(tmp_path: Path, cloud: str, env: dict[str, str] | None = None) -> int
     return main([*args, "--condition", "A", "--quiet"], env=env or {})
 
 
+@pytest.mark.realtime
 def test_emulated_cloud_rows_say_so_and_carry_server_timings(tmp_path: Path) -> None:
     code = replay(
         tmp_path, '[llm]\nimpl = "openai"\nmodel = "m"\n[cloud]\nemulator = "instant"\n[network]\nprofile = "lan"\n'
     )
     assert code == 0
     rows = read_bench_csv(tmp_path / "bench.csv")
-    assert [r["ok"] for r in rows] == [1, 1]
+    assert [r.ok for r in rows] == [1, 1]
     for r in rows:
-        assert r["llm_endpoint"] == "emulated cloud, profile instant; network lan"
-        assert "llm" in str(r["scripted"])  # the server's compute is simulated
-        assert r["server_prompt_ms"] is not None
-        assert r["llm_first_chunk_ms"] <= r["first_token_ms"]  # type: ignore[operator]
+        assert r.llm_endpoint == "emulated cloud, profile instant; network lan"
+        assert "llm" in str(r.scripted)  # the server's compute is simulated
+        assert r.server_prompt_ms is not None
+        assert r.llm_first_chunk_ms <= r.first_token_ms  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(
@@ -63,9 +64,10 @@ def test_a_missing_api_key_is_recorded_on_every_turn_and_the_run_continues(
     assert replay(tmp_path, cloud, env={}) == 0
     assert "LAB_TEST_KEY is not set: every turn will be ok=0, error=LlmMissingApiKey" in capsys.readouterr().err
     rows = read_bench_csv(tmp_path / "bench.csv")
-    assert [(r["ok"], r["error"]) for r in rows] == [(0, "LlmMissingApiKey"), (0, "LlmMissingApiKey")]
+    assert [(r.ok, r.error) for r in rows] == [(0, "LlmMissingApiKey"), (0, "LlmMissingApiKey")]
 
 
+@pytest.mark.realtime
 def test_the_key_itself_is_never_written(tmp_path: Path) -> None:
     cloud = '[llm]\nimpl = "openai"\nmodel = "m"\n[cloud]\nemulator = "instant"\napi_key_env = "LAB_TEST_KEY"\n'
     secret = "sk-test-0123456789abcdef"

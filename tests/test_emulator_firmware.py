@@ -169,6 +169,7 @@ def test_the_hello_names_the_protocol_version_and_mcp_and_the_client_id_is_stabl
     assert ids == {str(uuid.uuid5(uuid.NAMESPACE_DNS, "02:00:00:00:00:07"))}
 
 
+@pytest.mark.transport
 def test_mcp_is_answered_as_the_firmware_does_before_and_during_a_turn() -> None:
     answers: dict[str, dict[str, Any]] = {}
 
@@ -279,6 +280,7 @@ def test_the_mcp_server_pages_and_refuses_as_the_firmware() -> None:
     assert mcp.handle(lost)["error"] == {"message": "Failed to add tool  because of payload size limit"}  # type: ignore[index]
 
 
+@pytest.mark.transport
 def test_realtime_mode_says_listen_start_once_and_names_each_question_before_its_audio() -> None:
     async def script(conn: Conn) -> None:
         for _ in range(3):
@@ -333,6 +335,7 @@ def test_the_noise_floor_is_quiet_not_silent_and_repeats_per_device() -> None:
     assert level == pytest.approx(NOISE_FLOOR_DBFS, abs=0.5)
 
 
+@pytest.mark.transport
 def test_audio_outside_tts_start_and_stop_is_dropped_counted_and_never_reaches_the_next_turn() -> None:
     async def script(conn: Conn) -> None:
         await conn.next_json("listen")
@@ -363,6 +366,7 @@ def test_audio_outside_tts_start_and_stop_is_dropped_counted_and_never_reaches_t
     assert second.device.first_audio_received_ns - second.vad.user_speech_end_ns >= 0.2e9
 
 
+@pytest.mark.transport
 @pytest.mark.parametrize("jitter", [0, 2])
 def test_jitter_frames_hold_only_the_start_of_an_answer(jitter: int) -> None:
     async def script(conn: Conn) -> None:
@@ -419,6 +423,7 @@ def barge_in_script(conn: Conn) -> Awaitable[None]:
     return script()
 
 
+@pytest.mark.transport
 @pytest.mark.parametrize(("way", "mode"), [("wake", "auto"), ("button", "auto"), ("wake", "realtime")])
 def test_barge_in_follows_the_firmwares_wake_word_or_button_path(way: str, mode: str) -> None:
     async def scenario() -> tuple[TurnTimeline, TurnTimeline, Conn]:
@@ -461,6 +466,7 @@ def test_barge_in_follows_the_firmwares_wake_word_or_button_path(way: str, mode:
     assert second.device.first_uplink_ns > first.device.abort_ns and second.device.transcript == "question"
 
 
+@pytest.mark.transport
 def test_a_connection_the_server_closed_while_the_device_was_idle_is_opened_again() -> None:
     async def script(conn: Conn) -> None:
         await conn.next_json("listen")

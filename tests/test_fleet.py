@@ -213,11 +213,11 @@ def spans_named(trace: Path, name: str) -> list[SpanRecord]:
 def test_three_devices_share_one_model_and_the_queue_is_measured(tmp_path: Path) -> None:
     code, err, rows, trace = fleet_run(tmp_path, ["--devices", "3", "--concurrency", "1", "--rounds", "1"])
     assert code == 0, err
-    assert len(rows) == 9 and {r["ok"] for r in rows} == {1}
-    assert sorted({(r["device"], r["devices"]) for r in rows}) == [(0, 3), (1, 3), (2, 3)]
-    firsts = [next(r["question_id"] for r in rows if r["device"] == d) for d in (0, 1, 2)]
+    assert len(rows) == 9 and {r.ok for r in rows} == {1}
+    assert sorted({(r.device, r.devices) for r in rows}) == [(0, 3), (1, 3), (2, 3)]
+    firsts = [next(r.question_id for r in rows if r.device == d) for d in (0, 1, 2)]
     assert firsts == ["q1", "q2", "q3"]  # rotated: no two devices ask the same question at once
-    waits_ms = sorted(number(r["queue_wait_ms"]) or 0.0 for r in rows)
+    waits_ms = sorted(number(r.queue_wait_ms) or 0.0 for r in rows)
     assert waits_ms[0] == 0.0 and waits_ms[-1] > 0.0
     # a waiting call gets the model the moment the call before it ends (the scheduler's own clock)
     calls = {s.end_ns for s in spans_named(trace, "llm.call")}
@@ -228,7 +228,7 @@ def test_three_devices_share_one_model_and_the_queue_is_measured(tmp_path: Path)
 def test_one_device_without_a_scheduler_has_an_empty_queue_column(tmp_path: Path) -> None:
     code, err, rows, _ = fleet_run(tmp_path, ["--rounds", "1"])
     assert code == 0, err
-    assert {(r["device"], r["devices"], r["queue_wait_ms"]) for r in rows} == {(None, None, None)}
+    assert {(r.device, r.devices, r.queue_wait_ms) for r in rows} == {(None, None, None)}
 
 
 def test_more_devices_than_questions_are_warned_of_and_every_turn_is_recorded(tmp_path: Path) -> None:
@@ -238,7 +238,7 @@ def test_more_devices_than_questions_are_warned_of_and_every_turn_is_recorded(tm
     assert code == 0, err
     assert "5 devices but 2 question(s): device k and device k+2 ask in the same order" in err
     assert "share the model with no scheduler in front of it" in err
-    assert len(rows) == 10 and {r["ok"] for r in rows} == {1}
+    assert len(rows) == 10 and {r.ok for r in rows} == {1}
 
 
 def test_background_load_competes_and_priority_serves_voice_turns_first(tmp_path: Path) -> None:
@@ -253,9 +253,9 @@ def test_background_load_competes_and_priority_serves_voice_turns_first(tmp_path
             folder, ["--config", str(extra), "--background", "summarise", "--rounds", "1"]
         )
         assert code == 0, err
-        assert {r["ok"] for r in rows} == {1}
+        assert {r.ok for r in rows} == {1}
         jobs = spans_named(trace, "background.job")
-        return sum(number(r["queue_wait_ms"]) or 0.0 for r in rows), len(jobs)
+        return sum(number(r.queue_wait_ms) or 0.0 for r in rows), len(jobs)
 
     with_priority, jobs = interactive_wait(True)
     without, _ = interactive_wait(False)

@@ -115,6 +115,7 @@ def test_a_server_that_exits_at_start_is_reported_with_its_log_and_nothing_is_le
     assert left_behind(setup["tmp"]) == []
 
 
+@pytest.mark.realtime
 def test_a_server_that_never_listens_is_stopped_at_the_time_limit(setup: dict[str, Path]) -> None:
     checkout = fake_checkout(setup["tmp"] / "checkout", "import time\nprint('starting', flush=True)\ntime.sleep(600)\n")
     done = run(setup, str(checkout), "--python", sys.executable, "--start-timeout", "3")
@@ -129,6 +130,7 @@ def test_a_missing_provider_package_is_named(setup: dict[str, Path]) -> None:
     assert left_behind(setup["tmp"]) == []
 
 
+@pytest.mark.install
 def test_a_package_that_cannot_be_installed_is_named_and_the_venv_left_unstamped(setup: dict[str, Path]) -> None:
     # a pin no registry has: pip fails, which is what a provider whose package cannot be installed looks like
     checkout = fake_checkout(setup["tmp"] / "checkout", "", requirements="websockets==0.0.0.404\n")

@@ -33,6 +33,8 @@ from pipeline.transport.codec import OpusDecoder, OpusEncoder
 from stages.tts.stub import speech_duration_ms
 from tests.sdk_device import SAMPLE_RATE, Answer, SdkDevice, connected, sdk
 
+pytestmark = [pytest.mark.real, pytest.mark.transport]
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"
 CONFIG = ROOT / "configs" / "interop.toml"

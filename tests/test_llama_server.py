@@ -16,23 +16,25 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.llama_server import LlamaServer
-from pipeline.events import CallEnd, Event, LatencyProfile, ToolCall, Transcript
+from pipeline.events import CallEnd, LatencyProfile, ToolCall, Transcript
 from pipeline.run.endpoints import llama_server_settings
-from pipeline.run.recorder import TurnRecorder
 from pipeline.settings.config import load_config
 from pipeline.settings.models import resolve
 from stages.llm import LlmSettings, LlmStage
 from stages.llm.openai import OpenAIChatBackend
 from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
 from stages.llm.scripted import ScriptedTools
+from tests.harness import StageRun, stage_run
 from tests.real_models import CACHE, ROOT
+
+pytestmark = pytest.mark.real
 
 MEDIAN_MARGIN_MS = 20.0
 CALL_MARGIN_MS = 100.0
@@ -46,14 +48,8 @@ async def gaps(server: LlamaServer) -> list[tuple[float, float]]:
     async with OpenAIChatBackend(llama_server_settings(cfg, server.base_url), server.api_key) as backend:
         for question in QUESTIONS:
             stage = LlmStage(backend, LlmSettings(max_tokens=16, system_prompt=SYSTEM_PROMPTS["en"]), scripted=False)
-            recorder = TurnRecorder(RealClock())
-
-            async def source(q: str = question) -> AsyncIterator[Event]:
-                yield Transcript(q, "en")
-
-            async for _ in recorder.wrap("llm", stage, source()):
-                pass
-            [call] = recorder.timeline.calls
+            run = await stage_run(stage, [Transcript(question, "en")], RealClock())
+            [call] = run.timeline.calls
             assert call.first_token_ns is not None
             timings = dict(call.server_timings)
             out.append(((call.first_token_ns - call.start_ns) / 1e6, timings["prompt_ms"]))
@@ -75,7 +71,7 @@ def test_client_first_token_matches_the_servers_own_timings(server: LlamaServer)
     assert statistics.median(gaps_ms) <= MEDIAN_MARGIN_MS, measured
 
 
-async def tool_turn(server: LlamaServer, prompt_cache: str) -> tuple[list[Event], TurnRecorder]:
+async def tool_turn(server: LlamaServer, prompt_cache: str) -> StageRun:
     cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "prompt_cache": prompt_cache}})
     async with OpenAIChatBackend(llama_server_settings(cfg, server.base_url), server.api_key) as backend:
         stage = LlmStage(
@@ -85,29 +81,22 @@ async def tool_turn(server: LlamaServer, prompt_cache: str) -> tuple[list[Event]
             executor=ScriptedTools(LatencyProfile()),
             scripted=False,
         )
-        recorder = TurnRecorder(RealClock())
-
-        async def source() -> AsyncIterator[Event]:
-            yield Transcript("Please turn on the light in the kitchen.", "en")
-
-        return [e async for e in recorder.wrap("llm", stage, source())], recorder
+        return await stage_run(stage, [Transcript("Please turn on the light in the kitchen.", "en")], RealClock())
 
 
 def test_a_tool_call_through_llama_server_is_recognised_and_timed_from_its_first_output(server: LlamaServer) -> None:
-    events, recorder = asyncio.run(tool_turn(server, "prefix"))
-    [tool] = [e for e in events if isinstance(e, ToolCall)]
+    run = asyncio.run(tool_turn(server, "prefix"))
+    [tool] = run.of(ToolCall)
     assert tool.name == "set_light"
-    first = recorder.timeline.calls[0]
+    first = run.timeline.calls[0]
     assert first.first_token_ns is not None and first.tool_call_ns is not None
     assert first.first_token_ns < first.tool_call_ns
 
 
 def test_prompt_cache_off_asks_llama_server_for_a_cold_prompt(server: LlamaServer) -> None:
     asyncio.run(tool_turn(server, "carry"))  # leaves this prompt in the server's cache
-    cold, _ = asyncio.run(tool_turn(server, "off"))
-    warm, _ = asyncio.run(tool_turn(server, "carry"))
-    first_cold = next(e for e in cold if isinstance(e, CallEnd))
-    first_warm = next(e for e in warm if isinstance(e, CallEnd))
+    first_cold = asyncio.run(tool_turn(server, "off")).of(CallEnd)[0]
+    first_warm = asyncio.run(tool_turn(server, "carry")).of(CallEnd)[0]
     assert first_cold.cached_tokens == 0
     assert first_warm.cached_tokens is not None and first_warm.cached_tokens > 100
 

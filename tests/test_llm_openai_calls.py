@@ -10,10 +10,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pipeline.clock import VirtualClock, run_on_clock
+from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.endpoints.cloud import ComputeProfile, EmulatedCloud, get_compute_profile, pick_answer
-from pipeline.events import CallEnd, TokenDelta
-from stages.llm import ChatRequest, Chunk, Message
+from pipeline.events import CallEnd, CallStart, TokenDelta, Transcript
+from stages.llm import ChatRequest, Chunk, LlmSettings, LlmStage, Message
 from stages.llm.openai import (
     CloudLlmError,
     LlmAuthError,
@@ -28,6 +28,7 @@ from stages.llm.openai import (
     RateLimited,
 )
 from tests.cloud_helpers import TraceRows, cloud_turn
+from tests.harness import StageRun, stage_run
 
 QUICK = ComputeProfile("quick", ttft_ms=5, per_token_ms=1, slots=4)
 KEY = "sk-lab-0123456789abcdef0123"
@@ -45,18 +46,22 @@ async def collect(backend: OpenAIChatBackend, request: ChatRequest = ASK) -> lis
     return [c async for c in backend.stream(request)]
 
 
-def call(cloud: EmulatedCloud | None, request: ChatRequest = ASK, url: str = "", **kwargs: Any) -> list[Chunk]:
-    """One call against a fresh emulator (or ``url``); the emulator and the client are closed after."""
+def call(cloud: EmulatedCloud | None, url: str = "", clock: Clock | None = None, **kwargs: Any) -> StageRun:
+    """ASK answered by the LLM stage against a fresh emulator (or ``url``), through the single-stage harness on
+    ``clock`` (default: the real one); the emulator and the client are closed after."""
     api_key = kwargs.pop("api_key", None)
+    clock = clock or RealClock()
+    llm = LlmSettings(max_tokens=ASK.max_tokens, system_prompt=ASK.messages[0].content)
+    question = [Transcript(ASK.messages[1].content, "en")]
 
-    async def main() -> list[Chunk]:
+    async def main() -> StageRun:
         if cloud is None:
             async with OpenAIChatBackend(settings(url, **kwargs), api_key=api_key) as backend:
-                return await collect(backend, request)
+                return await stage_run(LlmStage(backend, llm, impl="openai", scripted=False), question, clock)
         async with cloud, OpenAIChatBackend(settings(cloud.base_url, **kwargs), api_key=api_key) as backend:
-            return await collect(backend, request)
+            return await stage_run(LlmStage(backend, llm, impl="openai", scripted=False), question, clock)
 
-    return asyncio.run(main())
+    return run_on_clock(main(), clock)
 
 
 def closed_port_url() -> str:
@@ -70,16 +75,21 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{asyncio.run(main())}/v1"
 
 
-def test_a_real_stream_from_the_emulated_cloud() -> None:
-    out = call(EmulatedCloud(QUICK))
-    assert out[0] == TokenDelta("")
-    text = "".join(c.text for c in out if isinstance(c, TokenDelta))
-    assert text == pick_answer("What time is it?")
-    done = out[-1]
-    assert isinstance(done, CallEnd) and done.finish_reason == "stop" and done.output_tokens == len(out) - 2
+def test_a_real_stream_from_the_emulated_cloud_is_timed_exactly_on_the_virtual_clock() -> None:
+    """The emulator paces its answer on the run's clock: 5 ms to the first token, then 1 ms a token. So the
+    recorder stamps the stage's first token at exactly 5 ms and the call's end with its last token."""
+    run = call(EmulatedCloud(QUICK), clock=VirtualClock())
+    start, *chunks = run.events
+    assert isinstance(start, CallStart) and chunks[0] == TokenDelta("")
+    assert "".join(c.text for c in run.of(TokenDelta)) == pick_answer("What time is it?")
+    done = chunks[-1]
+    assert isinstance(done, CallEnd) and done.finish_reason == "stop" and done.output_tokens == len(chunks) - 2
     timings = dict(done.server_timings)
     assert set(timings) == {"queue_ms", "prompt_ms", "predicted_ms", "prompt_n", "predicted_n", "attempts"}
-    assert timings["prompt_ms"] >= 5 and timings["attempts"] == 1
+    assert (timings["prompt_ms"], timings["predicted_ms"], timings["attempts"]) == (5, done.output_tokens - 1, 1)
+    [timed] = run.timeline.calls
+    assert run.ms(timed.start_ns) == 0 and run.ms(timed.first_token_ns) == 5
+    assert run.first_ms(CallEnd) == run.ms(timed.end_ns) == 5 + (done.output_tokens - 1)
 
 
 def test_per_sentence_calls_walk_through_the_answer() -> None:
@@ -169,13 +179,13 @@ def test_a_missing_or_wrong_key() -> None:
     with pytest.raises(LlmAuthError, match="HTTP 401") as caught:
         call(EmulatedCloud(QUICK, api_key=KEY[::-1]), api_key=KEY, api_key_env="LAB_TEST_KEY")
     assert caught.value.status == 401
-    assert call(EmulatedCloud(QUICK, api_key=KEY), api_key=KEY, api_key_env="LAB_TEST_KEY")[-1].finish_reason == "stop"  # type: ignore[union-attr]
+    [done] = call(EmulatedCloud(QUICK, api_key=KEY), api_key=KEY, api_key_env="LAB_TEST_KEY").of(CallEnd)
+    assert done.finish_reason == "stop"
 
 
 def test_retries_are_counted_and_visible() -> None:
-    out = call(EmulatedCloud(QUICK, fault="500", fault_count=2), retries=2, retry_backoff_ms=5)
-    done = out[-1]
-    assert isinstance(done, CallEnd) and dict(done.server_timings)["attempts"] == 3
+    [done] = call(EmulatedCloud(QUICK, fault="500", fault_count=2), retries=2, retry_backoff_ms=5).of(CallEnd)
+    assert dict(done.server_timings)["attempts"] == 3
     with pytest.raises(RateLimited, match=r"after 3 attempts") as caught:
         call(EmulatedCloud(QUICK, fault="429", retry_after_s=0), retries=2)
     assert caught.value.attempts == 3
@@ -220,22 +230,22 @@ async def turns_against(cloud: EmulatedCloud | None, url: str, n: int, **kwargs:
 def test_a_failing_call_fails_only_its_turn(fault: str, error: str) -> None:
     cloud = EmulatedCloud(QUICK, fault=fault, fault_count=1)
     failed, ok, _ = asyncio.run(turns_against(cloud, "", 2, read_timeout_s=0.3))
-    assert (failed["ok"], failed["error"], failed["llm_calls"]) == (0, error, 1)
-    assert (ok["ok"], ok["error"], ok["llm_calls"]) == (1, "", 1)
-    assert ok["first_token_ms"] is not None and ok["server_prompt_ms"] is not None
+    assert (failed.ok, failed.error, failed.llm_calls) == (0, error, 1)
+    assert (ok.ok, ok.error, ok.llm_calls) == (1, "", 1)
+    assert ok.first_token_ms is not None and ok.server_prompt_ms is not None
 
 
 def test_unreachable_and_missing_key_are_rows_too() -> None:
     [unreachable, _] = asyncio.run(turns_against(None, closed_port_url(), 1))
-    assert (unreachable["ok"], unreachable["error"]) == (0, "LlmUnreachable")
+    assert (unreachable.ok, unreachable.error) == (0, "LlmUnreachable")
     [missing, _] = asyncio.run(turns_against(EmulatedCloud(QUICK), "", 1, api_key_env="LAB_TEST_KEY"))
-    assert (missing["ok"], missing["error"]) == (0, "LlmMissingApiKey")
+    assert (missing.ok, missing.error) == (0, "LlmMissingApiKey")
 
 
 def test_the_key_never_reaches_the_trace() -> None:
     cloud = EmulatedCloud(QUICK, api_key="another-key-entirely")
     [row, trace] = asyncio.run(turns_against(cloud, "", 1, api_key=KEY, api_key_env="LAB_TEST_KEY"))
-    assert (row["ok"], row["error"]) == (0, "LlmAuthError")
+    assert (row.ok, row.error) == (0, "LlmAuthError")
     assert KEY not in trace and KEY[:8] not in trace and "HTTP 401" in trace
 
 
@@ -251,13 +261,13 @@ def test_a_per_sentence_turn_against_the_emulated_cloud(question: str, extra_cal
             rows.close()
 
     timeline, row = asyncio.run(main())
-    assert row["ok"] == 1, row
+    assert row.ok == 1, row
     spoken = [s.text for s in timeline.sentences]
     assert "".join(spoken).replace(" ", "") == pick_answer(question).replace(" ", "")
-    assert row["sentences"] == len(spoken) >= 2
+    assert row.sentences == len(spoken) >= 2
     # One call per sentence; a final "。" is a stop sequence too, so a last call finds nothing more to say
     # (a real server does the same), while a final "." is not followed by the space of the ". " stop.
-    assert row["llm_calls"] == len(spoken) + extra_calls
+    assert row.llm_calls == len(spoken) + extra_calls
     assert all(c.token_ns for c in timeline.calls)  # every call's first chunk was stamped
     spoke = [c for c in timeline.calls if c.first_token_ns is not None]
     assert len(spoke) == len(spoken) and all(c.token_ns[0] < c.first_token_ns for c in spoke)
@@ -273,8 +283,8 @@ def test_a_tool_call_turn_against_the_emulated_cloud() -> None:
             rows.close()
 
     row = asyncio.run(main())
-    assert (row["ok"], row["llm_calls"]) == (1, 2)
-    assert row["first_token_ms"] is not None
+    assert (row.ok, row.llm_calls) == (1, 2)
+    assert row.first_token_ms is not None
 
 
 def test_a_streamed_tool_call_is_timed_from_its_first_piece_and_its_completion_has_a_column() -> None:
@@ -293,10 +303,10 @@ def test_a_streamed_tool_call_is_timed_from_its_first_piece_and_its_completion_h
             rows.close()
 
     row = run_on_clock(main(), clock)
-    assert (row["ok"], row["llm_calls"]) == (1, 2)
-    assert row["first_token_ms"] == 150.0
-    assert row["tool_call_ms"] == 230.0
-    assert float(str(row["llm_first_token_ms_per_call"]).split(";")[0]) == 150.0
+    assert (row.ok, row.llm_calls) == (1, 2)
+    assert row.first_token_ms == 150.0
+    assert row.tool_call_ms == 230.0
+    assert float(str(row.llm_first_token_ms_per_call).split(";")[0]) == 150.0
 
 
 def test_emulator_label_names_the_profile() -> None:

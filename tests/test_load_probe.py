@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from pipeline.endpoints.load import LoadProbe
 from pipeline.replay import main
 from pipeline.report.build import build
@@ -48,6 +50,7 @@ def test_without_proc_there_is_no_figure(tmp_path: Path) -> None:
     assert probe.sample() is None and probe.between(None, None) is None and probe.load_avg() is None
 
 
+@pytest.mark.realtime
 def test_a_busy_process_beside_the_run_is_measured_and_the_report_flags_its_turns(tmp_path: Path) -> None:
     # a busy loop that is not our descendant: its shell exits, so init adopts it
     started = subprocess.run(["sh", "-c", "yes > /dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
@@ -61,7 +64,7 @@ def test_a_busy_process_beside_the_run_is_measured_and_the_report_flags_its_turn
     finally:
         os.kill(busy, signal.SIGKILL)
     data = load_paths([out], ())
-    shares = [r["other_cpu_share"] for r in data.rows]
+    shares = [r.other_cpu_share for r in data.rows]
     assert all(isinstance(s, float) and s > 0.5 for s in shares), shares  # `yes` keeps most of a core busy
     doc = build(data, draw=False)
     text = " ".join(getattr(b, "text", "") for b in doc.blocks)

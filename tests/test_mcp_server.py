@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import VIRTUAL_EPOCH_NS, VirtualClock, run_on_clock
 from pipeline.run import assembly
@@ -261,7 +262,7 @@ def device_turn(device: FakeDevice | None, question: Question, list_first: bool 
     return virtual(scenario())
 
 
-def rows_and_spans(tmp_path: Path, timeline: TurnTimeline) -> tuple[dict[str, Any], list[Any]]:
+def rows_and_spans(tmp_path: Path, timeline: TurnTimeline) -> tuple[TurnRow, list[Any]]:
     tracing = Tracing(tmp_path / "t.jsonl", "test")
     try:
         line = tracing.emit_turn(timeline, {names.SCHEMA: names.SCHEMA_VERSION, names.QUESTION_ID: "q"})
@@ -290,8 +291,8 @@ def test_a_device_tool_call_is_a_span_of_its_own_and_the_row_holds_its_round_tri
         names.RPC_REQUEST_ID: "10000",
         names.OK: True,
     }
-    assert row["device_tool_ms"] == 120.0  # the device answered 120 ms after the call went (virtual clock)
-    assert row["ok"] == 1
+    assert row.device_tool_ms == 120.0  # the device answered 120 ms after the call went (virtual clock)
+    assert row.ok == 1
 
 
 def test_the_device_tools_lengthen_the_prompt_the_llm_is_given() -> None:
@@ -325,7 +326,7 @@ def test_a_failed_device_call_fails_the_turn_and_its_span_says_why(tmp_path: Pat
     (span,) = [s for s in spans if s.name == names.DEVICE_TOOL_CALL]
     assert span.attributes[names.OK] is False and span.status_code == names.STATUS_ERROR
     assert span.attributes[names.ERROR_MESSAGE] == timeline.error_message
-    assert row["device_tool_ms"] == 2000.0 and row["error"] == "McpError"
+    assert row.device_tool_ms == 2000.0 and row.error == "McpError"
 
 
 def test_without_device_tools_the_turn_is_todays() -> None:

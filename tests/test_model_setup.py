@@ -20,6 +20,7 @@ from tests.gguf_writer import write_gguf
 from tests.real_models import CACHE, ROOT
 
 
+@pytest.mark.real
 def test_registry_models_assemble_to_their_pinned_hash() -> None:
     path = resolve("qwen2.5-0.5b", CACHE)
     info = read_gguf(path)
@@ -27,6 +28,7 @@ def test_registry_models_assemble_to_their_pinned_hash() -> None:
     assert registry.sha256_file(path) == registry.REGISTRY["qwen2.5-0.5b"].sha256
 
 
+@pytest.mark.real
 def test_every_registry_model_resolves() -> None:
     for name in registry.REGISTRY:
         assert resolve(name, CACHE).exists(), name
@@ -41,6 +43,7 @@ def test_a_missing_package_names_what_to_install(monkeypatch: pytest.MonkeyPatch
         resolve("gone", tmp_path)
 
 
+@pytest.mark.real  # reads the packaged smollm2's bytes
 def test_a_corrupt_package_is_caught_by_its_hash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real = registry.REGISTRY["smollm2-135m"]
     parts = real.parts + real.parts  # the right bytes twice: wrong content
@@ -77,6 +80,7 @@ def replay_with(tmp_path: Path, config: str, fixtures: Path | None = None) -> in
     return main(args, env={})
 
 
+@pytest.mark.real
 def test_replay_refuses_a_base_model_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write_gguf(tmp_path / "base.gguf", {"general.architecture": "gemma3", "general.name": "base"})
     assert replay_with(tmp_path, f"[llm]\nmodel = '{base}'\n") == 2
@@ -84,6 +88,7 @@ def test_replay_refuses_a_base_model_before_the_run(tmp_path: Path, capsys: pyte
     assert not (tmp_path / "o" / "bench.csv").exists()
 
 
+@pytest.mark.real
 def test_replay_refuses_a_corrupt_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"\0" * 1000)
@@ -91,6 +96,7 @@ def test_replay_refuses_a_corrupt_model_file(tmp_path: Path, capsys: pytest.Capt
     assert f"error: {junk}: not a GGUF file (bad magic)" in capsys.readouterr().err
 
 
+@pytest.mark.real
 def test_replay_refuses_a_corrupt_whisper_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "whisper"
     folder.mkdir()

@@ -108,6 +108,7 @@ async def raw(gateway: MqttGateway) -> AsyncIterator[RawDevice]:
 # --- a firmware-like client ---------------------------------------------------------------------
 
 
+@pytest.mark.transport
 def test_a_firmware_like_client_is_answered_on_its_p2p_topic_without_subscribing_and_gets_a_whole_turn() -> None:
     turns = ScriptedTurns()
 
@@ -260,6 +261,7 @@ def test_a_subscribe_is_acknowledged_and_replies_still_come_on_the_p2p_topic() -
     assert topic == "devices/p2p/02_00_00_00_00_07"
 
 
+@pytest.mark.realtime
 def test_a_quiet_connection_is_closed_after_one_and_a_half_keep_alives_and_pings_keep_it_open() -> None:
     async def scenario() -> tuple[bool, bool, bool]:
         async with front_end() as lab:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pipeline.analysis.bench_csv import read_bench_csv
 from tests.real_models import CACHE, FIXTURES, ROOT
 
@@ -38,6 +40,7 @@ def offline(tmp_path: Path, args: list[str], env: dict[str, str] | None = None) 
     return proc.returncode, verdict
 
 
+@pytest.mark.real
 def test_local_models_run_offline_and_a_planted_lookup_is_named(tmp_path: Path) -> None:
     plant = tmp_path / "plant"
     plant.mkdir()
@@ -48,16 +51,17 @@ def test_local_models_run_offline_and_a_planted_lookup_is_named(tmp_path: Path) 
     [attempt] = verdict["attempts"]
     assert attempt["kind"] == "name lookup" and attempt["destination"] == "telemetry.plant.invalid:443"
     [row] = read_bench_csv(tmp_path / "out" / "bench.csv")
-    assert (row["condition"], row["ok"], row["scripted"]) == ("B'", 1, "")  # the local chain itself worked
+    assert (row.condition, row.ok, row.scripted) == ("B'", 1, "")  # the local chain itself worked
 
 
+@pytest.mark.realtime
 def test_the_cloud_path_fails_fast_and_is_recorded(tmp_path: Path) -> None:
     cloud = tmp_path / "cloud.toml"
     cloud.write_text('[llm]\nimpl = "openai"\nmodel = "qwen-max"\n[cloud]\nbase_url = "https://api.cloud.invalid/v1"\n')
     sim = str(ROOT / "configs" / "simulator.toml")
     code, verdict = offline(tmp_path, ["--config", sim, "--config", str(cloud), "--limit", "2", "--rounds", "1"])
     rows = read_bench_csv(tmp_path / "out" / "bench.csv")
-    assert [(r["ok"], r["error"]) for r in rows] == [(0, "LlmUnreachable"), (0, "LlmUnreachable")]
-    assert all(float(str(r["turn_start_ns"])) > 0 for r in rows)
+    assert [(r.ok, r.error) for r in rows] == [(0, "LlmUnreachable"), (0, "LlmUnreachable")]
+    assert all(float(str(r.turn_start_ns)) > 0 for r in rows)
     assert verdict["fully_local"] is False and "stages.llm.openai.client" in str(verdict["components"])
     assert code == 3

@@ -5,8 +5,7 @@ Each case reads the same files with ``workers=1`` (everything in this process) a
 per-sentence first tokens, failed stages, runs, problems (with their line numbers), notes, the
 bench.csv lines and the queue places. Where a turn's spans are divided between the shares (a
 parent in the other share, one span id in both), the files must be read again in one process,
-and the dataset is still the same. And a report whose plots were drawn by a forked child is
-the report drawn in one process.
+and the dataset is still the same.
 """
 
 from __future__ import annotations
@@ -14,28 +13,19 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pipeline.analysis import facts, parallel, read
 from pipeline.analysis.bench_csv import csv_line
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import (
-    COLUMNS,
-    group_turns,
-    rows_from_spans,
-    sentence_first_tokens,
-    servers_of,
-    turn_row,
-)
+from pipeline.analysis.read import rows_from_spans
+from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.report import drift, html, markdown, reading, turn_facts
-from pipeline.report.build import build
-from pipeline.report.document import Block
+from pipeline.analysis.turns import group_turns, servers_of
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
-from pipeline.report.sections import figures
-from pipeline.report.sections.base import Context
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
 FOLDERS = [DATA / "experiment", DATA / "failed", DATA / "drift"]
@@ -43,13 +33,12 @@ FOLDERS = [DATA / "experiment", DATA / "failed", DATA / "drift"]
 
 def same(one: Dataset, two: Dataset) -> None:
     assert two.rows == one.rows
-    assert [list(r) for r in two.rows] == [list(r) for r in one.rows]  # the columns in the same order too
     assert two.sentence_ms == one.sentence_ms
     assert two.failed_stages == one.failed_stages
     assert two.runs == one.runs
     assert two.problems == one.problems
     assert two.notes == one.notes
-    assert two.csv_lines == one.csv_lines
+    assert list(two.csv_lines()) == list(one.csv_lines())
     assert [two.queue_places(i) for i in range(len(two.rows))] == [one.queue_places(i) for i in range(len(one.rows))]
 
 
@@ -75,14 +64,14 @@ def test_two_readers_give_what_one_gives(folder: Path) -> None:
 def test_more_shares_than_readers_give_what_one_gives(monkeypatch: pytest.MonkeyPatch) -> None:
     # each reader takes several shares in turn (their answers come back while it reads the next)
     made: list[int] = []
-    cut = reading.cut
+    cut = parallel.cut
 
-    def counted(files: list[Path], weights: list[float]) -> list[list[reading.Piece]]:
+    def counted(files: list[Path], weights: list[float]) -> list[list[parallel.Piece]]:
         made.append(len(cut(files, weights)))
         return cut(files, weights)
 
-    monkeypatch.setattr(reading, "cut", counted)
-    monkeypatch.setattr(reading, "ROUNDS", 3)
+    monkeypatch.setattr(parallel, "cut", counted)
+    monkeypatch.setattr(parallel, "ROUNDS", 3)
     one, two = load_paths([DATA / "experiment"], workers=1), load_paths([DATA / "experiment"], workers=2)
     assert len(made) == 1 and made[0] > 2
     assert two.workers == 2  # processes, not shares
@@ -95,11 +84,10 @@ def test_the_rows_and_lines_are_those_of_the_spans(tmp_path: Path) -> None:
         s for f in sorted((DATA / "experiment" / "traces").glob("*.jsonl")) for s in read_trace_file(f, ReadProblems())
     ]
     turns = group_turns(spans, ReadProblems())
-    rows = [turn_row(t) for t in turns]
+    rows = [turn_row(t)[0] for t in turns]
     assert data.rows == rows
-    assert data.sentence_ms == [sentence_first_tokens(t) for t in turns]
-    assert data.csv_lines == [csv_line(r) for r in rows]
-    assert all(tuple(r) == COLUMNS for r in rows)  # in bench.csv's order, as the report keeps them
+    assert data.sentence_ms == [turn_row(t)[1] for t in turns]
+    assert list(data.csv_lines()) == [csv_line(r) for r in rows]
 
 
 def test_a_turn_read_again_is_the_turn_that_was_read(tmp_path: Path) -> None:
@@ -124,7 +112,7 @@ def test_children_in_another_file_are_read_in_one_process(tmp_path: Path) -> Non
     one, two = load_paths([tmp_path], workers=1), load_paths([tmp_path], workers=2)
     assert two.workers == 1  # the shares were not independent: read again in one process
     same(one, two)
-    assert all(r["llm_calls"] for r in two.rows)  # the children were found
+    assert all(r.llm_calls for r in two.rows)  # the children were found
 
 
 def test_one_span_in_both_shares_is_read_in_one_process(tmp_path: Path) -> None:
@@ -152,15 +140,15 @@ def test_a_file_that_cannot_be_read_is_said_once(tmp_path: Path) -> None:
     bad = tmp_path / "b.jsonl"
     bad.mkdir()  # a folder where a file is expected: opening it fails
     files = [good, bad]
-    one, two = reading.read_files(files, workers=1), reading.read_files(files, workers=2)
+    one, two = read.read_traces(files, workers=1), read.read_traces(files, workers=2)
     assert one.problems == two.problems and len(two.problems) == 1 and str(bad) in two.problems[0]
     assert one.facts == two.facts
 
 
 def test_each_round_of_shares_is_half_the_last() -> None:
     # the readers take the shares in this order: the last ones small, so the readers finish together
-    assert reading.share_weights(2)[:6] == [1, 1, 0.5, 0.5, 0.25, 0.25]
-    assert len(reading.share_weights(3)) == 3 * reading.ROUNDS
+    assert parallel.share_weights(2)[:6] == [1, 1, 0.5, 0.5, 0.25, 0.25]
+    assert len(parallel.share_weights(3)) == 3 * parallel.ROUNDS
 
 
 def test_the_cut_keeps_whole_lines_in_file_order(tmp_path: Path) -> None:
@@ -168,35 +156,27 @@ def test_the_cut_keeps_whole_lines_in_file_order(tmp_path: Path) -> None:
     a.write_bytes(b"x" * 9 + b"\n" + b"y" * 9 + b"\n" + b"x" * 9 + b"\n" + b"y" * 9 + b"\n")
     b.write_bytes(a.read_bytes())
     A, B = str(a), str(b)
-    assert reading.cut([a, b], [1, 1]) == [
-        [reading.Piece(A, 0, None), reading.Piece(B, 0, 10)],
-        [reading.Piece(B, 10, None)],
+    assert parallel.cut([a, b], [1, 1]) == [
+        [parallel.Piece(A, 0, None), parallel.Piece(B, 0, 10)],
+        [parallel.Piece(B, 10, None)],
     ]
-    assert reading.cut([a, b], [1, 1, 1]) == [
-        [reading.Piece(A, 0, 30)],
-        [reading.Piece(A, 30, None), reading.Piece(B, 0, 20)],
-        [reading.Piece(B, 20, None)],
+    assert parallel.cut([a, b], [1, 1, 1]) == [
+        [parallel.Piece(A, 0, 30)],
+        [parallel.Piece(A, 30, None), parallel.Piece(B, 0, 20)],
+        [parallel.Piece(B, 20, None)],
     ]
-    assert reading.cut([a, b], [2, 1, 1]) == [  # about 40, 20 and 20 of the 80 bytes, to a line end
-        [reading.Piece(A, 0, None), reading.Piece(B, 0, 10)],
-        [reading.Piece(B, 10, 30)],
-        [reading.Piece(B, 30, None)],
+    assert parallel.cut([a, b], [2, 1, 1]) == [  # about 40, 20 and 20 of the 80 bytes, to a line end
+        [parallel.Piece(A, 0, None), parallel.Piece(B, 0, 10)],
+        [parallel.Piece(B, 10, 30)],
+        [parallel.Piece(B, 30, None)],
     ]
-    for weights in [[1.0] * n for n in range(1, 9)] + [reading.share_weights(w) for w in (1, 2, 3)]:
-        pieces = [p for s in reading.cut([a, b], weights) for p in s]
+    for weights in [[1.0] * n for n in range(1, 9)] + [parallel.share_weights(w) for w in (1, 2, 3)]:
+        pieces = [p for s in parallel.cut([a, b], weights) for p in s]
         for path in (a, b):
             raw = path.read_bytes()
             parts = [p for p in pieces if p.path == str(path)]
             assert b"".join(raw[p.start : p.end] for p in parts) == raw
             assert all(p.start == 0 or raw[p.start - 1 : p.start] == b"\n" for p in parts)
-
-
-def test_plots_drawn_in_another_process_are_the_same_report() -> None:
-    data = load_paths([DATA / "experiment"], workers=1)
-    apart, here = build(data, apart=True), build(data, apart=False)
-    assert [f.png for f in apart.figures()] == [f.png for f in here.figures()] and here.figures()
-    assert markdown.render(apart) == markdown.render(here)
-    assert html.render(apart) == html.render(here)
 
 
 # --- a share read a line at a time gives what grouping all its spans gives --------------------------
@@ -238,7 +218,7 @@ def test_turns_spread_over_lines_read_as_all_spans_at_once(tmp_path: Path, layou
         _write(tmp_path / "1.jsonl", children)
         _write(tmp_path / "2.jsonl", turns)
     want = reference(tmp_path)
-    assert want.rows and all(r["llm_calls"] for r in want.rows)
+    assert want.rows and all(r.llm_calls for r in want.rows)
     for workers in (1, 2):
         same(want, load_paths([tmp_path], workers=workers))
 
@@ -300,6 +280,7 @@ def test_joined_turns_kept_give_every_turns_row_as_one_process_does(
 ) -> None:
     # python -m pipeline.analyze writes both ends' rows: the device's, split by its server's spans, and the server's
     from pipeline.analyze import main as analyze
+    from pipeline.report.__main__ import main as report_main
 
     device_lines, server_lines = _joined_ends()
     folder = tmp_path / "t"
@@ -318,18 +299,24 @@ def test_joined_turns_kept_give_every_turns_row_as_one_process_does(
     servers = servers_of(turns)  # device turn -> its server's turn
     assert len(servers) == len(device_lines)
     served = {t.turn.span_id for t in servers.values()}
-    device_rows = [turn_row(t, servers.get(t.turn.span_id)) for t in turns if t.turn.span_id not in served]
-    assert any(r["uplink_ms"] is not None for r in device_rows)  # split by their servers' spans
+    device_rows = [turn_row(t, servers.get(t.turn.span_id))[0] for t in turns if t.turn.span_id not in served]
+    assert any(r.uplink_ms is not None for r in device_rows)  # split by their servers' spans
     for workers in (1, 2):
-        read = reading.read_files(files, workers, keep_joined=True)
-        assert [f.row for f in read.facts] == want and read.joined == 0 and not read.problems
-        assert [f.csv_line for f in read.facts] == [csv_line(r) for r in want]
-        report = reading.read_files(files, workers)  # the report's reading: each server turn left out, joined
-        assert report.joined == len(device_lines) and [f.row for f in report.facts] == device_rows
+        both = read.read_traces(files, workers, keep_joined=True)
+        assert both.rows == want and both.joined == 0 and not both.problems
+        assert [f.csv_line for f in both.facts] == [csv_line(r) for r in want]
+        folded = read.read_traces(files, workers)  # the report's reading: each server turn left out, joined
+        assert folded.joined == len(device_lines) and folded.rows == device_rows
     assert analyze([str(folder), "--csv", str(tmp_path / "again.csv")]) == 0
     lines = (tmp_path / "again.csv").read_bytes().decode("utf-8").splitlines(keepends=True)
     assert lines[1:] == [csv_line(r) for r in want]
     assert f"{len(want)} turn(s) from {len(files)} file(s)" in capsys.readouterr().out
+    # the report's rows, folded, go to a file of another name than the run's and analyze's bench.csv
+    assert report_main([str(folder), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
+    assert not (tmp_path / "report" / "bench.csv").exists()
+    lines = (tmp_path / "report" / "rows.csv").read_bytes().decode("utf-8").splitlines(keepends=True)
+    assert lines[0] == (tmp_path / "again.csv").read_bytes().decode("utf-8").splitlines(keepends=True)[0]
+    assert lines[1:] == [csv_line(r) for r in device_rows]
 
 
 def test_analyze_names_an_unreadable_file_and_line_and_keeps_the_other_rows(
@@ -357,78 +344,50 @@ def test_analyze_names_an_unreadable_file_and_line_and_keeps_the_other_rows(
 # --- a killed child costs time, not the report -----------------------------------------------------
 
 PARENT = os.getpid()
-_read_share = reading.read_share
-_figures = figures.first
+_read_share = read.read_share
 
 
-def _dying_reader(pieces: list[reading.Piece], keep_joined: bool = False) -> reading.ShareResult:
+def _dying_reader(pieces: list[parallel.Piece], keep_joined: bool = False) -> parallel.ShareResult:
     if os.getpid() != PARENT:
         os._exit(3)  # as the kernel's out-of-memory killer would end it
     return _read_share(pieces, keep_joined)
 
 
-def _dying_drawer(ctx: Context) -> list[Block]:
-    if os.getpid() != PARENT:
-        os._exit(3)
-    return _figures(ctx)
-
-
-_check_runs = drift.check_runs
-
-
-def _dying_drift(rows: list[Row]) -> list[drift.Drift]:
-    if os.getpid() != PARENT:
-        os._exit(3)
-    return _check_runs(rows)
-
-
 def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
     want = load_paths([DATA / "experiment"], workers=1)
-    monkeypatch.setattr(reading, "read_share", _dying_reader)
+    monkeypatch.setattr(read, "read_share", _dying_reader)
     got = load_paths([DATA / "experiment"], workers=2)
     assert got.workers == 1
     same(want, got)
 
 
 def test_the_readers_answers_in_files_leave_none_behind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(reading, "_spill_root", lambda: str(tmp_path))
+    monkeypatch.setattr(parallel, "_spill_root", lambda: str(tmp_path))
     want = load_paths([DATA / "experiment"], workers=1)
     got = load_paths([DATA / "experiment"], workers=2)
     assert got.workers == 2
     same(want, got)
-    monkeypatch.setattr(reading, "read_share", _dying_reader)
+    monkeypatch.setattr(read, "read_share", _dying_reader)
     assert load_paths([DATA / "experiment"], workers=2).workers == 1
     assert list(tmp_path.iterdir()) == []  # the answers' folder gone, a reader killed or not
 
 
-def test_a_drawing_child_killed_means_the_plots_are_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    data = load_paths([DATA / "experiment"], workers=1)
-    want = build(data, apart=False)
-    monkeypatch.setattr(figures, "first", _dying_drawer)
-    got = build(data, apart=True)
-    assert [f.png for f in got.figures()] == [f.png for f in want.figures()] and want.figures()
-    assert markdown.render(got) == markdown.render(want)
+def _pickled(text: str) -> bytes:
+    """``text`` as pickle writes a string (protocol 4 and later): its opcode, its length, its UTF-8."""
+    raw = text.encode("utf-8")
+    return (b"\x8c" + len(raw).to_bytes(1, "little") if len(raw) < 256 else b"X" + len(raw).to_bytes(4, "little")) + raw
 
 
-def test_a_share_hands_back_one_copy_of_a_runs_settings() -> None:
-    # read a line at a time, the turns of one run must still share one settings text: pickle then
-    # writes it once per share, not once per turn (it is about a kilobyte)
+def test_a_shares_answer_carries_each_repeated_text_once() -> None:
+    # read a line at a time, the answer a reader hands back must still hold a run's settings (about a
+    # kilobyte) and each of the rows' repeated texts (run id, condition, question...) once, not once a turn
     path = DATA / "experiment" / "traces" / "a1.jsonl"
-    facts = reading.read_share([reading.Piece(str(path), 0, None)]).facts
-    settings = [f.run.config_json for f in facts]
-    assert len(facts) > 1 and all(s is settings[0] for s in settings) and settings[0]
-    assert all(f.run is facts[0].run for f in facts)  # the run's facts too: one object, pickled once
-    for column in turn_facts.REPEATED_TEXTS:  # and each of the row's repeated texts: one object a value
-        values = {f.row[column] for f in facts}
-        assert len({id(f.row[column]) for f in facts}) == len(values), column
-    assert len({f.row["question_id"] for f in facts}) < len(facts)  # (texts that do repeat)
-
-
-def test_the_contexts_checks_made_apart_are_those_made_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    data = load_paths([DATA / "drift"], workers=1)
-    here = Context(data, draw=False)
-    apart = Context(data, draw=False, apart=True)
-    assert (apart.check, apart.drifts, apart.facts) == (here.check, here.drifts, here.facts) and here.drifts
-    monkeypatch.setattr(drift, "check_runs", _dying_drift)  # the child is killed: the checks are made here
-    killed = Context(data, draw=False, apart=True)
-    assert (killed.check, killed.drifts, killed.facts) == (here.check, here.drifts, here.facts)
+    answer = read.read_share([parallel.Piece(str(path), 0, None)])
+    assert answer.facts == read.read_traces([path], workers=1).facts  # the rows one process gives
+    sent = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    settings = {f.run.config_json for f in answer.facts}
+    assert len(answer.facts) > 1 and len(settings) == 1 and None not in settings
+    assert sent.count(_pickled(str(settings.pop()))) == 1
+    texts = {getattr(f.row, column) for f in answer.facts for column in facts.REPEATED_TEXTS} - {""}
+    assert len({f.row.question_id for f in answer.facts}) < len(answer.facts)  # (texts that do repeat)
+    assert {text: sent.count(_pickled(text)) for text in texts} == dict.fromkeys(texts, 1)

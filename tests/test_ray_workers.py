@@ -14,7 +14,6 @@ import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import COLUMNS
 from pipeline.replay import main
 from pipeline.run.session import Ask
 from pipeline.run.workers import WORKER_LOST, WorkerSpec, run_on_ray, shares
@@ -23,6 +22,8 @@ from pipeline.settings.fixtures import load_questions
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from tests.fixture_files import make_fixtures
+
+pytestmark = pytest.mark.ray
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,12 +58,12 @@ def replay(tmp_path: Path, run_id: str, extra: list[str]) -> tuple[int, str, lis
     ]
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = main([*args, "--run-id", run_id, "--quiet", *extra], env={})
-    rows = [r for r in read_bench_csv(out / "bench.csv") if r["run_id"] == run_id]
+    rows = [r for r in read_bench_csv(out / "bench.csv") if r.run_id == run_id]
     return code, err.getvalue(), rows
 
 
 def shape(rows: list[Row]) -> list[tuple[object, ...]]:
-    return sorted((r["device"], r["round"], r["question_id"], r["ok"], r["llm_calls"], r["sentences"]) for r in rows)
+    return sorted((r.device, r.round, r.question_id, r.ok, r.llm_calls, r.sentences) for r in rows)
 
 
 def test_shares_spread_devices_over_workers() -> None:
@@ -77,9 +78,9 @@ def test_two_ray_workers_give_the_rows_one_process_gives(tmp_path: Path) -> None
     assert code == 0, err
     assert len(spread) == len(alone) == 12
     assert shape(spread) == shape(alone)
-    assert {r["config_id"] for r in spread} == {r["config_id"] for r in alone}
+    assert {r.config_id for r in spread} == {r.config_id for r in alone}
     for rows in (alone, spread):
-        assert list(rows[0]) == list(COLUMNS) and {r["ok"] for r in rows} == {1}
+        assert {r.ok for r in rows} == {1}
 
 
 def test_every_workers_spans_reach_one_otlp_receiver(tmp_path: Path) -> None:
@@ -133,14 +134,14 @@ def test_a_worker_killed_mid_run_costs_only_its_unfinished_turns(tmp_path: Path)
     said: list[str] = []
     outcome = run_on_ray(spec, 2, tracing, lines.append, said.append)
     tracing.shutdown()
-    from pipeline.analysis.rows import rows_from_spans
+    from pipeline.analysis.read import rows_from_spans
     from pipeline.analysis.traces import ReadProblems, read_trace_file
 
     rows = rows_from_spans(read_trace_file(tmp_path / "dies.jsonl", ReadProblems()))
     assert len(outcome.lost) == 1 and said == [f"error: {outcome.lost[0]}"]
     assert outcome.lost[0].startswith("worker 1 (devices 1) failed mid-run:")
-    by_device = {d: [r for r in rows if r["device"] == d] for d in (0, 1)}
-    assert len(by_device[0]) == 4 and {r["ok"] for r in by_device[0]} == {1}  # the other worker: unaffected
+    by_device = {d: [r for r in rows if r.device == d] for d in (0, 1)}
+    assert len(by_device[0]) == 4 and {r.ok for r in by_device[0]} == {1}  # the other worker: unaffected
     assert len(by_device[1]) == 4  # every turn of the dead worker's device is a row
-    lost = [r for r in by_device[1] if r["error"] == WORKER_LOST]
-    assert 3 <= len(lost) <= 4 and all("failed mid-run" in str(r["note"]) for r in lost)
+    lost = [r for r in by_device[1] if r.error == WORKER_LOST]
+    assert 3 <= len(lost) <= 4 and all("failed mid-run" in str(r.note) for r in lost)

@@ -4,13 +4,12 @@ offered, a tool call is recognised whole, and the prompt cache is what the setti
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from pipeline.clock import RealClock
 from pipeline.events import CallEnd, Event, LatencyProfile, ToolCall, Transcript
-from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import CallTiming
 from stages.llm import ChatRequest, LlmSettings, LlmStage, Message
 from stages.llm.llama import LlamaBackend, LlamaEngine
@@ -18,6 +17,9 @@ from stages.llm.llama.cache import PromptCache
 from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
 from stages.llm.scripted import ScriptedTools
 from tests import real_models as models
+from tests.harness import run_stage
+
+pytestmark = pytest.mark.real
 
 
 def timed_calls(question: str, language: str = "en") -> tuple[list[CallTiming], list[Event]]:
@@ -30,16 +32,8 @@ def timed_calls(question: str, language: str = "en") -> tuple[list[CallTiming], 
         impl="llama",
         scripted=False,
     )
-    recorder = TurnRecorder(RealClock())
-
-    async def source() -> AsyncIterator[Event]:
-        yield Transcript(question, language)
-
-    async def collect() -> list[Event]:
-        return [e async for e in recorder.wrap("llm", stage, source())]
-
-    events = asyncio.run(collect())
-    return recorder.timeline.calls, events
+    run = run_stage(stage, [Transcript(question, language)], RealClock())
+    return run.timeline.calls, run.events
 
 
 def test_a_plain_answer_arrives_token_by_token_spread_over_its_generation_with_tools_offered() -> None:

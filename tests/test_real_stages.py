@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from pipeline.analysis.textmetrics import error_rate
+from pipeline.clock import RealClock
 from pipeline.events import (
     AudioOut,
     CallEnd,
@@ -14,6 +17,7 @@ from pipeline.events import (
     Sentence,
     SpeechEnd,
     SpeechStart,
+    Stage,
     TokenDelta,
     ToolCall,
     Transcript,
@@ -33,7 +37,14 @@ from stages.vad.energy import EnergyClassifier
 from stages.vad.fsmn import FsmnVad
 from stages.vad.silero import SileroClassifier
 from tests import real_models as models
-from tests.scenario import run_stage
+from tests.harness import run_stage
+
+pytestmark = pytest.mark.real
+
+
+def outputs(stage: Stage, events: Sequence[Event]) -> list[Event]:
+    """What a real stage yields, run on the real clock: its model works in real time."""
+    return run_stage(stage, events, RealClock()).events
 
 
 def frames(name: str) -> list[Event]:
@@ -41,7 +52,7 @@ def frames(name: str) -> list[Event]:
 
 
 def boundaries(vad: FrameVad | FsmnVad, name: str) -> list[Event]:
-    return [e for e in run_stage(vad, frames(name)) if isinstance(e, (SpeechStart, SpeechEnd))]
+    return [e for e in outputs(vad, frames(name)) if isinstance(e, (SpeechStart, SpeechEnd))]
 
 
 def test_silero_finds_the_question_inside_its_silence() -> None:
@@ -75,14 +86,14 @@ def test_whisper_recognises_the_english_fixtures(qid: str) -> None:
         "en12": "How many days are in a week?",
     }
     events = [*frames(f"{qid}.wav"), SpeechEnd(offset_ms=0)]
-    [transcript] = run_stage(WhisperAsr(models.whisper(), "en"), events)
+    [transcript] = outputs(WhisperAsr(models.whisper(), "en"), events)
     assert isinstance(transcript, Transcript)
     scored = error_rate(texts[qid], transcript.text, "en")
     assert scored is not None and scored[0] <= 0.25, transcript.text  # at most one word in four wrong
 
 
 def test_whisper_transcribes_chinese_and_the_error_rate_is_measured() -> None:
-    [transcript] = run_stage(WhisperAsr(models.whisper(), "zh"), [*frames("zh04.wav"), SpeechEnd(offset_ms=0)])
+    [transcript] = outputs(WhisperAsr(models.whisper(), "zh"), [*frames("zh04.wav"), SpeechEnd(offset_ms=0)])
     assert isinstance(transcript, Transcript) and transcript.language == "zh"
     scored = error_rate("明天会下雨吗？", transcript.text, "zh")
     assert scored is not None and scored[1] == "cer"
@@ -104,7 +115,7 @@ def answer(
         impl="llama",
         scripted=False,
     )
-    return run_stage(stage, [Transcript(question, language)])
+    return outputs(stage, [Transcript(question, language)])
 
 
 def text_of(events: list[Event]) -> str:
@@ -150,7 +161,7 @@ def test_per_sentence_mode_stops_each_call_at_a_sentence_end() -> None:
 
 
 def test_espeak_speaks_chinese_and_english_in_real_frames() -> None:
-    out = run_stage(
+    out = outputs(
         EspeakTts(), [Sentence(0, "你好，今天天气很好。", 0, 0), Sentence(1, "Hello there, how are you?", 0, 0)]
     )
     audio = [e for e in out if isinstance(e, AudioOut)]
@@ -161,10 +172,10 @@ def test_espeak_speaks_chinese_and_english_in_real_frames() -> None:
 
 
 def test_piper_speaks_english_and_refuses_chinese() -> None:
-    out = run_stage(PiperTts(models.piper()), [Sentence(0, "The kitchen light is on.", 0, 0)])
+    out = outputs(PiperTts(models.piper()), [Sentence(0, "The kitchen light is on.", 0, 0)])
     assert sum(e.duration_ms for e in out if isinstance(e, AudioOut)) >= 800
     with pytest.raises(ValueError, match="cannot speak Chinese"):
-        run_stage(PiperTts(models.piper()), [Sentence(0, "你好。", 0, 0)])
+        outputs(PiperTts(models.piper()), [Sentence(0, "你好。", 0, 0)])
 
 
 def test_fsmn_vad_end_points_the_question() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.rows import COLUMNS
+from pipeline.analysis.columns import COLUMNS
 from pipeline.replay import main
 from tests.fixture_files import make_fixtures, write_manifest, write_wav
 
@@ -56,13 +56,13 @@ def test_virtual_run_writes_traces_rows_and_an_exact_summary(
     )
     assert code == 0, err
     rows = read_bench_csv(tmp_path / "o" / "bench.csv")
-    assert [(r["question_id"], r["round"], r["warmup"], r["ok"]) for r in rows] == [
+    assert [(r.question_id, r.round, r.warmup, r.ok) for r in rows] == [
         (q, rnd, int(rnd == 1), 1) for rnd in (1, 2, 3) for q in ("q1", "q2", "q3")
     ]
-    assert {r["vad_endpoint_ms"] for r in rows} == {600.0}
-    assert {r["first_token_ms"] for r in rows} == {200.0}
-    assert {r["asr_ms"] for r in rows} == {300.0}
-    assert {r["scripted"] for r in rows} == {"asr,llm,tts"}
+    assert {r.vad_endpoint_ms for r in rows} == {600.0}
+    assert {r.first_token_ms for r in rows} == {200.0}
+    assert {r.asr_ms for r in rows} == {300.0}
+    assert {r.scripted for r in rows} == {"asr,llm,tts"}
     assert "[9/9] round 3 q3: ok" in err
     assert "success 6/6 (100%); 3 warm-up turn(s) excluded from the statistics" in out
     assert "  first_token_ms                       200.0     200.0     200.0     200.0     6/6" in out
@@ -79,7 +79,7 @@ def test_the_same_settings_give_the_same_config_id_and_rows_append(
     assert run([*common, "--run-id", "b", "--rounds", "2"], capsys)[0] == 0
     assert run([*common, "--run-id", "c", "--mode", "per-sentence"], capsys)[0] == 0
     rows = read_bench_csv(tmp_path / "o" / "bench.csv")
-    ids = {str(r["run_id"]): str(r["config_id"]) for r in rows}
+    ids = {str(r.run_id): str(r.config_id) for r in rows}
     assert ids["a"] == ids["b"] != ids["c"]
 
 
@@ -113,13 +113,13 @@ def test_bad_files_become_bad_audio_rows_and_the_other_turns_run(
     assert "question 'missing' has no audio file missing.wav; recorded as bad_audio" in err
     assert f"bad audio: {fx / 'corrupt.wav'}: unreadable WAV" in err
     rows = read_bench_csv(tmp_path / "o" / "bench.csv")
-    outcome = {(r["question_id"], r["round"]): (r["ok"], r["error"]) for r in rows}
+    outcome = {(r.question_id, r.round): (r.ok, r.error) for r in rows}
     assert outcome == {
         (q, rnd): ((1, "") if q in ("good", "stereo44") else (0, "bad_audio"))
         for q in ("good", "corrupt", "missing", "stereo44")
         for rnd in (1, 2)
     }
-    notes = {str(r["question_id"]): str(r["note"]) for r in rows}
+    notes = {str(r.question_id): str(r.note) for r in rows}
     assert notes["stereo44"] == "2 channels mixed to mono; resampled 44100 Hz -> 16000 Hz"
     assert notes["missing"] == f"{fx / 'missing.wav'}: audio file not found"
     assert "success 2/4 (50%)" in out
@@ -142,10 +142,11 @@ def test_a_turn_over_the_time_limit_is_a_timeout_row(tmp_path: Path, capsys: pyt
     )
     assert code == 0
     rows = read_bench_csv(tmp_path / "bench.csv")
-    assert [(r["ok"], r["error"]) for r in rows] == [(0, "timeout"), (0, "timeout")]
+    assert [(r.ok, r.error) for r in rows] == [(0, "timeout"), (0, "timeout")]
     assert "success 0/1 (0%)" in out
 
 
+@pytest.mark.realtime
 def test_a_run_killed_mid_way_keeps_every_finished_turn(tmp_path: Path) -> None:
     fx = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3", "q4"])
     proc = subprocess.Popen(

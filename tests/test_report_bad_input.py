@@ -38,7 +38,7 @@ def test_an_empty_folder_gives_a_report_that_says_nothing_was_measured(
     assert "| first-token median (ms) | not measured | not measured | not measured | measured |" in report
     assert "Nothing to plot: no turns." in report
     assert (tmp_path / "out" / "report.html").stat().st_size > 0
-    assert (tmp_path / "out" / "bench.csv").read_text(encoding="utf-8").count("\n") == 1  # the header only
+    assert (tmp_path / "out" / "rows.csv").read_text(encoding="utf-8").count("\n") == 1  # the header only
 
 
 def test_a_missing_path_is_an_error_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

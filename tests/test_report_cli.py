@@ -28,10 +28,10 @@ def test_an_experiment_folder_gives_markdown_html_plots_and_the_rows(
         "27 turn(s), 3 run(s): INCOMPLETE",
         f"report: {report / 'report.md'}",
         f"html:   {report / 'report.html'}",
-        f"rows:   {report / 'bench.csv'}",
+        f"rows:   {report / 'rows.csv'}",
     ]
     # the rows it was computed from, recomputed from the traces: the same as the replay wrote
-    assert (report / "bench.csv").read_text(encoding="utf-8") == (EXPERIMENT / "bench.csv").read_text(encoding="utf-8")
+    assert (report / "rows.csv").read_text(encoding="utf-8") == (EXPERIMENT / "bench.csv").read_text(encoding="utf-8")
     md = (report / "report.md").read_text(encoding="utf-8")
     assert (
         "| first-token median (ms) | 531.8 [482.9, 588.7] · 6/6 | 302.0 [293.8, 311.5] · 6/6 | "
@@ -51,7 +51,7 @@ def test_an_experiment_folder_gives_markdown_html_plots_and_the_rows(
 def test_running_twice_replaces_the_files_instead_of_appending(tmp_path: Path) -> None:
     for _ in range(2):
         assert main([str(EXPERIMENT), "--out", str(tmp_path), "--no-plots"]) == 0
-    assert (tmp_path / "bench.csv").read_text(encoding="utf-8").count("\n") == 28
+    assert (tmp_path / "rows.csv").read_text(encoding="utf-8").count("\n") == 28
     assert not (tmp_path / "plots").exists()
     assert "Plots were not drawn (--no-plots)." in (tmp_path / "report.md").read_text(encoding="utf-8")
 

@@ -43,13 +43,13 @@ def test_a_recorded_answer_with_base64_ids_and_enum_names_gives_rows() -> None:
         "query.searchDepth": ["1000"],
     }
     assert data.problems == []
-    assert [(r["run_id"], r["question_id"], r["round"], r["ok"]) for r in data.rows] == [
+    assert [(r.run_id, r.question_id, r.round, r.ok) for r in data.rows] == [
         ("j1", "zh01", 1, 1),
         ("j1", "zh01", 2, 1),
     ]
-    assert all(len(str(r["trace_id"])) == 32 for r in data.rows)
-    assert [r["llm_calls"] for r in data.rows] == [2, 2]  # children found through the decoded parent ids
-    assert data.rows[1]["whole_turn_ms"] is not None
+    assert all(len(str(r.trace_id)) == 32 for r in data.rows)
+    assert [r.llm_calls for r in data.rows] == [2, 2]  # children found through the decoded parent ids
+    assert data.rows[1].whole_turn_ms is not None
     assert data.runs["j1"].config_json is not None
 
 
@@ -95,7 +95,7 @@ def test_the_command_line_reads_jaeger(tmp_path: Path, capsys: pytest.CaptureFix
     assert "2 turn(s), 1 run(s)" in capsys.readouterr().out
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert f"Source: Jaeger {url} service 'voice-latency-lab', 2026-01-01T00:00:00Z to 2026-01-01T01:00:00Z" in report
-    assert (tmp_path / "bench.csv").read_text(encoding="utf-8").count("\n") == 3
+    assert (tmp_path / "rows.csv").read_text(encoding="utf-8").count("\n") == 3
 
 
 def test_an_unreachable_jaeger_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+import msgspec
 import numpy as np
 import pytest
 
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import Row, quantile
 from pipeline.report import bootstrap, compare, drift, settings
 from pipeline.report.conditions import Condition, group, per_call
@@ -16,25 +18,24 @@ from pipeline.report.sections import amplification, outcomes
 
 
 def row(condition: str, q: str, rnd: int, ok: int = 1, **values: float | str | None) -> Row:
-    out: Row = {
-        "run_id": f"run-{condition}",
-        "condition": condition,
-        "config_id": f"cfg-{condition}",
-        "question_id": q,
-        "round": rnd,
-        "warmup": int(rnd == 1),
-        "ok": ok,
-        "error": "" if ok else "timeout",
-        "llm_calls": 2,
-        "llm_first_token_ms_per_call": "",
-        "turn_start_ns": rnd * 1_000_000 + int(q[1:]),
-    }
-    out.update(values)
-    return out
+    out = TurnRow(
+        run_id=f"run-{condition}",
+        condition=condition,
+        config_id=f"cfg-{condition}",
+        question_id=q,
+        round=rnd,
+        warmup=int(rnd == 1),
+        ok=ok,
+        error="" if ok else "timeout",
+        llm_calls=2,
+        llm_first_token_ms_per_call="",
+        turn_start_ns=rnd * 1_000_000 + int(q[1:]),
+    )
+    return msgspec.structs.replace(out, **values)
 
 
 def conditions(rows: list[Row]) -> dict[str, Condition]:
-    return group(Dataset(rows, [()] * len(rows), [()] * len(rows), None, {}, "test"))
+    return group(Dataset.of_rows(rows, "test"))
 
 
 def timed(condition: str, first_tokens: list[float], ok: list[int] | None = None) -> list[Row]:
@@ -176,9 +177,9 @@ def test_outcome_is_not_read_without_measured_turns() -> None:
 def test_amplification_multiplies_the_per_call_difference_by_calls_per_turn() -> None:
     rows = timed("A", [500.0] * 4) + timed("B", [400.0] * 4)
     for r in rows:
-        per = 500.0 if r["condition"] == "A" else 400.0
-        r["llm_first_token_ms_per_call"] = f"{per:g};{per:g};{per:g}"
-        r["llm_calls"] = 3
+        per = 500.0 if r.condition == "A" else 400.0
+        r.llm_first_token_ms_per_call = f"{per:g};{per:g};{per:g}"
+        r.llm_calls = 3
     conds = conditions(rows)
     amp = amplification.amplification(conds["B"], conds["A"])
     assert (amp.per_call.value, amp.calls_per_turn, amp.product) == (-100.0, 3.0, -300.0)
@@ -243,7 +244,7 @@ def test_unrecorded_settings_cannot_be_compared() -> None:
 def test_a_rows_per_call_first_tokens_are_read_with_a_gap_for_a_call_without_one(
     text: str | None, calls: list[float | None]
 ) -> None:
-    assert per_call({"llm_first_token_ms_per_call": text}) == calls
+    assert per_call(TurnRow(llm_first_token_ms_per_call=text or "")) == calls
 
 
 def test_paired_differences_match_turns_by_question_and_round_and_leave_out_missing_values() -> None:

@@ -51,7 +51,7 @@ def test_the_result_table_m23(doc: Document) -> None:
 def test_result_medians_are_those_of_pipeline_stats() -> None:
     rows = read_bench_csv(EXPERIMENT / "bench.csv")
     for condition, cell in (("A", "531.8"), ("B", "302.0"), ("B'", "300.3")):
-        s = summarize([r for r in rows if r["condition"] == condition], "first_token_ms")
+        s = summarize([r for r in rows if r.condition == condition], "first_token_ms")
         assert f"{s.median:.1f}" == cell
 
 

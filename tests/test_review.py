@@ -20,8 +20,7 @@ from aiohttp import web
 
 from pipeline.analysis import bench_csv
 from pipeline.analysis.bench_csv import BenchCsv, read_bench_csv
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import COLUMNS
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.endpoints.link import LinkEmulator, get_profile
 from pipeline.replay import main
@@ -76,12 +75,11 @@ def test_run_ids_and_messages_are_text_in_markdown_and_formulas_are_defused_in_b
     markdown = render(build(data, draw=True))  # the plots too: matplotlib reads $...$ as mathematics
     assert evil not in markdown and r"\*\*bold\*\*\<img src=x>[link\](http://x)$5" in markdown
     bench = tmp_path / "b.csv"
-    row: Row = dict.fromkeys(COLUMNS)
-    row.update({"run_id": "=HYPERLINK(1)", "note": "-1+2", "first_token_ms": -5.0})
+    row = TurnRow(run_id="=HYPERLINK(1)", note="-1+2", first_token_ms=-5.0)
     BenchCsv(bench).append([row])
     assert "'=HYPERLINK(1)" in bench.read_text() and ",-5," in bench.read_text()
     [back] = read_bench_csv(bench)
-    assert (back["run_id"], back["note"], back["first_token_ms"]) == ("=HYPERLINK(1)", "-1+2", -5)
+    assert (back.run_id, back.note, back.first_token_ms) == ("=HYPERLINK(1)", "-1+2", -5)
 
 
 def test_a_stream_parser_error_never_quotes_the_key() -> None:

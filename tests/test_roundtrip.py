@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
@@ -64,7 +64,7 @@ def test_trace_file_round_trip_gives_the_scripted_numbers(tmp_path: Path) -> Non
         "scripted": "asr,llm,tts",
         "temp_c": None,
     }
-    assert {k: row[k] for k in expected} == expected
+    assert {k: getattr(row, k) for k in expected} == expected
 
 
 def test_per_sentence_and_tool_rows(tmp_path: Path) -> None:
@@ -75,11 +75,11 @@ def test_per_sentence_and_tool_rows(tmp_path: Path) -> None:
     tracing.emit_turn(tool, {**ATTRS, names.QUESTION_ID: "q2"})
     tracing.shutdown()
     rows = rows_from_spans(read_trace_file(tmp_path / "t.jsonl", ReadProblems()))
-    assert [(r["question_id"], r["llm_calls"], r["llm_first_token_ms_per_call"], r["sentences"]) for r in rows] == [
+    assert [(r.question_id, r.llm_calls, r.llm_first_token_ms_per_call, r.sentences) for r in rows] == [
         ("q1", 3, "200;200;200", 3),
         ("q2", 2, "200;200", 1),
     ]
-    assert rows[0]["sentence_first_token_median_ms"] == 200.0
+    assert rows[0].sentence_first_token_median_ms == 200.0
 
 
 def test_failed_turn_keeps_its_error_and_has_no_whole_turn_time(tmp_path: Path) -> None:
@@ -88,8 +88,8 @@ def test_failed_turn_keeps_its_error_and_has_no_whole_turn_time(tmp_path: Path) 
     tracing.emit_turn(tl, ATTRS)
     tracing.shutdown()
     [row] = rows_from_spans(read_trace_file(tmp_path / "t.jsonl", ReadProblems()))
-    assert (row["ok"], row["error"], row["whole_turn_ms"], row["llm_calls"]) == (0, "timeout", None, 1)
-    assert row["first_token_ms"] is None
+    assert (row.ok, row.error, row.whole_turn_ms, row.llm_calls) == (0, "timeout", None, 1)
+    assert row.first_token_ms is None
 
 
 def test_trace_lines_are_conformant_otlp_json(tmp_path: Path) -> None:

@@ -73,4 +73,4 @@ def test_a_second_experiment_into_the_same_folder_refuses_and_leaves_the_first_r
     assert (out / "report" / "report.md").read_bytes() == report
     fresh = experiment(out, fixtures, config, "--name", "again")
     assert fresh.returncode == 0, fresh.stderr
-    assert {r["run_id"] for r in read_bench_csv(out / "bench.csv")} == {"exp-B", "again-B"}
+    assert {r.run_id for r in read_bench_csv(out / "bench.csv")} == {"exp-B", "again-B"}

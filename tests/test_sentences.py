@@ -1,22 +1,17 @@
-import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 from pipeline.events import CallEnd, Event, Sentence, TokenDelta
 from stages.sentences import SentenceSplitter, SplitRules, find_cut
+from tests.harness import run_stage
 
 NO_COMMA = SplitRules(first_cut_at_comma=False)
 
 
 def split(deltas: Sequence[str], rules: SplitRules = NO_COMMA) -> list[Sentence]:
-    async def source() -> AsyncIterator[Event]:
-        for text in deltas:
-            yield TokenDelta(text=text)
-        yield CallEnd(finish_reason="stop", output_tokens=len(deltas))
-
-    async def collect() -> list[Sentence]:
-        return [e async for e in SentenceSplitter(rules).run(source()) if isinstance(e, Sentence)]
-
-    return asyncio.run(collect())
+    answer: list[Event] = [TokenDelta(text=text) for text in deltas]
+    return run_stage(SentenceSplitter(rules), [*answer, CallEnd(finish_reason="stop", output_tokens=len(deltas))]).of(
+        Sentence
+    )
 
 
 def test_chinese_end_punctuation_cuts() -> None:

@@ -1,7 +1,7 @@
 """The ``service`` ASR and TTS stages against the lab's real speech services on loopback.
 
 The services run on their own event loop in a thread, so a stage is driven exactly as a turn
-drives it (``tests.scenario.run_stage``). Behind the services: a scripted ASR that records the
+drives it (``tests.harness.run_stage``, on the real clock). Behind the services: a scripted ASR that records the
 audio it was handed and detects a language (as the real provider never sends one), the stub TTS
 with no latency, and for the refusals the oracle ASR (which cannot detect a language). A tiny
 server of fixed bytes stands in where the services cannot misbehave on cue.
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import io
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import soundfile
 from aiohttp import web
 
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
-from pipeline.clock import RealClock
+from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.speech import SPEECH, TRANSCRIPTIONS, SpeechServices, SpeechStages
 from pipeline.endpoints.speech.served import Role
 from pipeline.events import (
@@ -38,6 +38,7 @@ from pipeline.events import (
     Sentence,
     SpeechEnd,
     SpeechStart,
+    Stage,
     StageInfo,
     Transcript,
     TurnEnd,
@@ -49,7 +50,13 @@ from stages.asr.service import ServiceAsr, ServiceAsrSettings, ServiceError
 from stages.registry import Implementation, TurnInputs, registry
 from stages.tts.service import ServiceTts, ServiceTtsSettings
 from stages.tts.stub import StubTts, speech_duration_ms
-from tests.scenario import run_stage
+from tests.harness import run_stage, stage_run
+
+
+def outputs(stage: Stage, events: Sequence[Event]) -> list[Event]:
+    """What a stage yields, run on the real clock: its HTTP client's time limits must not fire early."""
+    return run_stage(stage, events, RealClock()).events
+
 
 SENTENCE = "Turn on the kitchen light."
 NO_TURN = TurnInputs(text="", language="")
@@ -158,7 +165,7 @@ def test_asr_sends_the_utterance_as_a_wav_and_yields_the_transcript(tmp_path: Pa
     events: list[Event] = [frames[0], SpeechStart(offset_ms=60), *frames[1:], SpeechEnd(offset_ms=1200), *late]
     with serving(stages(heard), tmp_path) as services:
         stage = ServiceAsr(ServiceAsrSettings(url=url(services, TRANSCRIPTIONS), model="whisper-1"), "")
-        out = run_stage(stage, events)
+        out = outputs(stage, events)
 
     assert out == [Transcript(text="heard 1200 ms", language="en")]  # the service's words, its language
     [(pcm, language)] = heard.calls
@@ -181,8 +188,8 @@ def test_asr_keeps_the_questions_language_and_asks_nothing_without_an_end_point(
     heard = Heard()
     with serving(stages(heard), tmp_path) as services:
         stage_url = url(services, TRANSCRIPTIONS)
-        told = run_stage(ServiceAsr(ServiceAsrSettings(url=stage_url), "zh"), [*speech_frames(5), SpeechEnd(300)])
-        cut_short = run_stage(ServiceAsr(ServiceAsrSettings(url=stage_url), "zh"), speech_frames(5))
+        told = outputs(ServiceAsr(ServiceAsrSettings(url=stage_url), "zh"), [*speech_frames(5), SpeechEnd(300)])
+        cut_short = outputs(ServiceAsr(ServiceAsrSettings(url=stage_url), "zh"), speech_frames(5))
 
     assert told == [Transcript(text="heard 300 ms", language="zh")]
     assert [language for _, language in heard.calls] == [""]  # the service is still not told
@@ -203,9 +210,9 @@ def test_tts_speaks_each_sentence_as_60_ms_frames_of_the_services_audio(tmp_path
     ]
     with serving(stages(), tmp_path) as services:
         stage = ServiceTts(ServiceTtsSettings(url=url(services, SPEECH), voice="alloy"))
-        out = run_stage(stage, events)
+        out = outputs(stage, events)
     # what the stub behind the services says, in-process
-    expected = run_stage(StubTts(LatencyProfile(), 0.0), events)
+    expected = outputs(StubTts(LatencyProfile(), 0.0), events)
 
     assert all(isinstance(e, AudioOut) for e in out)
     frames = [e for e in out if isinstance(e, AudioOut)]
@@ -249,16 +256,13 @@ class FixedSpeech:
 
 
 def speak_with(body: bytes) -> list[Event]:
+    clock = RealClock()
+
     async def run() -> list[Event]:
         async with FixedSpeech(body) as server:
-            stage = ServiceTts(ServiceTtsSettings(url=server.url))
+            return (await stage_run(ServiceTts(ServiceTtsSettings(url=server.url)), [HI], clock)).events
 
-            async def source() -> AsyncIterator[Event]:
-                yield HI
-
-            return [e async for e in stage.run(source())]
-
-    return asyncio.run(run())
+    return run_on_clock(run(), clock)
 
 
 def test_tts_resamples_another_rate_to_16_khz_frames() -> None:
@@ -286,10 +290,10 @@ def test_a_refused_request_raises_service_error_naming_the_status(tmp_path: Path
         tts = ServiceTts(ServiceTtsSettings(url=url(services, SPEECH)))
         asr = ServiceAsr(ServiceAsrSettings(url=url(services, TRANSCRIPTIONS)), "en")
         with pytest.raises(ServiceError, match=r"audio/speech answered 400: .*empty_input") as empty:
-            run_stage(tts, blank)
+            outputs(tts, blank)
         with pytest.raises(ServiceError, match=r"answered 400: .*cannot detect a language") as undetected:
-            run_stage(asr, utterance)
-        still = run_stage(tts, [HI])
+            outputs(asr, utterance)
+        still = outputs(tts, [HI])
     assert "'input' is empty" in str(empty.value) and "unsupported_language" in str(undetected.value)
     assert still and all(isinstance(e, AudioOut) for e in still)  # the stage and service go on
     codes = [s.attributes.get(names.ERROR_TYPE, "") for s in spans(tmp_path)]
@@ -301,9 +305,9 @@ def test_a_service_with_a_key_refuses_the_stages_401(tmp_path: Path) -> None:
         asr = ServiceAsr(ServiceAsrSettings(url=url(services, TRANSCRIPTIONS)), "")
         tts = ServiceTts(ServiceTtsSettings(url=url(services, SPEECH)))
         with pytest.raises(ServiceError, match=r"transcriptions answered 401: .*invalid_api_key"):
-            run_stage(asr, [*speech_frames(2), SpeechEnd(120)])
+            outputs(asr, [*speech_frames(2), SpeechEnd(120)])
         with pytest.raises(ServiceError, match=r"speech answered 401: .*invalid_api_key"):
-            run_stage(tts, [HI])
+            outputs(tts, [HI])
     assert [s.attributes[names.HTTP_STATUS] for s in spans(tmp_path)] == [401, 401]
 
 
@@ -311,7 +315,7 @@ def test_a_service_that_is_not_there_is_a_client_error(tmp_path: Path) -> None:
     with serving(stages(), tmp_path) as services:
         gone = url(services, SPEECH)
     with pytest.raises(aiohttp.ClientConnectionError):
-        run_stage(ServiceTts(ServiceTtsSettings(url=gone)), [HI])
+        outputs(ServiceTts(ServiceTtsSettings(url=gone)), [HI])
 
 
 # --- settings: from the configuration to the stage ----------------------------------------------------
@@ -343,8 +347,8 @@ def test_the_configured_settings_reach_the_stages_and_the_service(tmp_path: Path
         assert asr.settings == ServiceAsrSettings(url=url(services, TRANSCRIPTIONS), model="whisper-large-v3")
         assert tts.settings == ServiceTtsSettings(url=url(services, SPEECH), voice="nova")
         assert registry().get("asr", "service").detects_language
-        heard_text = run_stage(asr, [*speech_frames(4), SpeechEnd(240)])
-        spoken = run_stage(tts, [HI])
+        heard_text = outputs(asr, [*speech_frames(4), SpeechEnd(240)])
+        spoken = outputs(tts, [HI])
 
     assert heard_text == [Transcript(text="heard 240 ms", language="en")] and spoken
     asr_span, tts_span = spans(tmp_path)

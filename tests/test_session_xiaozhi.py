@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import opuslib_next as opus
+import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from pipeline.clock import RealClock, run_on_clock
@@ -29,6 +30,8 @@ from pipeline.transport.session import SessionSettings, TurnRequest
 from stages.asr.oracle import OracleAsr
 from stages.llm.scripted import ScriptedReply
 from tests.scenario import SILENCE, TONE, stages
+
+pytestmark = pytest.mark.transport
 
 REPLY = ScriptedReply("Fine, thank you. The weather is sunny today.")
 CLIP = [SILENCE] * 3 + [TONE] * 10 + [SILENCE] * 12  # 60 ms frames; the VAD end-points 600 ms after the tone

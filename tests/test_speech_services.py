@@ -107,6 +107,7 @@ async def post(session: aiohttp.ClientSession, url: str, **kw: Any) -> tuple[int
 # --- the real models, as xiaozhi-esp32-server calls them -------------------------------------------
 
 
+@pytest.mark.real
 def test_round_trip_speaks_then_recognises_the_words_and_records_both_stages(
     real: SpeechStages, tmp_path: Path
 ) -> None:
@@ -157,6 +158,7 @@ def test_round_trip_speaks_then_recognises_the_words_and_records_both_stages(
     assert key not in (tmp_path / "traces" / "speech.jsonl").read_text()
 
 
+@pytest.mark.real
 def test_the_configured_stages_refuse_what_they_cannot_do(real: SpeechStages, tmp_path: Path) -> None:
     async def run() -> list[tuple[int, bytes, str]]:
         async with serving(real, tmp_path) as (services, session):
@@ -190,6 +192,7 @@ def test_the_configured_stages_refuse_what_they_cannot_do(real: SpeechStages, tm
     assert ok_tts.status_code == 0
 
 
+@pytest.mark.real
 def test_models_and_health(real: SpeechStages, tmp_path: Path) -> None:
     async def run() -> tuple[Any, Any]:
         async with serving(real, tmp_path) as (services, session):

@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.stats import success_rate, summarize
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.tracing import names
@@ -22,14 +23,14 @@ def test_quantile_interpolates_linearly() -> None:
 
 def test_summary_excludes_warmup_and_failed_turns_and_says_so() -> None:
     rows = [
-        {"warmup": 1, "ok": 1, "m": 1000.0},
-        {"warmup": 0, "ok": 1, "m": 10.0},
-        {"warmup": 0, "ok": 1, "m": 20.0},
-        {"warmup": 0, "ok": 0, "m": None},
+        TurnRow(warmup=1, ok=1, whole_turn_ms=1000.0),
+        TurnRow(warmup=0, ok=1, whole_turn_ms=10.0),
+        TurnRow(warmup=0, ok=1, whole_turn_ms=20.0),
+        TurnRow(warmup=0, ok=0, whole_turn_ms=None),
     ]
-    s = summarize(rows, "m")  # type: ignore[arg-type]
+    s = summarize(rows, "whole_turn_ms")
     assert (s.n, s.turns, s.median, s.minimum, s.maximum, s.partial) == (2, 3, 15.0, 10.0, 20.0, True)
-    assert success_rate(rows) == (2, 3)  # type: ignore[arg-type]
+    assert success_rate(rows) == (2, 3)
 
 
 def test_truncated_lines_and_foreign_schemas_are_reported_not_fatal(tmp_path: Path) -> None:
@@ -45,7 +46,17 @@ def test_truncated_lines_and_foreign_schemas_are_reported_not_fatal(tmp_path: Pa
     )
     problems = ReadProblems()
     rows = rows_from_spans(read_trace_file(path, problems), problems)
-    assert [r["question_id"] for r in rows] == ["good"]
+    assert [r.question_id for r in rows] == ["good"]
     assert len(problems.messages) == 2
     assert problems.messages[0].startswith(f"{path}:3: unreadable trace line")
     assert "trace schema version '0' is not '1'; skipped" in problems.messages[1]
+
+
+def test_the_summarys_columns_stay_apart_at_fleet_scale() -> None:
+    # a fleet's "n" (33331/33331) ran into the max before it: "5427.033331/33331"
+    from pipeline.analysis.summary import summary_table
+
+    rows = [TurnRow(run_id="r", ok=1, whole_turn_ms=5427.0 - (i % 2)) for i in range(33_332)]
+    rows[0].warmup = 1
+    line = next(x for x in summary_table(rows).splitlines() if x.split()[:1] == ["whole_turn_ms"])
+    assert line.split() == ["whole_turn_ms", "5426.0", "5427.0", "5426.0", "5427.0", "33331/33331"]

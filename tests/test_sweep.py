@@ -11,13 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from pipeline.analysis import facts as turn_facts
 from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import TurnSpans
 from pipeline.analysis.traces import SpanRecord
-from pipeline.report import turn_facts
+from pipeline.analysis.turns import TurnSpans
 from pipeline.report.build import build
 from pipeline.report.document import Document, Paragraph
 from pipeline.report.load import Dataset, RunInfo, load_paths
@@ -130,7 +132,7 @@ def test_each_point_is_a_run_with_its_own_config_id_recorded_in_sweep_json(swept
     assert "[llm] max_tokens = 0: must be positive" in sweep["points"][0]["error"]
     assert sweep["finished"]
     rows = read_bench_csv(out / "bench.csv")
-    by_run = {r["run_id"]: r["config_id"] for r in rows}
+    by_run = {r.run_id: r.config_id for r in rows}
     ran = sweep["points"][1:]
     assert {p["run_id"]: p["config_id"] for p in ran} == by_run
     assert len(set(by_run.values())) == 2 and all(p["turns"] == 4 for p in ran)
@@ -187,7 +189,7 @@ def test_a_many_device_run_is_not_refused_for_its_rotated_question_orders(tmp_pa
     assert doc.comparable, doc.text()[:2000]
     # the order compared is the first device's: the devices' turns interleave differently run to run
     rows: list[Row] = [
-        {"run_id": run, "round": 1, "device": d, "question_id": q, "turn_start_ns": t}
+        TurnRow(run_id=run, round=1, device=d, question_id=q, turn_start_ns=t)
         for run, shift in (("x", 0), ("y", 5))
         for d, q, t in ((0, "q1", 10), (1, "q2", 10 + shift), (0, "q2", 20), (1, "q1", 21 - shift))
     ]
@@ -215,29 +217,27 @@ def test_a_point_that_fails_at_run_time_is_recorded_and_the_next_one_runs(tmp_pa
 def _rows(run_id: str, condition: str, queue: list[float] | None, first: list[float], **extra: Any) -> list[Row]:
     rows: list[Row] = []
     for i, ft in enumerate(first):
-        row: Row = {
-            "run_id": run_id,
-            "condition": condition,
-            "config_id": f"cfg-{run_id}",
-            "question_id": f"q{i % 4}",
-            "round": 2,
-            "warmup": 0,
-            "ok": 1,
-            "first_token_ms": ft,
-            "llm_first_token_ms_per_call": str(ft),
-            "llm_generation_ms": 400.0,
-            "asr_ms": 300.0 + i,
-            "whole_turn_ms": 3000.0 + ft,
-            "queue_wait_ms": None if queue is None else queue[i],
-        }
-        row.update({k: v[i] if isinstance(v, list) else v for k, v in extra.items()})
-        rows.append(row)
+        row = TurnRow(
+            run_id=run_id,
+            condition=condition,
+            config_id=f"cfg-{run_id}",
+            question_id=f"q{i % 4}",
+            round=2,
+            warmup=0,
+            ok=1,
+            first_token_ms=ft,
+            llm_first_token_ms_per_call=str(ft),
+            llm_generation_ms=400.0,
+            asr_ms=300.0 + i,
+            whole_turn_ms=3000.0 + ft,
+            queue_wait_ms=None if queue is None else queue[i],
+        )
+        rows.append(msgspec.structs.replace(row, **{k: v[i] if isinstance(v, list) else v for k, v in extra.items()}))
     return rows
 
 
 def _dataset(tmp_path: Path, rows: list[Row], runs: dict[str, RunInfo]) -> Dataset:
-    n = len(rows)
-    data = Dataset(rows, [()] * n, [()] * n, None, runs, str(tmp_path))
+    data = Dataset.of_rows(rows, str(tmp_path), runs=runs)
     data.files = [str(tmp_path / "traces" / f"{r}.jsonl") for r in runs]
     return data
 
@@ -272,7 +272,7 @@ def _devices_sweep(tmp_path: Path, other: dict[str, Any] | None = None, spans: b
         turn = _span(names.TURN, 0, 10**10)
         call = _span(names.LLM_CALL, 0, 10**9)
         data.turns = [
-            TurnSpans(turn, [call, _span(names.LLM_QUEUE, 0, int(_number(r["queue_wait_ms"]) * 1e6))]) for r in rows
+            TurnSpans(turn, [call, _span(names.LLM_QUEUE, 0, int(_number(r.queue_wait_ms) * 1e6))]) for r in rows
         ]
     return build(data, draw=False)
 
@@ -325,7 +325,7 @@ def test_a_model_sweep_states_quality_beside_latency_and_needs_it(tmp_path: Path
         "wait 902.5 ms, whole turn 3902.5 ms, answer quality 0.75, ASR error rate 0.100."
     ) in text
     for row in rows:
-        row["answer_quality"] = None
+        row.answer_quality = None
     doc = build(_dataset(tmp_path, rows, runs), draw=False)
     assert "No quality check (M18)" in doc.text()
     assert "no quality check for a model-size sweep (M18)" in doc.text()

@@ -19,6 +19,7 @@ from pipeline.endpoints.thermometer import Sample, Thermometer
 from pipeline.replay import main, overrides, parse_args
 from pipeline.settings.config import ProbeConfig, load_config
 from tests.fixture_files import make_fixtures
+from tests.scenario import StepClock
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -39,18 +40,6 @@ def sysfs(root: Path, files: dict[str, str]) -> tuple[Path, Path]:
     return root / "thermal", root / "hwmon"
 
 
-class StepClock:
-    """A real-kind clock the test moves by hand."""
-
-    kind = "real"
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def now_ns(self) -> int:
-        return self.ns
-
-
 def thermometer_of(clock: StepClock, said: list[str], **kwargs: float) -> tuple[Thermometer, Callable[..., None]]:
     """A thermometer whose next reading the test sets: a number, None (no sensor) or a ThermalError."""
     queued: list[float | ThermalError | None] = []
@@ -68,7 +57,7 @@ def thermometer_of(clock: StepClock, said: list[str], **kwargs: float) -> tuple[
 
 
 def take(thermometer: Thermometer, clock: StepClock, at_ns: int) -> None:
-    clock.ns = at_ns
+    clock.t = at_ns
     asyncio.run(thermometer.sample())
 
 
@@ -267,7 +256,7 @@ def test_a_failing_command_is_reported_once_over_many_samples_and_the_run_goes_o
 
 
 def test_a_turn_reads_the_hottest_sample_taken_during_it() -> None:
-    clock = StepClock()
+    clock = StepClock(step_ns=0, t=0)  # still between the samples the test takes
     said: list[str] = []
     t, then = thermometer_of(clock, said)
     then(40.0, 44.5, 42.0, None)
@@ -279,7 +268,7 @@ def test_a_turn_reads_the_hottest_sample_taken_during_it() -> None:
 
 
 def test_a_turn_shorter_than_the_interval_takes_the_latest_sample_before_it_while_fresh() -> None:
-    clock = StepClock()
+    clock = StepClock(step_ns=0, t=0)  # still between the samples the test takes
     said: list[str] = []
     t, then = thermometer_of(clock, said, interval_s=1.0)  # fresh: at most 2 intervals old
     then(40.0, 41.0)
@@ -292,7 +281,7 @@ def test_a_turn_shorter_than_the_interval_takes_the_latest_sample_before_it_whil
 
 
 def test_turns_ending_after_a_failure_have_no_reading_and_earlier_ones_keep_theirs() -> None:
-    clock = StepClock()
+    clock = StepClock(step_ns=0, t=0)  # still between the samples the test takes
     said: list[str] = []
     t, then = thermometer_of(clock, said)
     then(40.0, ThermalError("temperature command 'x' failed (exit 1)"), 99.0)
@@ -334,20 +323,37 @@ def test_replay_accepts_temp_command_and_records_every_row(tmp_path: Path, capsy
     code = main([str(fixtures), *sim, "--temp-command", "echo hot", "--out", str(tmp_path / "o"), "--quiet"], env={})
     assert code == 0, capsys.readouterr().err
     rows = read_bench_csv(tmp_path / "o" / "bench.csv")
-    assert [(r["ok"], r["temp_c"]) for r in rows] == [(1, None)] * 4  # the virtual clock: nothing sampled
+    assert [(r.ok, r.temp_c) for r in rows] == [(1, None)] * 4  # the virtual clock: nothing sampled
+
+
+# The thermometer samples only on the real clock, where the simulator's latencies and its answers' audio
+# (played at real-time speed) would cost five seconds a turn: no latency and a two-token answer (under 0.4 s)
+# leave turns that still outlast a temperature command's first answer many times over. Sampling every 100 ms,
+# a source that was not dropped after its garbage would be asked (and would complain) a dozen times more.
+SHORT_TURNS = """
+[probe]
+temp_interval_ms = 100
+[asr]
+latency = { first_ms = 0, jitter_ms = 0 }
+[llm]
+max_tokens = 2
+latency = { first_ms = 0, per_item_ms = 0, jitter_ms = 0 }
+tool_latency = { first_ms = 0 }
+[tts]
+first_frame = { first_ms = 0, jitter_ms = 0 }
+real_time_factor = 0
+"""
 
 
 def test_a_garbage_temperature_command_is_reported_once_and_the_run_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipeline.analysis.bench_csv import read_bench_csv
-    from pipeline.replay import main
-    from tests.fixture_files import make_fixtures
-
     fixtures = make_fixtures(tmp_path / "fx", ["q1", "q2"])
-    sim = ["--config", str(Path(__file__).resolve().parent.parent / "configs" / "simulator.toml"), "--fast"]
+    short = tmp_path / "short-turns.toml"
+    short.write_text(SHORT_TURNS)
+    sim = ["--config", str(ROOT / "configs" / "simulator.toml"), "--config", str(short), "--fast"]
     args = [str(fixtures), *sim, "--rounds", "2", "--temp-command", "echo hot", "--out", str(tmp_path / "o")]
     assert main([*args, "--quiet"], env={}) == 0
     assert capsys.readouterr().err.count("temperature command 'echo hot' printed 'hot', not a number") == 1
     rows = read_bench_csv(tmp_path / "o" / "bench.csv")
-    assert [(r["ok"], r["temp_c"]) for r in rows] == [(1, None)] * 4
+    assert [(r.ok, r.temp_c) for r in rows] == [(1, None)] * 4

@@ -3,7 +3,6 @@ the same transcripts and answers as in-process, rows on both sides, and the serv
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import signal
@@ -11,19 +10,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline import replay
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
 from pipeline.report.__main__ import main as report_main
+
+pytestmark = pytest.mark.transport
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"
 SIMULATOR = ROOT / "configs" / "simulator.toml"
 
 
-def rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+def rows(path: Path) -> list[TurnRow]:
+    return read_bench_csv(path)
 
 
 def start_server(out: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
@@ -61,24 +65,24 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     assert device == 0
     assert "4 turn(s)" in said
     local, dev, served = (rows(tmp_path / d / "bench.csv") for d in ("local", "dev", "server"))
-    assert [r["question_id"] for r in dev] == [r["question_id"] for r in local] == [r["question_id"] for r in served]
-    assert all(r["ok"] == "1" for r in [*local, *dev, *served])
+    assert [r.question_id for r in dev] == [r.question_id for r in local] == [r.question_id for r in served]
+    assert all(r.ok == 1 for r in [*local, *dev, *served])
     # the oracle ASR and scripted answers: what is heard and said must not change across the wire
     for a, b in zip(local, dev, strict=True):
-        assert (a["asr_error_rate"], a["answer_quality"], a["sentences"]) == (
-            b["asr_error_rate"],
-            b["answer_quality"],
-            b["sentences"],
+        assert (a.asr_error_rate, a.answer_quality, a.sentences) == (
+            b.asr_error_rate,
+            b.answer_quality,
+            b.sentences,
         )
-    assert all(r["transport"] == "websocket" and float(r["first_audible_ms"]) > 0 for r in dev)
-    assert all(r["transport"] == "" and r["first_token_ms"] and not r["whole_turn_ms"] for r in served)
-    assert "xiaozhi server at ws://" in dev[0]["llm_endpoint"]
+    assert all(r.transport == "websocket" and (r.first_audible_ms or 0) > 0 for r in dev)
+    assert all(r.transport == "" and r.first_token_ms and not r.whole_turn_ms for r in served)
+    assert "xiaozhi server at ws://" in dev[0].llm_endpoint
     # one trace per turn across both processes: the server's turn span is a child of the device's
     device_turns = {s.span_id: s for s in turn_spans(tmp_path / "dev")}
     server_turns = turn_spans(tmp_path / "server")
     assert len(server_turns) == 4 and all(s.parent_span_id in device_turns for s in server_turns)
     assert all(s.trace_id == device_turns[s.parent_span_id].trace_id for s in server_turns)
-    assert {r["trace_id"] for r in served} == {r["trace_id"] for r in dev}
+    assert {r.trace_id for r in served} == {r.trace_id for r in dev}
     # the report gives a device's run its own section; an in-process run has none
     for folder, shown in (("dev", True), ("local", False)):
         assert report_main([str(tmp_path / folder), "--out", str(tmp_path / folder / "r")]) in (0, 1)
@@ -93,12 +97,12 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     both = [
         s for d in ("dev", "server") for f in trace_files(tmp_path / d / "traces") for s in read_trace_file(f, problems)
     ]
-    joined = [r for r in rows_from_spans(both) if r["transport"]]
+    joined = [r for r in rows_from_spans(both) if r.transport]
     assert len(joined) == 4
     for r in joined:
-        parts = [r[k] for k in ("uplink_ms", "server_first_audio_ms", "downlink_ms", "device_buffer_ms")]
+        parts = [r.uplink_ms, r.server_first_audio_ms, r.downlink_ms, r.device_buffer_ms]
         assert all(isinstance(v, float) and v >= 0 for v in parts), parts
-        assert abs(sum(parts) - r["first_audible_ms"]) < 0.01  # type: ignore[arg-type, operator]
+        assert abs(sum(parts) - r.first_audible_ms) < 0.01  # type: ignore[arg-type, operator]
     out = tmp_path / "both"
     assert report_main([str(tmp_path / "dev"), str(tmp_path / "server"), "--out", str(out)]) in (0, 1)
     md = (out / "report.md").read_text(encoding="utf-8")
@@ -162,15 +166,15 @@ def test_fixtures_over_the_mqtt_front_end_and_udp_match_in_process(tmp_path: Pat
     finally:
         stop(server)
     assert wrong != 0  # an unsigned device is refused
-    assert told == 0 and all(r["ok"] == "1" for r in rows(tmp_path / "ota" / "bench.csv"))
+    assert told == 0 and all(r.ok == 1 for r in rows(tmp_path / "ota" / "bench.csv"))
     assert device == 0
     local, dev, served = (rows(tmp_path / d / "bench.csv") for d in ("local", "dev", "server"))
-    assert all(r["ok"] == "1" for r in [*dev, *served])
+    assert all(r.ok == 1 for r in [*dev, *served])
     for a, b in zip(local, dev, strict=True):
-        assert (a["asr_error_rate"], a["answer_quality"], a["sentences"]) == (
-            b["asr_error_rate"],
-            b["answer_quality"],
-            b["sentences"],
+        assert (a.asr_error_rate, a.answer_quality, a.sentences) == (
+            b.asr_error_rate,
+            b.answer_quality,
+            b.sentences,
         )
-    assert all(r["transport"] == "udp" and r["packets_lost"] == "0" for r in dev)
-    assert all(r["packets_lost"] == "0" and r["packets_late"] == "0" for r in served)
+    assert all(r.transport == "udp" and r.packets_lost == 0 for r in dev)
+    assert all(r.packets_lost == 0 and r.packets_late == 0 for r in served)

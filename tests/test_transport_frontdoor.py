@@ -124,6 +124,7 @@ def test_headers_win_over_query_parameters() -> None:
     assert real(scenario) == {"Device-Id": "from-header"}
 
 
+@pytest.mark.transport
 def test_a_200_kib_text_message_is_read_and_the_session_goes_on() -> None:
     """An MCP tools/list reply or an old firmware's iot descriptors run to tens or hundreds of KiB."""
     turns = ScriptedTurns()
@@ -222,6 +223,7 @@ def _expected(version: str, ws_url: str, token: str = TOKEN) -> dict[str, Any]:
     }
 
 
+@pytest.mark.transport
 def test_the_ota_answer_to_a_firmware_post_and_get_opens_a_session_with_the_emulator() -> None:
     async def scenario() -> tuple[list[dict[str, Any]], str, bool]:
         answers = []

@@ -102,6 +102,7 @@ def _turn_over_mqtt(lossy: bool) -> tuple[TurnTimeline, ScriptedTurns]:
     return real(scenario), turns
 
 
+@pytest.mark.transport
 def test_a_turn_through_the_front_end_and_udp_hears_and_says_what_the_in_process_turn_does(tmp_path: Path) -> None:
     timeline, turns = _turn_over_mqtt(lossy=False)
     in_process = run_virtual(quick_stages(), clip())
@@ -114,9 +115,11 @@ def test_a_turn_through_the_front_end_and_udp_hears_and_says_what_the_in_process
     _, server = turns.done[0]
     assert server.ok and server.packets is not None and server.packets.received >= len(clip())
     row = device_rows(timeline, tmp_path)[0]
-    assert row["transport"] == "udp" and row["packets_lost"] == 0 and row["first_audible_ms"] > 0
+    assert row.transport == "udp" and row.packets_lost == 0
+    assert row.first_audible_ms is not None and row.first_audible_ms > 0
 
 
+@pytest.mark.transport
 def test_lost_and_reordered_uplink_packets_are_counted_on_the_servers_turn() -> None:
     timeline, turns = _turn_over_mqtt(lossy=True)
     _, server = turns.done[0]
@@ -125,6 +128,7 @@ def test_lost_and_reordered_uplink_packets_are_counted_on_the_servers_turn() -> 
     assert server.ok and timeline.ok  # a few lost frames of speech do not stop a turn
 
 
+@pytest.mark.transport
 def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served() -> None:
     turns = ScriptedTurns()
 
@@ -149,6 +153,7 @@ def test_a_device_that_breaks_the_protocol_is_told_goodbye_and_others_are_served
     assert goodbye["session_id"] and timeline.ok
 
 
+@pytest.mark.transport
 def test_a_lossy_link_profile_between_device_and_server_loses_udp_packets_both_ways() -> None:
     # 20 % loss over ~60-80 packets each way: no loss at all would have odds below 1e-5
     profile = NetProfile("test-lossy", rtt_ms=10.0, loss=0.2, handshake=False, seed=5)

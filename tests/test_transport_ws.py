@@ -16,7 +16,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.link.profiles import NetProfile
@@ -32,6 +33,8 @@ from pipeline.transport.gateway import GatewaySettings, start_gateway
 from pipeline.transport.session import SessionSettings, TurnRequest
 from stages.llm.scripted import ScriptedReply
 from tests.scenario import run_virtual, stages, utterance
+
+pytestmark = pytest.mark.transport
 
 REPLY = ScriptedReply("Fine, thank you. The weather is sunny today.")
 T = TypeVar("T")
@@ -78,7 +81,7 @@ def real(coro: Callable[[], Awaitable[T]]) -> T:
     return run_on_clock(main(), RealClock())
 
 
-def device_rows(timeline: TurnTimeline, tmp: Any) -> list[dict[str, Any]]:
+def device_rows(timeline: TurnTimeline, tmp: Any) -> list[TurnRow]:
     tracing = Tracing(tmp / "t.jsonl", "test", None)
     line = tracing.emit_turn(timeline, {"lab.schema_version": "1", "lab.question_id": "q1"})
     tracing.shutdown()
@@ -118,11 +121,14 @@ def test_a_turn_over_websocket_hears_and_says_what_the_in_process_turn_does(
     assert server.ok and [s.text for s in server.sentences] == [s.text for s in in_process.sentences]
 
     row = device_rows(timeline, tmp_path)[0]
-    assert row["ok"] == 1 and row["transport"] == "websocket" and row["asr_error_rate"] is None
-    assert row["sentences"] == len(in_process.sentences)
+    assert row.ok == 1 and row.transport == "websocket" and row.asr_error_rate is None
+    assert row.sentences == len(in_process.sentences)
     # the order a device lives them: heard, first frame in, first sound out, last sound out
-    assert 0 < row["stt_received_ms"] < row["first_audio_received_ms"] <= row["first_audible_ms"]
-    assert row["first_audible_ms"] >= row["first_audio_ms"] and row["whole_turn_ms"] > row["first_audible_ms"]
+    stt, received, audible = row.stt_received_ms, row.first_audio_received_ms, row.first_audible_ms
+    assert stt is not None and received is not None and audible is not None
+    assert row.first_audio_ms is not None and row.whole_turn_ms is not None
+    assert 0 < stt < received <= audible
+    assert audible >= row.first_audio_ms and row.whole_turn_ms > audible
 
 
 def test_the_device_frame_holding_the_end_of_speech_marks_the_users_end(tmp_path: Any) -> None:
@@ -278,11 +284,11 @@ def test_barge_in_aborts_the_answer_and_the_rows_say_how_fast_it_stopped(tmp_pat
     assert 0 < timeline.playback.audio_ms < sum(t.audio_ms for t in full.tts)  # cut short
     assert [tl.error_type for _, tl in turns.done] == ["aborted"]  # the server's view of the same turn
     row = device_rows(timeline, tmp_path)[0]
-    assert row["whole_turn_ms"] is None  # the user ended it, not the pipeline
-    assert 0 <= row["interrupt_received_ms"] < 1000  # the server stopped sending
+    assert row.whole_turn_ms is None  # the user ended it, not the pipeline
+    assert row.interrupt_received_ms is not None and 0 <= row.interrupt_received_ms < 1000  # stopped sending
     # the frame playing at the abort finishes, the rest (over a second of answer) is dropped: 0.7-1.1 ms
     # measured here (the abort falls on a frame boundary); the bound allows one frame and a long stall
-    assert 0 <= row["interrupt_played_ms"] <= 500
+    assert row.interrupt_played_ms is not None and 0 <= row.interrupt_played_ms <= 500
 
 
 def test_barge_in_by_speaking_the_next_question_stops_the_answer_and_the_next_turn_goes_on(tmp_path: Any) -> None:
@@ -309,9 +315,10 @@ def test_barge_in_by_speaking_the_next_question_stops_the_answer_and_the_next_tu
     assert after.device.first_uplink_ns is not None and after.device.first_uplink_ns >= interrupted.device.abort_ns
     assert after.playback.audio_ms == sum(t.audio_ms for t in full.tts)  # nothing of the old answer in it
     first_row, second_row = device_rows(interrupted, tmp_path)[0], device_rows(after, tmp_path)[0]
-    assert first_row["whole_turn_ms"] is None and 0 <= first_row["interrupt_received_ms"] < 1000
-    assert 0 <= first_row["interrupt_played_ms"] <= 500
-    assert second_row["whole_turn_ms"] is not None and second_row["interrupt_received_ms"] is None
+    received, played = first_row.interrupt_received_ms, first_row.interrupt_played_ms
+    assert first_row.whole_turn_ms is None and received is not None and 0 <= received < 1000
+    assert played is not None and 0 <= played <= 500
+    assert second_row.whole_turn_ms is not None and second_row.interrupt_received_ms is None
 
 
 def test_a_link_profile_between_device_and_server_adds_its_delay_to_what_the_device_sees() -> None:

@@ -3,28 +3,23 @@ and a sentence whose TTS yields no audio, or far too little for its text, fails 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import shutil
 from collections.abc import AsyncIterator
 
 import pytest
 
+from pipeline.clock import RealClock
 from pipeline.events import AudioOut, Event, Sentence, StageInfo
 from stages.llm.scripted import ScriptedReply
 from stages.tts.espeak import EspeakError, EspeakTts
+from tests.harness import run_stage
 from tests.scenario import run_virtual, stages
 
 
 def speak(tts: EspeakTts, texts: list[str]) -> list[AudioOut]:
-    async def source() -> AsyncIterator[Event]:
-        for i, text in enumerate(texts):
-            yield Sentence(i, text, 0, 0)
-
-    async def collect() -> list[AudioOut]:
-        return [e async for e in tts.run(source()) if isinstance(e, AudioOut)]
-
-    return asyncio.run(collect())
+    """espeak-ng is a real process, so on the real clock."""
+    return run_stage(tts, [Sentence(i, text, 0, 0) for i, text in enumerate(texts)], RealClock()).of(AudioOut)
 
 
 def test_a_sentence_that_looks_like_options_is_spoken_not_obeyed(tmp_path: object) -> None:

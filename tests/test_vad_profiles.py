@@ -22,7 +22,7 @@ from stages.vad.endpointer import FrameVad
 from stages.vad.manual import ManualEndpoint
 from stages.vad.silero import SileroClassifier
 from stages.vad.xiaozhi import CHUNK_BYTES, XiaozhiServerVad
-from tests.scenario import run_stage
+from tests.harness import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAGMENT = ROOT / "configs" / "xiaozhi-server-vad.toml"
@@ -56,7 +56,7 @@ def frames(n: int, arrivals: Sequence[int] | None = None) -> list[AudioFrame]:
 
 
 def xs(probs: Sequence[float], n: int, profile: XiaozhiServerProfile = KEEP_ALL, **kw: object) -> list[Event]:
-    return run_stage(XiaozhiServerVad(ScriptedChunks(probs), profile), frames(n, **kw))  # type: ignore[arg-type]
+    return run_stage(XiaozhiServerVad(ScriptedChunks(probs), profile), frames(n, **kw)).events  # type: ignore[arg-type]
 
 
 def summary(events: list[Event]) -> tuple[list[int], list[int], list[tuple[str, int]]]:
@@ -249,7 +249,7 @@ def test_bad_profile_settings_are_config_errors() -> None:
 
 
 def test_manual_mode_passes_everything_from_zero_to_the_end_of_input() -> None:
-    events = run_stage(ManualEndpoint(), frames(7))
+    events = run_stage(ManualEndpoint(), frames(7)).events
     assert events[0] == SpeechStart(offset_ms=0)
     assert [e.seq for e in events[1:-1] if isinstance(e, AudioFrame)] == list(range(7))
     assert events[-1] == SpeechEnd(offset_ms=420)
@@ -257,19 +257,20 @@ def test_manual_mode_passes_everything_from_zero_to_the_end_of_input() -> None:
 
 
 def test_manual_mode_ignores_silence_and_needs_a_frame() -> None:
-    assert run_stage(ManualEndpoint(), []) == []
+    assert run_stage(ManualEndpoint(), []).events == []
     assert ManualEndpoint().info == StageInfo(role="vad", impl="manual", attributes=(("vad.profile", "manual"),))
 
 
 # --- the real model ---------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_on_the_real_model_the_xiaozhi_server_profile_end_points_earlier() -> None:
     from tests import real_models as models
 
     clip = list(load_audio(models.FIXTURES / "en01.wav").frames)
-    lab = run_stage(FrameVad(SileroClassifier(models.silero())), clip)
-    server = run_stage(XiaozhiServerVad(SileroClassifier(models.silero())), clip)
+    lab = run_stage(FrameVad(SileroClassifier(models.silero())), clip).events
+    server = run_stage(XiaozhiServerVad(SileroClassifier(models.silero())), clip).events
 
     def decided_on(events: list[Event]) -> int:  # the frame on which the end-point was decided
         assert isinstance(events[-1], SpeechEnd) and isinstance(events[-2], AudioFrame)

@@ -1,13 +1,17 @@
-"""bench.csv: the raw per-turn rows (METHOD M10), appended as each turn finishes."""
+"""bench.csv: the raw per-turn rows (METHOD M10), appended as each turn finishes, and read back.
+
+Its header and each cell's type come from the one declaration of the columns, ``columns.TurnRow``.
+"""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import COLUMNS
+from msgspec.structs import astuple
+
+from pipeline.analysis.columns import COLUMNS, SCHEMA, Cell, Column, TurnRow
 
 
 class BenchCsvError(ValueError):
@@ -50,7 +54,7 @@ class BenchCsv:
             with path.open("w", encoding="utf-8", newline="") as fh:
                 csv.writer(fh).writerow(COLUMNS)
 
-    def append(self, rows: Iterable[Row]) -> None:
+    def append(self, rows: Iterable[TurnRow]) -> None:
         self.append_lines(csv_line(row) for row in rows)
 
     def append_lines(self, lines: Iterable[str]) -> None:
@@ -71,13 +75,13 @@ class _Text:
 _LINE_WRITER = csv.writer(_Text())
 
 
-def csv_line(row: Row) -> str:
+def csv_line(row: TurnRow) -> str:
     """One row as bench.csv writes it (quoted as needed, CRLF-ended as the csv module writes)."""
-    return csv_line_of(row.get(c) for c in COLUMNS)
+    return csv_line_of(astuple(row))  # the struct's fields are the columns, in order
 
 
 def csv_line_of(values: Iterable[object]) -> str:
-    """``csv_line`` of a row's values, in COLUMNS order."""
+    """A line of these cells, in order (``csv_line`` of a row gives it the row's values, in COLUMNS order)."""
     # _cell's cases, commonest first, in one expression: a fleet's report writes millions of cells.
     cells = [
         ""
@@ -112,50 +116,33 @@ def bench_run_ids(path: Path) -> set[str]:
         return {row.get("run_id") or "" for row in csv.DictReader(fh)}
 
 
-def read_bench_csv(path: Path) -> list[Row]:
-    """Rows as strings, numbers parsed where they look like numbers."""
-    out: list[Row] = []
+def read_bench_csv(path: Path) -> list[TurnRow]:
+    """The rows of a bench.csv, each cell parsed as its column's type (an empty cell: None)."""
     with path.open(encoding="utf-8", newline="") as fh:
-        for raw in csv.DictReader(fh):
-            row: Row = {}
-            for key, value in raw.items():
-                row[key] = _parse(value) if key in NUMERIC else _text(value or "")
-            out.append(row)
-    return out
+        lines = csv.reader(fh)
+        header = tuple(next(lines, ()))
+        if header != COLUMNS:
+            raise BenchCsvError(f"{path}: its columns are not the ones this version writes")
+        return [_row(path, number, cells) for number, cells in enumerate(lines, start=2)]
 
 
-NUMERIC = frozenset(
-    c
-    for c in COLUMNS
-    if (c.endswith("_ms") and c != "llm_first_token_ms_per_call")
-    or c
-    in (
-        "round",
-        "warmup",
-        "tokens",
-        "ok",
-        "temp_c",
-        "llm_calls",
-        "sentences",
-        "turn_start_ns",
-        "prompt_tokens",
-        "prompt_cached_tokens",
-        "load_avg_1m",
-        "other_cpu_share",
-        "asr_error_rate",
-        "answer_quality",
-        "packets_lost",
-        "packets_late",
-        "device",
-        "devices",
-    )
-)
-
-
-def _parse(value: str | None) -> int | float | None:
-    if value is None or value == "":
-        return None
+def _row(path: Path, number: int, cells: list[str]) -> TurnRow:
+    if len(cells) != len(COLUMNS):
+        raise BenchCsvError(f"{path}:{number}: {len(cells)} cells, not {len(COLUMNS)}")
     try:
-        return int(value)
-    except ValueError:
-        return float(value)
+        return _new_row(*[parse(cell) for parse, cell in zip(_PARSERS, cells, strict=True)])
+    except ValueError as exc:
+        raise BenchCsvError(f"{path}:{number}: {exc}") from None
+
+
+def _parser(column: Column) -> Callable[[str], Cell]:
+    kind = column.kind
+    if kind is str:
+        return _text
+    if column.optional:
+        return lambda cell: kind(cell) if cell else None
+    return lambda cell: kind(cell)
+
+
+_PARSERS = tuple(_parser(c) for c in SCHEMA)
+_new_row: Callable[..., TurnRow] = TurnRow  # each cell parsed as its column's type, in order

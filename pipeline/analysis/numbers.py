@@ -11,17 +11,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-Row = dict[str, str | int | float | None]
+from pipeline.analysis.columns import TurnRow
+
+Row = TurnRow  # the name the statistics and the report give a turn's record
 
 
-def measured(row: Row) -> bool:
+def measured(row: TurnRow) -> bool:
     """A turn that counts in statistics: anything but the warm-up round (M6). Failed turns count too (M7)."""
-    return not row.get("warmup")
+    return not row.warmup
 
 
-def measured_ok(row: Row) -> bool:
+def measured_ok(row: TurnRow) -> bool:
     """A measured turn that succeeded: the turns latency figures are computed from."""
-    return not row.get("warmup") and bool(row.get("ok"))
+    return not row.warmup and bool(row.ok)
 
 
 def quantile(values: Sequence[float] | np.ndarray, q: float) -> float:

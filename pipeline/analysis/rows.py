@@ -1,20 +1,22 @@
-"""Per-turn rows computed from traces alone (METHOD M3, M10).
+"""One turn's spans -> its row (``turn_row``), computed from traces alone (METHOD M3, M10).
 
-The only input is span records; nothing here knows about stages or the
-orchestration, so a trace file from anywhere gives the same numbers.
+The only input is span records, grouped into turns by ``turns``; nothing here knows about
+stages or the orchestration, so a trace file from anywhere gives the same numbers. Rows are
+made for callers by ``facts.facts_of`` (each turn's row and what the report keeps beside it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from operator import attrgetter
 
 from pipeline.analysis import textmetrics
-from pipeline.analysis.numbers import Row, median
-from pipeline.analysis.traces import AttrValue, ReadProblems, SpanRecord
-from pipeline.analysis.wire import WIRE_COLUMNS, wire_split
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.numbers import median
+from pipeline.analysis.traces import AttrValue, SpanRecord
+from pipeline.analysis.turns import TurnSpans
+from pipeline.analysis.wire import wire_split
 from pipeline.tracing import names
 
 # The same question is asked round after round (M5) and by every device of a fleet, and the ASR
@@ -23,75 +25,6 @@ from pipeline.tracing import names
 # answer's keywords once per distinct answer.
 error_rate = lru_cache(maxsize=1 << 16)(textmetrics.error_rate)
 keyword_score = lru_cache(maxsize=1 << 16)(textmetrics.keyword_score)
-
-# A device's view across a real transport (empty in-process).
-DEVICE_COLUMNS = (
-    "transport",
-    "stt_received_ms",
-    "first_audio_received_ms",
-    "first_audible_ms",
-    "interrupt_received_ms",
-    "interrupt_played_ms",
-)
-# Columns of bench.csv: the M10 set first, then the per-stage times.
-COLUMNS = (
-    "run_id",
-    "condition",
-    "config_id",
-    "question_id",
-    "round",
-    "warmup",
-    "first_token_ms",
-    "total_ms",
-    "tokens",
-    "ok",
-    "error",
-    "temp_c",
-    "note",
-    "whole_turn_ms",
-    "first_audio_ms",
-    "vad_endpoint_ms",
-    "asr_ms",
-    "llm_calls",
-    "llm_first_token_ms_per_call",
-    "sentences",
-    "sentence_first_token_min_ms",
-    "sentence_first_token_median_ms",
-    "sentence_first_token_max_ms",
-    "tts_first_frame_ms",
-    "llm_first_chunk_ms",
-    "llm_generation_ms",
-    "tool_call_ms",
-    "device_tool_ms",
-    "prompt_tokens",
-    "prompt_cached_tokens",
-    "leftover_wait_ms",
-    "other_cpu_ms",
-    "other_cpu_share",
-    "load_avg_1m",
-    "server_queue_ms",
-    "server_prompt_ms",
-    "server_generation_ms",
-    "llm_model",
-    "llm_endpoint",
-    "asr_error_rate",
-    "asr_error_metric",
-    "answer_quality",
-    "language",
-    "category",
-    "scripted",
-    "clock",
-    "trace_id",
-    "turn_start_ns",
-    *DEVICE_COLUMNS,
-    "packets_lost",
-    "packets_late",
-    "device",
-    "devices",
-    "queue_wait_ms",
-    *WIRE_COLUMNS,
-)
-
 
 _EXACT_NS = 1 << 50  # below this, ns -> ms by integers is round(ns / 1e6, 3) exactly (see ``_ms``)
 
@@ -134,71 +67,6 @@ def _str(value: AttrValue) -> str:
     return "" if value is None else str(value)
 
 
-@dataclass(slots=True)
-class TurnSpans:
-    turn: SpanRecord
-    children: list[SpanRecord] = field(default_factory=list)
-    # children by name, built at the first lookup: a row looks children up by name over a dozen times.
-    # Tuples, as the garbage collector stops walking a tuple of plain records (a fleet holds a million).
-    _by_name: dict[str, tuple[SpanRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _indexed: int = field(default=-1, init=False, repr=False, compare=False)  # len(children) when built
-
-    def _reindex(self) -> None:
-        found: dict[str, list[SpanRecord]] = {}
-        for s in self.children:
-            found.setdefault(s.name, []).append(s)
-        self._by_name = {name: tuple(spans) for name, spans in found.items()}
-        self._indexed = len(self.children)
-
-    def named(self, name: str) -> list[SpanRecord]:
-        return list(self.spans(name))
-
-    def spans(self, name: str) -> tuple[SpanRecord, ...]:
-        """``named`` without the copy, for reading only."""
-        if self._indexed != len(self.children):  # first lookup, or children added since
-            self._reindex()
-        return self._by_name.get(name, ())
-
-    def first(self, name: str) -> SpanRecord | None:
-        if self._indexed != len(self.children):
-            self._reindex()
-        found = self._by_name.get(name)
-        return found[0] if found else None
-
-
-_START = attrgetter("start_ns")  # sort keys for a million spans: cheaper than a lambda's call
-_TURN_START = attrgetter("turn.start_ns")
-
-
-def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[TurnSpans]:
-    """Find every turn span and its children; duplicates (same span id) count once."""
-    by_id: dict[str, SpanRecord] = {}
-    for span in spans:
-        by_id.setdefault(span.span_id, span)
-    turns = {sid: TurnSpans(s) for sid, s in by_id.items() if s.name == names.TURN}
-    for span in by_id.values():
-        parent = turns.get(span.parent_span_id)
-        if parent is not None:
-            parent.children.append(span)
-    out = []
-    for t in turns.values():
-        version = t.turn.attributes.get(names.SCHEMA)
-        if version != names.SCHEMA_VERSION:
-            problems.add(
-                f"turn span {t.turn.span_id}: trace schema version {version!r} is not {names.SCHEMA_VERSION!r}; skipped"
-            )
-            continue
-        t.children.sort(key=_START)
-        out.append(t)
-    out.sort(key=_TURN_START)
-    return out
-
-
-def turn_language(t: TurnSpans) -> str:
-    """The question's language, or the one the ASR detected when the question had none."""
-    return _language(t.turn.attributes, t.first(names.ASR))
-
-
 def _language(a: dict[str, AttrValue], asr: SpanRecord | None) -> str:
     detected = _str(asr.attributes.get(names.ASR_LANGUAGE)) if asr is not None else ""
     return _str(a.get(names.LANGUAGE)) or detected
@@ -212,43 +80,15 @@ def _sentence_index(span: SpanRecord) -> int:
     return _int(span.attributes.get(names.SENTENCE_INDEX))
 
 
-def sentence_first_tokens(t: TurnSpans) -> tuple[float, ...]:
-    """Each sentence's first-token time (ms, from the moment it could start), in sentence order (M3)."""
-    return _first_tokens(sorted(t.spans(names.SENTENCE), key=_sentence_index))
-
-
 def _first_tokens(sentences: Sequence[SpanRecord]) -> tuple[float, ...]:
     found = (_ms(s.start_ns, s.event_ns(names.EV_FIRST_TOKEN)) for s in sentences)
     return tuple(v for v in found if v is not None)
 
 
-def servers_of(turns: Sequence[TurnSpans]) -> dict[str, TurnSpans]:
-    """Device turn span id -> its server's turn, where both ends' spans are among ``turns`` (joined
-    traces: the server's turn span is a child of the device's, filed among its children)."""
-    by_id = {t.turn.span_id: t for t in turns}
-    out = {}
-    for t in turns:
-        server = t.first(names.TURN) if t.first(names.DEVICE) is not None else None
-        if server is not None and server.span_id in by_id:
-            out[t.turn.span_id] = by_id[server.span_id]
-    return out
-
-
-def turn_rows(turns: Sequence[TurnSpans], servers: dict[str, TurnSpans] | None = None) -> list[Row]:
-    """Each turn's row; a device's turn whose server's spans are here gains the split of its first sound."""
-    servers = servers_of(turns) if servers is None else servers
-    return [turn_row(t, servers.get(t.turn.span_id)) for t in turns]
-
-
-def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> Row:
-    """One bench.csv row from one turn's spans (and, for a device's turn, its server's)."""
-    return turn_row_and_sentences(t, server)[0]
-
-
-def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tuple[Row, tuple[float, ...]]:
-    """``turn_row``, and the ``sentence_first_tokens`` it was computed from (the report keeps both).
-
-    The row's keys are in COLUMNS order (a test holds it to that): the report keeps it as it is."""
+def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tuple[float, ...]]:
+    """One bench.csv row from one turn's spans (and, for a device's turn, its server's), and each
+    sentence's first-token time (ms, from the moment it could start, in sentence order, M3) it was
+    computed from: the report keeps both."""
     a = t.turn.attributes
     get = a.get
     speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
@@ -266,69 +106,81 @@ def turn_row_and_sentences(t: TurnSpans, server: TurnSpans | None = None) -> tup
     other_cpu_ms = _float(get(names.HOST_OTHER_CPU_MS))
     first_chunk, generation, tool_ms, prompt, cached, s_queue, s_prompt, s_generation, model = _llm_segments(calls)
     asr_error, asr_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
-    row: Row = {
-        "run_id": _str(get(names.RUN_ID)),
-        "condition": _str(get(names.CONDITION)),
-        "config_id": _str(get(names.CONFIG_ID)),
-        "question_id": _str(get(names.QUESTION_ID)),
-        "round": _int(get(names.ROUND)),
-        "warmup": int(get(names.WARMUP) is True),
-        "first_token_ms": call_ft[0] if call_ft else None,
-        "total_ms": _ms(calls[0].start_ns, max(c.end_ns for c in calls)) if calls else None,
-        "tokens": sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
-        "ok": int(ok),
-        "error": "" if ok else _str(get(names.ERROR_TYPE)) or "unknown",
-        "temp_c": _float(get(names.TEMP_C)),
-        "note": _str(get(names.NOTE)),
-        "whole_turn_ms": _ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
-        "first_audio_ms": _ms(speech_end, playback.start_ns) if playback else None,
-        "vad_endpoint_ms": _ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
-        "asr_ms": _ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
-        "llm_calls": len(calls),
-        "llm_first_token_ms_per_call": ";".join("" if v is None else f"{v:g}" for v in call_ft),
-        "sentences": len(sentences) or _device_sentences(device),
-        "sentence_first_token_min_ms": min(sentence_ft) if sentence_ft else None,
-        "sentence_first_token_median_ms": round(median(sentence_ft), 3) if sentence_ft else None,
-        "sentence_first_token_max_ms": max(sentence_ft) if sentence_ft else None,
-        "tts_first_frame_ms": _ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
-        "llm_first_chunk_ms": first_chunk,
-        "llm_generation_ms": generation,
-        "tool_call_ms": tool_ms,
-        "device_tool_ms": _device_tools_ms(t, server),
-        "prompt_tokens": prompt,
-        "prompt_cached_tokens": cached,
-        "leftover_wait_ms": _float(get(names.LEFTOVER_WAIT_MS)),
-        "other_cpu_ms": other_cpu_ms,
-        "other_cpu_share": _share(other_cpu_ms, t.turn),
-        "load_avg_1m": _float(get(names.HOST_LOAD_AVG_1M)),
-        "server_queue_ms": s_queue,
-        "server_prompt_ms": s_prompt,
-        "server_generation_ms": s_generation,
-        "llm_model": model,
-        "llm_endpoint": _str(get(names.LLM_ENDPOINT)),
-        "asr_error_rate": asr_error,
-        "asr_error_metric": asr_metric,
-        "answer_quality": quality,
-        "language": language,
-        "category": _str(get(names.CATEGORY)),
-        "scripted": _str(get(names.SCRIPTED)),
-        "clock": _str(get(names.CLOCK)),
-        "trace_id": t.turn.trace_id,
-        "turn_start_ns": t.turn.start_ns,
-        **_device(device, playback, speech_end),
-        "packets_lost": _optional_int(get(names.PACKETS_LOST)),
-        "packets_late": _optional_int(get(names.PACKETS_LATE)),
-        "device": _optional_int(get(names.DEVICE_INDEX)),
-        "devices": _optional_int(get(names.DEVICE_COUNT)),
-        "queue_wait_ms": _queue_wait(t.spans(names.LLM_QUEUE)),
-        **wire_split(
-            t.turn,
-            device,
-            server.turn if server is not None else None,
-            server.first(names.DOWNLINK) if server is not None else None,
-            _ms,
-        ),
-    }
+    transport, stt_received, first_received, first_audible, interrupt_received, interrupt_played = _device(
+        device, playback, speech_end
+    )
+    uplink, server_first_audio, downlink, device_buffer = wire_split(
+        t.turn,
+        device,
+        server.turn if server is not None else None,
+        server.first(names.DOWNLINK) if server is not None else None,
+        _ms,
+    )
+    row = TurnRow(
+        run_id=_str(get(names.RUN_ID)),
+        condition=_str(get(names.CONDITION)),
+        config_id=_str(get(names.CONFIG_ID)),
+        question_id=_str(get(names.QUESTION_ID)),
+        round=_int(get(names.ROUND)),
+        warmup=int(get(names.WARMUP) is True),
+        first_token_ms=call_ft[0] if call_ft else None,
+        total_ms=_ms(calls[0].start_ns, max(c.end_ns for c in calls)) if calls else None,
+        tokens=sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
+        ok=int(ok),
+        error="" if ok else _str(get(names.ERROR_TYPE)) or "unknown",
+        temp_c=_float(get(names.TEMP_C)),
+        note=_str(get(names.NOTE)),
+        whole_turn_ms=_ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
+        first_audio_ms=_ms(speech_end, playback.start_ns) if playback else None,
+        vad_endpoint_ms=_ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
+        asr_ms=_ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
+        llm_calls=len(calls),
+        llm_first_token_ms_per_call=";".join("" if v is None else f"{v:g}" for v in call_ft),
+        sentences=len(sentences) or _device_sentences(device),
+        sentence_first_token_min_ms=min(sentence_ft) if sentence_ft else None,
+        sentence_first_token_median_ms=round(median(sentence_ft), 3) if sentence_ft else None,
+        sentence_first_token_max_ms=max(sentence_ft) if sentence_ft else None,
+        tts_first_frame_ms=_ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
+        llm_first_chunk_ms=first_chunk,
+        llm_generation_ms=generation,
+        tool_call_ms=tool_ms,
+        device_tool_ms=_device_tools_ms(t, server),
+        prompt_tokens=prompt,
+        prompt_cached_tokens=cached,
+        leftover_wait_ms=_float(get(names.LEFTOVER_WAIT_MS)),
+        other_cpu_ms=other_cpu_ms,
+        other_cpu_share=_share(other_cpu_ms, t.turn),
+        load_avg_1m=_float(get(names.HOST_LOAD_AVG_1M)),
+        server_queue_ms=s_queue,
+        server_prompt_ms=s_prompt,
+        server_generation_ms=s_generation,
+        llm_model=model,
+        llm_endpoint=_str(get(names.LLM_ENDPOINT)),
+        asr_error_rate=asr_error,
+        asr_error_metric=asr_metric,
+        answer_quality=quality,
+        language=language,
+        category=_str(get(names.CATEGORY)),
+        scripted=_str(get(names.SCRIPTED)),
+        clock=_str(get(names.CLOCK)),
+        trace_id=t.turn.trace_id,
+        turn_start_ns=t.turn.start_ns,
+        transport=transport,
+        stt_received_ms=stt_received,
+        first_audio_received_ms=first_received,
+        first_audible_ms=first_audible,
+        interrupt_received_ms=interrupt_received,
+        interrupt_played_ms=interrupt_played,
+        packets_lost=_optional_int(get(names.PACKETS_LOST)),
+        packets_late=_optional_int(get(names.PACKETS_LATE)),
+        device=_optional_int(get(names.DEVICE_INDEX)),
+        devices=_optional_int(get(names.DEVICE_COUNT)),
+        queue_wait_ms=_queue_wait(t.spans(names.LLM_QUEUE)),
+        uplink_ms=uplink,
+        server_first_audio_ms=server_first_audio,
+        downlink_ms=downlink,
+        device_buffer_ms=device_buffer,
+    )
     return row, sentence_ft
 
 
@@ -339,25 +191,29 @@ def _queue_wait(queues: Sequence[SpanRecord]) -> float | None:
     return round(sum(known), 3) if known else None
 
 
-def _device(device: SpanRecord | None, playback: SpanRecord | None, speech_end: int | None) -> Row:
-    """A device's view across a real transport, from the user's end of speech: empty in-process."""
+_DeviceView = tuple[str, float | None, float | None, float | None, float | None, float | None]
+
+
+def _device(device: SpanRecord | None, playback: SpanRecord | None, speech_end: int | None) -> _DeviceView:
+    """A device's view across a real transport, from the user's end of speech (DEVICE_COLUMNS, in
+    order): empty in-process."""
     if device is None:
-        return _NO_DEVICE.copy()
+        return _NO_DEVICE
     abort = device.event_ns(names.EV_ABORT)
     last_in = device.event_ns(names.EV_LAST_AUDIO_RECEIVED)
     played = playback.end_ns if playback is not None else None
-    return {
-        "transport": _str(device.attributes.get(names.TRANSPORT)),
-        "stt_received_ms": _ms(speech_end, device.event_ns(names.EV_STT)),
-        "first_audio_received_ms": _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
-        "first_audible_ms": _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
+    return (
+        _str(device.attributes.get(names.TRANSPORT)),
+        _ms(speech_end, device.event_ns(names.EV_STT)),
+        _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
+        _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
         # barge-in: from the abort until the server's audio stopped coming, and until the device fell silent
-        "interrupt_received_ms": _ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
-        "interrupt_played_ms": _ms(abort, max(played, abort)) if abort is not None and played is not None else None,
-    }
+        _ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
+        _ms(abort, max(played, abort)) if abort is not None and played is not None else None,
+    )
 
 
-_NO_DEVICE: Row = {key: "" if key == "transport" else None for key in DEVICE_COLUMNS}
+_NO_DEVICE: _DeviceView = ("", None, None, None, None, None)
 
 
 def _barged(device: SpanRecord | None) -> bool:
@@ -446,7 +302,3 @@ def _quality(t: TurnSpans, a: dict[str, AttrValue], heard: _Heard) -> tuple[floa
         scored[1] if scored else "",
         round(quality, 4) if quality is not None and heard.playback else None,
     )
-
-
-def rows_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[Row]:
-    return turn_rows(group_turns(spans, problems or ReadProblems()))

@@ -1,8 +1,9 @@
 """The row sink a run writes through: each finished turn's trace line -> rows -> bench.csv.
 
 The run hands over the trace line it just wrote, never a number of its own; the rows
-are decoded from that line exactly as from a trace file read later, so bench.csv and
-``python -m pipeline.analyze`` of the trace file agree by construction.
+are decoded from that line and made by the same facts as from a trace file read later
+(``read``), so bench.csv and ``python -m pipeline.analyze`` of the trace file agree by
+construction.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from pipeline.analysis.bench_csv import BenchCsv
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import rows_from_spans
+from pipeline.analysis.read import facts_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 
 
@@ -26,8 +27,9 @@ class RowSink:
         self.rows: list[Row] = []
 
     def __call__(self, line: dict[str, Any]) -> None:
-        rows = rows_from_spans(spans_from_traces_data(line))
-        self.bench.append(rows)
+        facts = facts_from_spans(spans_from_traces_data(line))
+        self.bench.append_lines(f.csv_line for f in facts if f.csv_line is not None)
+        rows = [f.row for f in facts]
         self.rows.extend(rows)
         self.progress(progress_line(len(self.rows), self.total, rows))
 
@@ -35,14 +37,14 @@ class RowSink:
 def progress_line(done: int, total: int, rows: list[Row]) -> str:
     parts = []
     for row in rows:
-        tag = " (warm-up)" if row["warmup"] else ""
-        if row["ok"]:
+        tag = " (warm-up)" if row.warmup else ""
+        if row.ok:
             parts.append(
-                f"round {row['round']}{tag} {row['question_id']}: ok, whole turn {row['whole_turn_ms']} ms, "
-                f"first audio {row['first_audio_ms']} ms, {row['llm_calls']} LLM call(s), "
-                f"{row['sentences']} sentence(s)"
+                f"round {row.round}{tag} {row.question_id}: ok, whole turn {row.whole_turn_ms} ms, "
+                f"first audio {row.first_audio_ms} ms, {row.llm_calls} LLM call(s), "
+                f"{row.sentences} sentence(s)"
             )
         else:
-            parts.append(f"round {row['round']}{tag} {row['question_id']}: FAILED ({row['error']})")
+            parts.append(f"round {row.round}{tag} {row.question_id}: FAILED ({row.error})")
     count = f"[{done}/{total}]" if total else f"[{done}]"  # a server does not know how many turns will come
     return f"{count} " + "; ".join(parts)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.columns import column
 from pipeline.analysis.numbers import Row, measured, quantile
 
 HEADLINE_METRICS = (
@@ -51,12 +52,13 @@ def summarize(rows: Sequence[Row], metric: str) -> Summary:
 def summaries(rows: Sequence[Row], metrics: Sequence[str]) -> list[Summary]:
     """``summarize`` for each metric, the measured and the successful turns found once for all of them."""
     turns = [r for r in rows if measured(r)]
-    ok = [r for r in turns if r.get("ok")]
+    ok = [r for r in turns if r.ok]
     return [_summary(metric, ok, len(turns)) for metric in metrics]
 
 
 def _summary(metric: str, ok: Sequence[Row], turns: int) -> Summary:
-    values = sorted(float(v) for r in ok if isinstance((v := r.get(metric)), (int, float)))
+    get = column(metric)
+    values = sorted(float(v) for r in ok if isinstance((v := get(r)), (int, float)))
     if not values:
         return Summary(metric, 0, turns, None, None, None, None)
     array = np.array(values)  # converted once for both quantiles
@@ -66,13 +68,13 @@ def _summary(metric: str, ok: Sequence[Row], turns: int) -> Summary:
 def success_rate(rows: Sequence[Row]) -> tuple[int, int]:
     """(ok turns, measured turns), warm-up excluded."""
     turns = [r for r in rows if measured(r)]
-    return sum(1 for r in turns if r.get("ok")), len(turns)
+    return sum(1 for r in turns if r.ok), len(turns)
 
 
 def group_rows(rows: Sequence[Row]) -> dict[tuple[str, str, str], list[Row]]:
     """Rows by (run_id, condition, config_id), in first-seen order."""
     groups: dict[tuple[str, str, str], list[Row]] = {}
     for row in rows:
-        key = (str(row["run_id"]), str(row["condition"]), str(row["config_id"]))
+        key = (str(row.run_id), str(row.condition), str(row.config_id))
         groups.setdefault(key, []).append(row)
     return groups

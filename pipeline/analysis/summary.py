@@ -30,19 +30,24 @@ def summary_table(rows: Sequence[Row]) -> str:
             f"run {run_id}  condition {condition}  config {config_id}: "
             f"success {ok}/{turns} ({rate}); {warmups} warm-up turn(s) excluded from the statistics"
         )
-        scripted = sorted({str(r.get("scripted")) for r in group if r.get("scripted")})
+        scripted = sorted({str(r.scripted) for r in group if r.scripted})
         if scripted:
             lines.append(
                 f"  scripted stages: {', '.join(scripted)}: their times are estimated (simulated), not measurements"
             )
-        lines.append(f"  {'metric':<32}{'median':>10}{'P90':>10}{'min':>10}{'max':>10}{'n':>8}")
         figures = summaries(group, HEADLINE_METRICS)  # the turns that count found once: a fleet has many
-        for metric, s in zip(HEADLINE_METRICS, figures, strict=True):
-            n = f"{s.n}/{s.turns}" + ("*" if s.partial else "")
-            lines.append(
-                f"  {metric:<32}{_fmt(s.median, metric):>10}{_fmt(s.p90, metric):>10}"
-                f"{_fmt(s.minimum, metric):>10}{_fmt(s.maximum, metric):>10}{n:>8}"
+        table = [
+            (
+                metric,
+                _fmt(s.median, metric),
+                _fmt(s.p90, metric),
+                _fmt(s.minimum, metric),
+                _fmt(s.maximum, metric),
+                f"{s.n}/{s.turns}" + ("*" if s.partial else ""),
             )
+            for metric, s in zip(HEADLINE_METRICS, figures, strict=True)
+        ]
+        lines.extend(_aligned([("metric", "median", "P90", "min", "max", "n"), *table]))
         by_language = _error_rates(group)
         if by_language:
             lines.append("  asr_error_rate by language (median): " + ", ".join(by_language))
@@ -54,13 +59,26 @@ def summary_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+# the metric's column, then the figures' (at least this wide, right-aligned, two spaces apart at the least:
+# a fleet's "33331/33331" must not run into the max before it)
+_WIDTHS = (32, 10, 10, 10, 10, 8)
+
+
+def _aligned(table: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(least, *(len(cells[i]) + (i > 0) * 2 for cells in table)) for i, least in enumerate(_WIDTHS)]
+    return [
+        "  " + cells[0].ljust(widths[0]) + "".join(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        for cells in table
+    ]
+
+
 def _error_rates(rows: Sequence[Row]) -> list[str]:
     """The recognition error rate per language: CER for Chinese, WER otherwise (measured turns with a reference)."""
     out = []
-    for language in sorted({str(r.get("language")) for r in rows if r.get("language")}):
-        same = [r for r in rows if r.get("language") == language]
+    for language in sorted({str(r.language) for r in rows if r.language}):
+        same = [r for r in rows if r.language == language]
         s = summarize(same, "asr_error_rate")
         if s.median is not None:
-            metric = next((str(r.get("asr_error_metric")) for r in same if r.get("asr_error_metric")), "")
+            metric = next((str(r.asr_error_metric) for r in same if r.asr_error_metric), "")
             out.append(f"{language} {metric.upper()} {s.median:.2f} ({s.n}/{s.turns})")
     return out

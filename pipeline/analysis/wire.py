@@ -23,9 +23,8 @@ from collections.abc import Callable
 from pipeline.analysis.traces import SpanRecord
 from pipeline.tracing import names
 
-WIRE_COLUMNS = ("uplink_ms", "server_first_audio_ms", "downlink_ms", "device_buffer_ms")
-
 Ms = Callable[[int | None, int | None], float | None]
+Split = tuple[float | None, float | None, float | None, float | None]  # columns.WIRE_COLUMNS, in order
 
 
 def wire_split(
@@ -34,18 +33,17 @@ def wire_split(
     server_turn: SpanRecord | None,
     server_downlink: SpanRecord | None,
     ms: Ms,
-) -> dict[str, float | None]:
-    """The four parts of a device's first sound; all None unless both ends' spans are given."""
+) -> Split:
+    """The four parts of a device's first sound (``WIRE_COLUMNS``, in order); all None unless both
+    ends' spans are given."""
     if device is None or server_turn is None or server_downlink is None:
-        return dict.fromkeys(WIRE_COLUMNS)
+        return _NO_SPLIT
     sent = device_turn.event_ns(names.EV_USER_SPEECH_END)
     arrived = server_turn.event_ns(names.EV_USER_SPEECH_END)
     first_sent = server_downlink.start_ns  # the server's ``downlink`` span: first frame out
     received = device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)
     audible = device.event_ns(names.EV_FIRST_AUDIBLE)
-    return {
-        "uplink_ms": ms(sent, arrived),
-        "server_first_audio_ms": ms(arrived, first_sent),
-        "downlink_ms": ms(first_sent, received),
-        "device_buffer_ms": ms(received, audible),
-    }
+    return ms(sent, arrived), ms(arrived, first_sent), ms(first_sent, received), ms(received, audible)
+
+
+_NO_SPLIT: Split = (None, None, None, None)

@@ -2,15 +2,17 @@
 
 Modules, in the order data flows through them:
 
-- ``load``, ``jaeger``: trace files, an experiment folder or Jaeger's query API -> a ``Dataset``
-  (rows computed by ``pipeline.analysis`` from the spans alone, plus per-sentence times and
-  each run's recorded settings).
+- ``load``, ``jaeger``: trace files, an experiment folder or Jaeger's query API -> a ``Dataset``,
+  each turn's facts (its row, per-sentence times, failed stages, what it says of its run) as
+  ``pipeline.analysis.read`` makes them from the spans alone, and each run's recorded settings.
+- ``sweeps``: sweeps recorded beside the traces (``sweep.json``), held against the runs' own spans.
 - ``conditions``: rows grouped by condition (A, B, B', then any other label).
 - ``bootstrap``, ``compare``, ``runs``, ``drift``, ``settings``, ``waterfall``: figures several
-  sections share (intervals, differences, per-run facts, M11 and M20 checks).
-- ``sections/``: one module per section of the report (result, segments, amplification,
-  dilution, outcomes and conclusion, integrity, uncertainty, figures, reference), each owning
-  its numbers, its tables and its words; ``build`` lists them in order.
-- ``document``, ``cells``, ``plots``: the report's building blocks; ``markdown``, ``html``,
-  ``output``: renderings and the files written; ``__main__`` is the command line.
+  sections share (intervals, differences, per-run summaries, M11 and M20 checks).
+- ``sections/``: one module per section of the report (sweep, result, segments, wire,
+  amplification, dilution, outcomes and conclusion, integrity, uncertainty, figures, reference),
+  each owning its numbers, its tables and its words; ``build`` lists them in order.
+- ``document``, ``cells``, ``cited``, ``plots``: the report's building blocks; ``markdown``,
+  ``html``, ``output``: renderings and the files written (report.md, report.html, rows.csv);
+  ``__main__`` is the command line.
 """

@@ -1,8 +1,9 @@
 """``python -m pipeline.report PATH...`` or ``--jaeger URL``: the comparison report (METHOD M1-M23).
 
 PATH is an experiment folder (its ``traces/*.jsonl``, or every ``*.jsonl`` under it) or trace
-files. Writes report.md (+ plots/), report.html (self-contained) and the bench.csv rows the
-report was computed from into ``--out`` (default: PATH/report for one folder, else ./report).
+files. Writes report.md (+ plots/), report.html (self-contained) and rows.csv, the rows the report
+was computed from in bench.csv's format (``output``), into ``--out`` (default: PATH/report for one
+folder, else ./report).
 
 Exit status: 0 report written; 1 report written but no turn was found; 3 report written but
 the comparison was refused (M11); 2 nothing written (bad arguments, unreadable source).
@@ -19,9 +20,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn
 
+from pipeline.analysis.read import cyclic_gc_paused
 from pipeline.report.document import Document
 from pipeline.report.jaeger import JaegerQuery, load_jaeger
-from pipeline.report.load import Dataset, LoadError, cyclic_gc_paused, load_paths
+from pipeline.report.load import Dataset, LoadError, load_paths
 from pipeline.report.output import write
 
 
@@ -102,7 +104,7 @@ def report(argv: Sequence[str] | None = None) -> tuple[int, Dataset | None]:
     for problem in data.problems:
         print(f"warning: {problem}", file=sys.stderr)
     print(f"{len(data.rows)} turn(s), {len(data.runs)} run(s): {'complete' if doc.complete else 'INCOMPLETE'}")
-    print(f"report: {written.markdown}\nhtml:   {written.html}\nrows:   {written.bench_csv}")
+    print(f"report: {written.markdown}\nhtml:   {written.html}\nrows:   {written.rows_csv}")
     if not data.rows:
         return 1, data
     return (0 if doc.comparable else 3), data

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.analysis.columns import column
 from pipeline.analysis.numbers import Row, measured
 from pipeline.report.load import Dataset
 
@@ -48,7 +49,7 @@ def _nan_number(value: object) -> float:
 
 def per_call(row: Row) -> list[float | None]:
     """The turn's per-call first-token times (None for a call without a first token)."""
-    text = row.get("llm_first_token_ms_per_call")
+    text = row.llm_first_token_ms_per_call
     if not isinstance(text, str) or not text:
         return []
     parts = text.split(";")
@@ -89,7 +90,8 @@ class Condition:
     def _numbers(self, kind: str, rows: Sequence[Row], metric: str) -> np.ndarray:
         key = f"{kind}:{metric}"
         if key not in self._cache:
-            found = [r.get(metric) for r in rows]
+            get = column(metric)
+            found = [get(r) for r in rows]
             # numpy's own conversion where it converts as ``number`` does (None is NaN): most columns,
             # and a fleet's millions of cells
             if set(map(type, found)) <= _PLAIN:
@@ -125,7 +127,7 @@ class Condition:
     def turn_keys(self) -> list[tuple[str, object]]:
         """(question, round) of every measured successful turn, in order: how conditions pair up (cached)."""
         if len(self._keys) != len(self.ok):
-            self._keys[:] = [(str(r.get("question_id")), r.get("round")) for r in self.ok]
+            self._keys[:] = [(str(r.question_id), r.round) for r in self.ok]
         return self._keys
 
     def matched(self, base: Condition) -> tuple[np.ndarray, np.ndarray]:
@@ -146,20 +148,20 @@ def rows_by_run(rows: Iterable[Row]) -> dict[str, list[Row]]:
     """Rows by run id, runs in first-seen order, each run's rows in the order given."""
     out: dict[str, list[Row]] = {}
     for row in rows:
-        out.setdefault(str(row.get("run_id")), []).append(row)
+        out.setdefault(str(row.run_id), []).append(row)
     return out
 
 
 def _order_key(row: Row) -> tuple[str, int]:
-    start = row.get("turn_start_ns")
-    return str(row.get("run_id")), int(start) if isinstance(start, int) else 0
+    start = row.turn_start_ns
+    return str(row.run_id), int(start) if isinstance(start, int) else 0
 
 
 def group(data: Dataset) -> dict[str, Condition]:
     """Conditions that have rows, keyed by label, in ``ordered_labels`` order."""
     indices: dict[str, list[int]] = {}
     for i, row in enumerate(data.rows):
-        indices.setdefault(str(row.get("condition") or ""), []).append(i)
+        indices.setdefault(str(row.condition or ""), []).append(i)
     order = list(map(_order_key, data.rows))  # each row's key once, looked up by index in C while sorting
     out = {}
     for label in ordered_labels(list(indices)):
@@ -171,11 +173,11 @@ def group(data: Dataset) -> dict[str, Condition]:
 def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
     rows = [data.rows[i] for i in idx]
     measured_idx = [i for i in idx if measured(data.rows[i])]
-    ok_idx = [i for i in measured_idx if data.rows[i].get("ok")]
+    ok_idx = [i for i in measured_idx if data.rows[i].ok]
     sentences = [v for i in ok_idx for v in data.sentence_ms[i]]
     ok_calls = tuple(per_call(data.rows[i]) for i in ok_idx)
     calls = [c for turn in ok_calls for c in turn if c is not None]
-    runs = tuple(dict.fromkeys(str(r.get("run_id")) for r in rows))
+    runs = tuple(dict.fromkeys(str(r.run_id) for r in rows))
     return Condition(
         label=label,
         runs=runs,
@@ -184,7 +186,7 @@ def _condition(data: Dataset, label: str, idx: list[int]) -> Condition:
         ok=tuple(data.rows[i] for i in ok_idx),
         sentence_ms=np.sort(np.asarray(sentences, dtype=np.float64)),
         call_ms=np.sort(np.asarray(calls, dtype=np.float64)),
-        failed_stages=tuple(data.failed_stages[i] for i in measured_idx if not data.rows[i].get("ok")),
+        failed_stages=tuple(data.failed_stages[i] for i in measured_idx if not data.rows[i].ok),
         ok_calls=ok_calls,
         index=tuple(idx),
         ok_index=tuple(ok_idx),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.columns import column
 from pipeline.analysis.numbers import Row, measured_ok, median
 from pipeline.report.conditions import number, rows_by_run
 
@@ -71,7 +72,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def _order(row: Row) -> int:
-    start = row.get("turn_start_ns")
+    start = row.turn_start_ns
     return int(start) if isinstance(start, int) else 0
 
 
@@ -79,11 +80,12 @@ def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
     """Latency / same question's median (rows: one run's measured ok turns, in run order)."""
     by_question: dict[str, list[float]] = {}
     kept: list[tuple[str, float]] = []
+    get = column(metric)
     for row in rows:
-        value = number(row.get(metric))
+        value = number(get(row))
         if value is None:
             continue
-        q = str(row.get("question_id"))
+        q = str(row.question_id)
         by_question.setdefault(q, []).append(value)
         kept.append((q, value))
     medians = {q: median(v) for q, v in by_question.items()}
@@ -101,7 +103,7 @@ def check(run_id: str, rows: Sequence[Row], metric: str) -> Drift:
 
 def _check(run_id: str, measured: Sequence[Row], metric: str) -> Drift:
     """``measured``: the run's measured ok turns, in run order."""
-    rounds = {r.get("round") for r in measured}
+    rounds = {r.round for r in measured}
     rel = relative_latencies(measured, metric)
     n = len(rel)
     if n == 0:

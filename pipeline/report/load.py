@@ -1,29 +1,27 @@
 """Where a report's data comes from: trace files or an experiment folder -> a ``Dataset``.
 
-Rows are always recomputed from the spans by ``pipeline.analysis.rows`` (a bench.csv found
-beside the traces is only cross-checked, never trusted over them). Besides the rows the
-dataset keeps what rows cannot hold (``TurnFacts``): every sentence's first-token time, which
-stages failed in a failed turn, each run's recorded settings, where queue waits lay, and a way
-back to any turn's spans (for the waterfall plot): the spans themselves where they were given
-in memory, or where in the files they were read. Files are read by ``reading`` (in several
-processes when there is much to read).
+Rows are always recomputed from the spans by ``pipeline.analysis`` (``read.read_traces``; a
+bench.csv found beside the traces is only cross-checked, never trusted over them). The dataset
+holds each turn's ``TurnFacts``: its row and what rows cannot hold (every sentence's first-token
+time, which stages failed in a failed turn, each run's recorded settings, where queue waits lay,
+and a way back to its spans for the waterfall plot: the spans themselves where they were given
+in memory, or where in the files they were read).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.bench_csv import csv_line, read_bench_csv
+from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import TurnSpans, group_turns
+from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_turn
 from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
-from pipeline.report.reading import read_files, reread_turn
-from pipeline.report.turn_facts import TurnFacts, facts_of, queue_places
+from pipeline.analysis.turns import TurnSpans, group_turns
 
 
 class LoadError(ValueError):
@@ -42,46 +40,74 @@ class RunInfo:
     question_count: int | None = None  # questions per round, as the run recorded it
 
 
-@dataclass(slots=True)
+@dataclass
 class Dataset:
-    """Rows and what goes with them, index-aligned: ``sentence_ms[i]`` belongs to ``rows[i]``."""
+    """Every turn's facts, in turn order, and what was found about the runs and the reading.
 
-    rows: list[Row]
-    sentence_ms: list[tuple[float, ...]]
-    failed_stages: list[tuple[str, ...]]
-    turns: list[TurnSpans] | None  # the spans, where they were given in memory (Jaeger, tests)
+    ``rows``, ``sentence_ms`` and ``failed_stages`` are views of the facts, index-aligned with them
+    (made once, at first use: the facts are not changed once the dataset is made)."""
+
+    facts: list[TurnFacts]
+    turns: list[TurnSpans] | None  # the spans, index-aligned, where they were given in memory (Jaeger, tests)
     runs: dict[str, RunInfo]
     source: str
     files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     offline_verdicts: list[str] = field(default_factory=list)  # what B' runs' network checks found
-    # each row's facts, where the rows were read from spans (empty for others: synthetic benchmarks)
-    facts: list[TurnFacts] = field(default_factory=list)
     workers: int = 1  # processes that read the trace files
+
+    @classmethod
+    def of_rows(
+        cls,
+        rows: Sequence[Row],
+        source: str,
+        sentence_ms: Sequence[tuple[float, ...]] | None = None,
+        failed_stages: Sequence[tuple[str, ...]] | None = None,
+        runs: dict[str, RunInfo] | None = None,
+    ) -> Dataset:
+        """A dataset of rows made without spans (a benchmark's synthetic rows, a test's)."""
+        return cls(facts_of_rows(rows, sentence_ms, failed_stages), None, runs or {}, source)
+
+    @cached_property
+    def rows(self) -> list[Row]:
+        return [f.row for f in self.facts]
+
+    @cached_property
+    def sentence_ms(self) -> list[tuple[float, ...]]:
+        return [f.sentence_ms for f in self.facts]
+
+    @cached_property
+    def failed_stages(self) -> list[tuple[str, ...]]:
+        return [f.failed for f in self.facts]
+
+    def subset(self, indices: Iterable[int]) -> Dataset:
+        """The turns at ``indices`` (their facts, and their spans where kept), with this one's source."""
+        idx = list(indices)
+        turns = [self.turns[i] for i in idx] if self.turns is not None else None
+        return Dataset([self.facts[i] for i in idx], turns, {}, self.source)
 
     def turn_spans(self, i: int) -> TurnSpans | None:
         """Row ``i``'s turn spans: kept, or read again from the lines they came from; None if neither can be."""
         if self.turns is not None:
             return self.turns[i]
-        if self.facts and self.facts[i].lines:
+        if self.facts[i].lines:
             return reread_turn(self.facts[i])
         return None
 
     def queue_places(self, i: int) -> tuple[str, ...]:
-        """Where row ``i``'s queue waits lay against its LLM calls (``turn_facts.Q_*``), one per wait."""
-        if self.facts:
-            return self.facts[i].queue
-        return queue_places(self.turns[i]) if self.turns is not None else ()
+        """Where row ``i``'s queue waits lay against its LLM calls (``facts.Q_*``), one per wait: from its
+        spans where they are kept, else as found when they were read."""
+        return queue_places(self.turns[i]) if self.turns is not None else self.facts[i].queue
 
     @property
     def from_spans(self) -> bool:
-        return bool(self.facts) or self.turns is not None
+        return self.turns is not None or any(f.span_id for f in self.facts)
 
-    @property
-    def csv_lines(self) -> list[str] | None:
-        """The rows as bench.csv lines, where they were made while reading (None: to be made)."""
-        return [f.csv_line for f in self.facts] if len(self.facts) == len(self.rows) and self.facts else None
+    def csv_lines(self) -> Iterator[str]:
+        """The rows as bench.csv lines: made while reading where they were, else now."""
+        for f in self.facts:
+            yield f.csv_line if f.csv_line is not None else csv_line(f.row)
 
 
 def _run_infos(facts: Sequence[TurnFacts]) -> dict[str, RunInfo]:
@@ -156,17 +182,7 @@ def dataset_from_facts(
         if missing:
             said.append(f"asked-for run(s) not found in the traces: {', '.join(missing)}")
         facts = [f for f in facts if f.run.run_id in wanted]
-    return Dataset(
-        rows=[f.row for f in facts],
-        sentence_ms=[f.sentence_ms for f in facts],
-        failed_stages=[f.failed for f in facts],
-        turns=None,
-        runs=_run_infos(facts),
-        source=source,
-        problems=said,
-        notes=notes,
-        facts=facts,
-    )
+    return Dataset(facts, turns=None, runs=_run_infos(facts), source=source, problems=said, notes=notes)
 
 
 def _folder_files(path: Path) -> list[Path]:
@@ -187,30 +203,16 @@ def _bench_check(folder: Path, rows: Sequence[Row], runs: Sequence[str]) -> list
         return [f"{bench}: could not be read for the cross-check ({exc}); the report uses the traces"]
 
     def key(r: Row) -> tuple[str, str, str]:
-        return str(r.get("run_id")), str(r.get("question_id")), str(r.get("round"))
+        return r.run_id, r.question_id, str(r.round)
 
     ours = {key(r) for r in rows}
-    theirs = {key(r) for r in stored if not runs or str(r.get("run_id")) in runs}
+    theirs = {key(r) for r in stored if not runs or r.run_id in runs}
     if ours == theirs:
         return [f"{bench}: same {len(ours)} turn(s) as the traces (the report is computed from the traces)"]
     return [
         f"{bench}: differs from the traces ({len(theirs - ours)} turn(s) only in the CSV, "
         f"{len(ours - theirs)} only in the traces); the report uses the traces"
     ]
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Cyclic garbage collection off while a dataset is built (and, in the report command, while the
-    report is made from it). None of its records is in a cycle, but a fleet's millions of them set
-    off collections again and again, each walking all of them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_paths(
@@ -222,7 +224,7 @@ def load_paths(
     """Trace files and experiment folders -> dataset. A missing path raises ``LoadError``.
 
     ``workers``: processes to read the files with (default: one per core when there is much to read);
-    ``meanwhile``: as ``read_files``'s (called once, unless a path is missing)."""
+    ``meanwhile``: as ``read_traces``'s (called once, unless a path is missing)."""
     files: list[Path] = []
     for path in paths:
         if not path.exists():
@@ -230,7 +232,7 @@ def load_paths(
         files.extend([path] if path.is_file() else _folder_files(path))
     source = ", ".join(str(p) for p in paths)
     with cyclic_gc_paused():
-        read = read_files(files, workers, meanwhile=meanwhile)
+        read = read_traces(files, workers, meanwhile=meanwhile)
         data = dataset_from_facts(read.facts, read.joined, read.problems, source, runs)
     data.workers = read.workers
     data.files = [str(f) for f in files]

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from pipeline.analysis.columns import column
 from pipeline.analysis.numbers import Row, measured
 from pipeline.report.conditions import Condition, number, title
 from pipeline.report.drift import Drift
@@ -118,10 +119,11 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
     in_order = [(run_id, label, sorted(rows, key=_start)) for run_id, label, rows in runs]
     for ax, metric, name in zip(axes, ("whole_turn_ms", "first_token_ms"), ("whole turn", "first token"), strict=True):
         temp_ax = None
+        get = column(metric)
         for run_id, label, ordered in in_order:
             idx = thin(np.arange(len(ordered)), ORDER_POINTS)
-            x = [int(i) for i in idx if number(ordered[i].get(metric)) is not None and ordered[i].get("ok")]
-            y = [number(ordered[i].get(metric)) for i in x]
+            x = [int(i) for i in idx if number(get(ordered[i])) is not None and ordered[i].ok]
+            y = [number(get(ordered[i])) for i in x]
             warm = [i for i in x if not measured(ordered[i])]
             tag = " (DRIFTING)" if (run_id, metric) in flagged else ""
             ax.plot(
@@ -136,14 +138,14 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
             if warm:
                 ax.plot(
                     warm,
-                    [number(ordered[i].get(metric)) for i in warm],
+                    [number(get(ordered[i])) for i in warm],
                     linestyle="none",
                     marker="o",
                     markersize=7,
                     markerfacecolor="none",
                     color="black",
                 )
-            temps = [(int(i), t) for i in idx if (t := number(ordered[int(i)].get("temp_c"))) is not None]
+            temps = [(int(i), t) for i in idx if (t := number(ordered[int(i)].temp_c)) is not None]
             if temps:
                 has_temp = True
                 temp_ax = temp_ax or ax.twinx()
@@ -167,7 +169,7 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
 
 
 def _start(row: Row) -> int:
-    start = row.get("turn_start_ns")
+    start = row.turn_start_ns
     return start if isinstance(start, int) else 0
 
 

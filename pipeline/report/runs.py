@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.analysis.columns import column
 from pipeline.analysis.numbers import Row, measured, median
 from pipeline.report.conditions import Condition, number, rows_by_run
 from pipeline.report.load import RunInfo
@@ -16,7 +17,9 @@ TEMP_BAND_C = 5.0
 
 
 @dataclass(frozen=True, slots=True)
-class RunFacts:
+class RunSummary:
+    """One run's turns summed up: warm-up, missing turns, failures, settings asked for."""
+
     run_id: str
     condition: str
     config_ids: tuple[str, ...]
@@ -35,7 +38,8 @@ class RunFacts:
 
 
 def _median(rows: Sequence[Row], metric: str) -> float | None:
-    values = [v for r in rows if r.get("ok") and (v := number(r.get(metric))) is not None]
+    get = column(metric)
+    values = [v for r in rows if r.ok and (v := number(get(r))) is not None]
     return median(values) if values else None
 
 
@@ -54,28 +58,28 @@ def _expected(run: RunInfo | None, questions: int) -> int | None:
     return rounds * (min(limit, questions) if limit else questions)
 
 
-def run_facts(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunFacts]:
+def run_summaries(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunSummary]:
     out = []
     for run_id, rr in rows_by_run(rows).items():
         warm = [r for r in rr if not measured(r)]
         turns = [r for r in rr if measured(r)]
         errors: dict[str, int] = {}
         for r in turns:
-            if not r.get("ok"):
-                errors[str(r.get("error") or "unknown")] = errors.get(str(r.get("error") or "unknown"), 0) + 1
-        questions = len({r.get("question_id") for r in rr})
+            if not r.ok:
+                errors[str(r.error or "unknown")] = errors.get(str(r.error or "unknown"), 0) + 1
+        questions = len({r.question_id for r in rr})
         out.append(
-            RunFacts(
+            RunSummary(
                 run_id=run_id,
-                condition=str(rr[0].get("condition")),
-                config_ids=tuple(dict.fromkeys(str(r.get("config_id")) for r in rr)),
-                clock=", ".join(sorted({str(r.get("clock")) for r in rr if r.get("clock")})),
-                scripted=", ".join(sorted({str(r.get("scripted")) for r in rr if r.get("scripted")})),
+                condition=rr[0].condition,
+                config_ids=tuple(dict.fromkeys(str(r.config_id) for r in rr)),
+                clock=", ".join(sorted({str(r.clock) for r in rr if r.clock})),
+                scripted=", ".join(sorted({str(r.scripted) for r in rr if r.scripted})),
                 turns=len(rr),
                 warmup=len(warm),
                 measured=len(turns),
-                ok=sum(1 for r in turns if r.get("ok")),
-                rounds=len({r.get("round") for r in rr}),
+                ok=sum(1 for r in turns if r.ok),
+                rounds=len({r.round for r in rr}),
                 questions=questions,
                 expected=_expected(runs.get(run_id), questions),
                 errors=tuple(sorted(errors.items())),
@@ -95,8 +99,9 @@ def temperatures(cond: Condition) -> tuple[float, float] | None:
 def temperature_bands(cond: Condition, metric: str = "whole_turn_ms") -> list[tuple[float, float, int]]:
     """(band start °C, median of ``metric``, turns) per 5 °C band (M20: median within a range)."""
     bands: dict[float, list[float]] = {}
+    get = column(metric)
     for r in cond.ok:
-        t, v = number(r.get("temp_c")), number(r.get(metric))
+        t, v = number(r.temp_c), number(get(r))
         if t is not None and v is not None:
             bands.setdefault(math.floor(t / TEMP_BAND_C) * TEMP_BAND_C, []).append(v)
     return [(band, median(v), len(v)) for band, v in sorted(bands.items())]
@@ -106,7 +111,7 @@ def duplicate_turns(rows: Sequence[Row]) -> list[tuple[str, str, object, int]]:
     """(run, question, round, rows) for every turn found more than once: two runs merged into one run id."""
     counts: dict[tuple[str, str, object], int] = {}
     for r in rows:
-        key = (str(r.get("run_id")), str(r.get("question_id")), r.get("round"))
+        key = (str(r.run_id), str(r.question_id), r.round)
         counts[key] = counts.get(key, 0) + 1
     return [(run, question, rnd, n) for (run, question, rnd), n in counts.items() if n > 1]
 
@@ -128,8 +133,8 @@ def run_loads(rows: Sequence[Row]) -> list[RunLoad]:
     """Per run, how much other work the machine did during its measured turns (empty reading: virtual clock)."""
     out = []
     for run_id, rr in rows_by_run(r for r in rows if measured(r)).items():
-        shares = [v for r in rr if (v := number(r.get("other_cpu_share"))) is not None]
-        loads = [v for r in rr if (v := number(r.get("load_avg_1m"))) is not None]
+        shares = [v for r in rr if (v := number(r.other_cpu_share)) is not None]
+        loads = [v for r in rr if (v := number(r.load_avg_1m)) is not None]
         out.append(
             RunLoad(
                 run_id,

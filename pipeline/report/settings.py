@@ -108,13 +108,13 @@ def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
     ask the set rotated, interleaved in time, and the device count is a setting of its own)."""
     firsts: dict[str, tuple[int, list[tuple[int, str]]]] = {}
     for row in rows:
-        if row.get("device") not in (None, "", 0):
+        if row.device not in (None, "", 0):
             continue
-        run = str(row.get("run_id"))
-        rnd = row.get("round")
+        run = str(row.run_id)
+        rnd = row.round
         rnd = rnd if isinstance(rnd, int) else 0
-        start = row.get("turn_start_ns")
-        entry = (start if isinstance(start, int) else 0, str(row.get("question_id")))
+        start = row.turn_start_ns
+        entry = (start if isinstance(start, int) else 0, str(row.question_id))
         current = firsts.get(run)
         if current is None or rnd < current[0]:
             firsts[run] = (rnd, [entry])
@@ -126,7 +126,7 @@ def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
 def _rounds(rows: Sequence[Row]) -> dict[str, int]:
     out: dict[str, set[object]] = {}
     for row in rows:
-        out.setdefault(str(row.get("run_id")), set()).add(row.get("round"))
+        out.setdefault(str(row.run_id), set()).add(row.round)
     return {run: len(r) for run, r in out.items()}
 
 

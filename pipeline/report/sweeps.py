@@ -106,7 +106,7 @@ def check(sweep: Sweep, runs: Mapping[str, RunInfo], rows: Sequence[Row]) -> Swe
     other = sorted({d.setting for d in differences(infos) if not varies(sweep, d.setting)})
     if other:
         reasons.append(f"settings other than {sweep.variable} differ: {', '.join(other)}")
-    asked = {p.run_id: frozenset(str(r.get("question_id")) for r in rows if r.get("run_id") == p.run_id) for p in ran}
+    asked = {p.run_id: frozenset(str(r.question_id) for r in rows if r.run_id == p.run_id) for p in ran}
     if len(set(asked.values())) > 1:
         listed = "; ".join(f"{run}: {', '.join(sorted(q))}" for run, q in asked.items())
         reasons.append(f"question sets differ (M5): {listed}")

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.analysis.numbers import Row, quantile
-from pipeline.analysis.rows import TurnSpans
 from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.turns import TurnSpans
 from pipeline.report.conditions import Condition, number
 from pipeline.tracing import names
 
@@ -106,11 +106,11 @@ def representative(cond: Condition, rows: Sequence[Row]) -> int | None:
     best: tuple[int, float, int, int] | None = None
     for i in cond.ok_index:  # the condition's measured successful turns: the rest cannot be chosen
         row = rows[i]
-        v = number(row.get("whole_turn_ms"))
+        v = number(row.whole_turn_ms)
         if v is None or not low <= v <= high:
             continue
-        sentences = number(row.get("sentences")) or 0
-        start = row.get("turn_start_ns")
+        sentences = number(row.sentences) or 0
+        start = row.turn_start_ns
         key = (-int(sentences), abs(v - median), start if isinstance(start, int) else 0, i)
         if best is None or key < best:
             best = key

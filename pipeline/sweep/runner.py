@@ -59,7 +59,7 @@ def run_point(point: Point, options: RunOptions, settings: Path, log: Path) -> P
     seconds = round(time.monotonic() - started, 1)
     found = run_rows(options.out / "bench.csv", point.run_id)
     record = PointRecord(point.value, point.run_id, point.overrides, exit_code=code, seconds=seconds)
-    record.config_ids = sorted({str(r.get("config_id")) for r in found})
+    record.config_ids = sorted({str(r.config_id) for r in found})
     record.config_id = record.config_ids[0] if len(record.config_ids) == 1 else None
     record.turns = len(found)
     ran = code in RAN if point.module == OFFLINE else code == 0
@@ -74,7 +74,7 @@ def run_point(point: Point, options: RunOptions, settings: Path, log: Path) -> P
 def run_rows(bench: Path, run_id: str) -> list[Row]:
     if not bench.is_file():
         return []
-    return [r for r in read_bench_csv(bench) if r.get("run_id") == run_id]
+    return [r for r in read_bench_csv(bench) if r.run_id == run_id]
 
 
 def failure(lines: Sequence[str], code: int, turns: int) -> str:

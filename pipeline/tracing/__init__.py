@@ -1,1 +1,1 @@
-"""Tracing: span names (``names``), the timeline a turn's spans are built from, spans, OTLP JSON, export."""
+"""Tracing: span names (``names``), the timeline a turn's spans are built from, span records, OTLP JSON, export."""

@@ -8,25 +8,26 @@ or breaks a run.
 
 from __future__ import annotations
 
-import threading
+import atexit
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from pipeline.tracing import names
-from pipeline.tracing.otlp_json import dumps_line, spans_to_otlp_json
+from pipeline.tracing.otlp_json import dumps_line, encode_line, traces_data
+from pipeline.tracing.records import Attributes, SpanIds, SpanRecord
 from pipeline.tracing.requests import RequestTiming, build_request_span, remote_parent
-from pipeline.tracing.spans import Attributes, build_job_spans, build_turn_spans
+from pipeline.tracing.sdk_spans import readable_span, within_limits
+from pipeline.tracing.spans import build_job_spans, build_turn_spans
 from pipeline.tracing.timeline import JobTimeline, TurnTimeline
+
+SCOPE = "voice-latency-lab"  # the instrumentation scope every span of the lab's is written under
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,45 +37,6 @@ class OtlpSettings:
     endpoint: str  # full traces URL for http/protobuf, host:port or URL for grpc
     protocol: str = "http/protobuf"
     timeout_s: float = 2.0
-
-
-class _LineBuffer(SpanProcessor):
-    """Collects ended spans until the caller writes them out as one line."""
-
-    def __init__(self) -> None:
-        self._spans: list[ReadableSpan] = []
-        self._lock = threading.Lock()
-
-    def on_end(self, span: ReadableSpan) -> None:
-        with self._lock:
-            self._spans.append(span)
-
-    def take(self) -> list[ReadableSpan]:
-        with self._lock:
-            taken, self._spans = self._spans, []
-        return taken
-
-
-class _ReservableIds(RandomIdGenerator):
-    """Random ids, except that a turn span's id can be drawn ahead of time (``reserve``), so a
-    device can name its turn in a ``traceparent`` before the turn's spans exist. Several devices
-    of one run may hold reservations at once; each turn takes its own."""
-
-    def __init__(self) -> None:
-        self._next: int | None = None
-
-    def reserve(self) -> int:
-        return super().generate_span_id()
-
-    def use_next(self, span_id: int) -> None:
-        """The next span id generated is ``span_id``."""
-        self._next = span_id
-
-    def generate_span_id(self) -> int:
-        if self._next is not None:
-            span_id, self._next = self._next, None
-            return span_id
-        return super().generate_span_id()
 
 
 class CountingExporter(SpanExporter):
@@ -118,7 +80,10 @@ def make_otlp_exporter(settings: OtlpSettings) -> SpanExporter:
 
 
 class Tracing:
-    """One run's tracer: a trace file, an optional OTLP exporter, a session span."""
+    """One run's tracer: a trace file, an optional OTLP exporter, a session span.
+
+    Spans are the lab's own records (``records``), built after the fact and written
+    straight as OTLP JSON; the SDK's span objects are made only for an OTLP exporter."""
 
     def __init__(
         self,
@@ -131,39 +96,34 @@ class Tracing:
         self.trace_path = trace_path
         self.tee = tee  # also given every line written (a worker's lines, for its driver)
         trace_path.parent.mkdir(parents=True, exist_ok=True)
-        self._buffer = _LineBuffer()
-        self._ids = _ReservableIds()
-        self._provider = TracerProvider(
-            resource=Resource.create({"service.name": service_name}), id_generator=self._ids
-        )
-        self._provider.add_span_processor(self._buffer)
+        self._ids = SpanIds()
+        self._resource = Resource.create({"service.name": service_name})
+        self._scope = InstrumentationScope(SCOPE)
+        self._limits = SpanLimits()  # the SDK's, from the OTEL_*_LIMIT variables, read once as its tracer would
         self.otlp: CountingExporter | None = None
         self.otlp_endpoint = otlp.endpoint if otlp else ""
+        self._wire: BatchSpanProcessor | None = None
         inner = exporter or (make_otlp_exporter(otlp) if otlp else None)
         if inner is not None:
             self.otlp = CountingExporter(inner)
-            self._provider.add_span_processor(BatchSpanProcessor(self.otlp, schedule_delay_millis=500))
-        self._tracer = self._provider.get_tracer("voice-latency-lab")
-        self._session: Span | None = None
-        self._session_ctx: Context | None = None
+            self._wire = BatchSpanProcessor(self.otlp, schedule_delay_millis=500)
+            atexit.register(self.shutdown)  # what is queued still goes out when a caller never shuts down
+        self._session: SpanRecord | None = None
 
     def start_session(self, attributes: Attributes, start_ns: int) -> None:
-        span = self._tracer.start_span(names.SESSION, attributes=attributes, start_time=start_ns)
-        assert isinstance(span, Span)
-        self._session = span
-        self._session_ctx = trace.set_span_in_context(span)
+        self._session = self._ids.span(names.SESSION, None, start_ns, start_ns, dict(attributes))
 
     def end_session(self, end_ns: int) -> dict[str, Any] | None:
-        if self._session is not None:
-            self._session.end(end_time=end_ns)
-            self._session = None
-        return self._write_line()
+        if self._session is None:
+            return None
+        session, self._session = self._session, None
+        session.end_ns = end_ns
+        return self._write([session])
 
     def reserve_turn(self) -> str:
         """A W3C ``traceparent`` naming the next turn span this tracer emits (the session's trace)."""
-        session = self._session.get_span_context() if self._session is not None else None
-        trace_id = session.trace_id if session is not None else self._ids.generate_trace_id()
-        return f"00-{trace_id:032x}-{self._ids.reserve():016x}-01"
+        trace_id = self._session.trace_id if self._session is not None else self._ids.trace_id()
+        return f"00-{trace_id:032x}-{self._ids.span_id():016x}-01"
 
     def emit_turn(
         self, timeline: TurnTimeline, attributes: Attributes, traceparent: str = "", reserved: str = ""
@@ -173,50 +133,45 @@ class Tracing:
         ``traceparent``: the turn span becomes a child of that remote span (a device's turn, seen
         from the server that served it), so both sides' spans form one trace. ``reserved``: what
         ``reserve_turn`` returned for this turn; its span id becomes the turn span's."""
-        parent = self._session_ctx
-        if traceparent:
-            remote = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
-            if trace.get_current_span(remote).get_span_context().is_valid:
-                parent = remote
-        if reserved:
-            self._ids.use_next(int(reserved.split("-")[2], 16))  # the turn span is the first span built
-        build_turn_spans(self._tracer, parent, timeline, attributes)
-        line = self._write_line()
-        assert line is not None
-        return line
+        parent = remote_parent(traceparent) or (self._session.as_parent() if self._session is not None else None)
+        turn_id = int(reserved.split("-")[2], 16) if reserved else None
+        return self._write(build_turn_spans(self._ids, parent, timeline, attributes, turn_id))
 
     def emit_job(self, job: JobTimeline, attributes: Attributes) -> dict[str, Any]:
         """A background job as spans in the session's trace, written as one line of its own."""
-        build_job_spans(self._tracer, self._session_ctx, job, attributes)
-        line = self._write_line()
-        assert line is not None
-        return line
+        parent = self._session.as_parent() if self._session is not None else None
+        return self._write(build_job_spans(self._ids, parent, job, attributes))
 
     def emit_request(self, timing: RequestTiming, traceparent: str = "") -> dict[str, Any]:
         """A request a service served, as one span written as one line; returns that line's data.
 
         ``traceparent``: the caller's span, which the request's span joins; without one (or with
         a malformed one) the span is the root of a trace of its own, never the session's."""
-        build_request_span(self._tracer, remote_parent(traceparent), timing)
-        line = self._write_line()
-        assert line is not None
-        return line
+        return self._write([build_request_span(self._ids, remote_parent(traceparent), timing)])
 
-    def _write_line(self) -> dict[str, Any] | None:
-        spans = self._buffer.take()
-        if not spans:
-            return None
-        data = spans_to_otlp_json(spans)
-        self.add_line(data)
+    def _write(self, spans: list[SpanRecord]) -> dict[str, Any]:
+        for span in spans:
+            within_limits(span, self._limits)
+        data = traces_data(self._resource.attributes, SCOPE, spans)
+        self._append(encode_line(data, self._resource.attributes, spans))
         if self.tee is not None:
             self.tee(data)
+        if self._wire is not None:
+            for span in spans:
+                self._wire.on_end(readable_span(span, self._resource, self._scope))
         return data
 
     def add_line(self, data: dict[str, Any]) -> None:
         """Append a line another tracer wrote (a worker's), as it wrote it, to this run's trace file."""
-        with self.trace_path.open("a", encoding="utf-8") as fh:
-            fh.write(dumps_line(data))
-            fh.flush()
+        self._append(dumps_line(data).encode())
+
+    def _append(self, line: bytes) -> None:
+        with self.trace_path.open("ab") as fh:
+            fh.write(line)
 
     def shutdown(self) -> None:
-        self._provider.shutdown()
+        """Send what is still queued for the OTLP exporter, and stop it."""
+        if self._wire is not None:
+            wire, self._wire = self._wire, None
+            atexit.unregister(self.shutdown)
+            wire.shutdown()  # type: ignore[no-untyped-call]

@@ -11,15 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util.types import AttributeValue
 
 from pipeline.events import StageInfo
 from pipeline.tracing import names
-
-Attributes = dict[str, AttributeValue]
+from pipeline.tracing.records import KIND_SERVER, SpanIds, SpanParent, SpanRecord
+from pipeline.tracing.records import Attributes as Attributes  # re-exported for callers
 
 
 @dataclass(slots=True)
@@ -48,15 +45,16 @@ def stage_attributes(info: StageInfo) -> Attributes:
     return attrs
 
 
-def remote_parent(traceparent: str) -> Context | None:
+def remote_parent(traceparent: str) -> SpanParent | None:
     """The caller's span named by a W3C ``traceparent``; None when there is none or it is malformed."""
     if not traceparent:
         return None
     remote = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
-    return remote if trace.get_current_span(remote).get_span_context().is_valid else None
+    context = trace.get_current_span(remote).get_span_context()
+    return SpanParent(context.trace_id, context.span_id, remote=True) if context.is_valid else None
 
 
-def build_request_span(tracer: trace.Tracer, parent: Context | None, timing: RequestTiming) -> None:
+def build_request_span(ids: SpanIds, parent: SpanParent | None, timing: RequestTiming) -> SpanRecord:
     """The request's span, under ``parent`` or (None) as the root of a new trace."""
     attrs: Attributes = stage_attributes(timing.stage) if timing.stage is not None else {}
     attrs.update(timing.attributes)
@@ -64,12 +62,10 @@ def build_request_span(tracer: trace.Tracer, parent: Context | None, timing: Req
     if not timing.ok:
         attrs[names.ERROR_TYPE] = timing.error_type
         attrs[names.ERROR_MESSAGE] = timing.error_message
-    # An empty Context, not None: None would adopt whatever span is current in the caller's context.
-    span = tracer.start_span(
-        timing.name, context=parent or Context(), kind=SpanKind.SERVER, attributes=attrs, start_time=timing.start_ns
-    )
+    end = timing.end_ns if timing.end_ns is not None else timing.start_ns
+    span = ids.span(timing.name, parent, timing.start_ns, end, attrs, kind=KIND_SERVER)
     for name, t in timing.events:
-        span.add_event(name, timestamp=t)
+        span.add_event(name, t)
     if not timing.ok:
-        span.set_status(Status(StatusCode.ERROR, timing.error_type))
-    span.end(end_time=timing.end_ns if timing.end_ns is not None else timing.start_ns)
+        span.error = timing.error_type
+    return span

@@ -8,15 +8,15 @@ or the real server's downlink (24 kHz). A decoder takes any of those streams bac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
-import opuslib_next as opus
 import soxr
 
 from pipeline.events import FRAME_BYTES, FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 
-_APPLICATIONS = {"voip": opus.APPLICATION_VOIP, "audio": opus.APPLICATION_AUDIO}
-_SIGNALS = {"voice": opus.SIGNAL_VOICE}
+_APPLICATIONS = {"voip": "APPLICATION_VOIP", "audio": "APPLICATION_AUDIO"}  # opuslib-next's names
+_SIGNALS = {"voice": "SIGNAL_VOICE"}
 _LONGEST_PACKET_MS = 120  # the longest duration one Opus packet can hold (RFC 6716, 3.2.5)
 
 
@@ -105,6 +105,15 @@ class _Resampler:
         return np.asarray(both[self._start : self._start + self._length], dtype="<i2").tobytes()
 
 
+def _opuslib() -> ModuleType:
+    """opuslib-next, imported on first use: its import loads libopus (Debian libopus0), which a run
+    without a device link (the in-process default, ``make demo``) neither needs nor installs."""
+    import opuslib_next
+
+    module: ModuleType = opuslib_next
+    return module
+
+
 class OpusEncoder:
     """Encodes the pipeline's 60 ms 16 kHz frames as the named preset does, one packet per frame."""
 
@@ -112,14 +121,15 @@ class OpusEncoder:
         self.preset = opus_preset(preset)
         self.sample_rate = self.preset.sample_rate
         self._samples = self.sample_rate * FRAME_MS // 1000
-        self._encoder = opus.Encoder(self.sample_rate, 1, _APPLICATIONS[self.preset.application])
+        opus = _opuslib()
+        self._encoder = opus.Encoder(self.sample_rate, 1, getattr(opus, _APPLICATIONS[self.preset.application]))
         self._encoder.complexity = self.preset.complexity
         self._encoder.vbr = int(self.preset.vbr)
         self._encoder.dtx = int(self.preset.dtx)
         if self.preset.bitrate is not None:
             self._encoder.bitrate = self.preset.bitrate
         if self.preset.signal is not None:
-            self._encoder.signal = _SIGNALS[self.preset.signal]
+            self._encoder.signal = getattr(opus, _SIGNALS[self.preset.signal])
         self._resampler = _Resampler(self.sample_rate) if self.sample_rate != SAMPLE_RATE else None
 
     def encode(self, pcm: bytes) -> bytes:
@@ -137,7 +147,8 @@ class OpusDecoder:
 
     def __init__(self, sample_rate: int = SAMPLE_RATE) -> None:
         self.sample_rate = sample_rate
-        self._decoder = opus.Decoder(sample_rate, 1)
+        self._opus = _opuslib()
+        self._decoder = self._opus.Decoder(sample_rate, 1)
         self._most = sample_rate * _LONGEST_PACKET_MS // 1000
 
     def decode(self, packet: bytes) -> bytes:
@@ -146,7 +157,7 @@ class OpusDecoder:
             raise CodecError("an empty Opus packet")
         try:
             return bytes(self._decoder.decode(packet, self._most))
-        except opus.OpusError as exc:
+        except self._opus.OpusError as exc:
             raise CodecError(f"undecodable Opus packet of {len(packet)} bytes: {exc}") from None
 
 

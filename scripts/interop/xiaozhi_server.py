@@ -22,7 +22,6 @@ filled once with only what its selected providers import.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import signal
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
 from pipeline.analysis.server_segments import segment_rows, summarize  # noqa: E402
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files  # noqa: E402
 from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
@@ -252,12 +252,11 @@ def packets(bench: Path) -> tuple[int | None, int | None]:
     """Packets lost and late over the measured turns; None where no turn counted packets (WebSocket)."""
     if not bench.is_file():
         return None, None
-    with bench.open(encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if r.get("warmup") == "0"]
-    counted = [r for r in rows if r.get("packets_lost", "") != ""]
-    if not counted:
+    rows = [r for r in read_bench_csv(bench) if not r.warmup]
+    lost = [r.packets_lost for r in rows if r.packets_lost is not None]
+    if not lost:
         return None, None
-    return sum(int(r["packets_lost"]) for r in counted), sum(int(r.get("packets_late") or 0) for r in counted)
+    return sum(lost), sum(r.packets_late or 0 for r in rows if r.packets_lost is not None)
 
 
 def intro(args: argparse.Namespace) -> str:

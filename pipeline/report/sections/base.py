@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pipeline.report import drift, forked, settings
+from pipeline.report import drift, settings
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph
 from pipeline.report.load import Dataset
-from pipeline.report.runs import RunFacts, run_facts
+from pipeline.report.runs import RunSummary, run_summaries
 from pipeline.report.sweeps import Sweep, read_sweeps
 
 Conditions = dict[str, Condition]
@@ -43,10 +43,9 @@ class Context:
 
     data: Dataset
     draw: bool
-    apart: bool = False  # work in forked children: pays from tens of thousands of rows (``build``)
     conds: Conditions = field(init=False)
     labels: list[str] = field(init=False)
-    facts: list[RunFacts] = field(init=False)
+    run_summaries: list[RunSummary] = field(init=False)
     check: settings.SettingsCheck = field(init=False)
     drifts: list[drift.Drift] = field(init=False)
     pairs: list[Pair] = field(init=False)
@@ -56,19 +55,17 @@ class Context:
 
     def __post_init__(self) -> None:
         rows, runs = self.data.rows, self.data.runs
-        # the runs' facts and drifts in a child (their answer is small) while this process groups the rows
-        # (its answer is not) and checks the settings: about as long as each other at fleet scale
-        with forked.apart(lambda: (run_facts(rows, runs), drift.check_runs(rows)), self.apart) as checked:
-            self.conds = group(self.data)
-            self.labels = ordered_labels(list(self.conds))
-            self.check = settings.check(list(runs.values()), rows)
-            self.facts, self.drifts = checked()
+        self.conds = group(self.data)
+        self.labels = ordered_labels(list(self.conds))
+        self.check = settings.check(list(runs.values()), rows)
+        self.run_summaries = run_summaries(rows, runs)
+        self.drifts = drift.check_runs(rows)
         self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
         self.sweeps, self.sweep_problems = read_sweeps(self.data.files)
 
     @property
-    def simulated(self) -> list[RunFacts]:
-        return [f for f in self.facts if f.scripted]
+    def simulated(self) -> list[RunSummary]:
+        return [f for f in self.run_summaries if f.scripted]
 
     def refused(self, out: list[Block]) -> bool:
         """Whether the comparison was refused (M11); if so, says so in ``out``."""

@@ -88,7 +88,7 @@ def conclusion(x: Condition, base: Condition, simulated: bool) -> str:
 def _quality(conds: Conditions) -> str:
     parts = []
     for label, cond in conds.items():
-        values = [v for r in cond.ok if (v := number(r.get("answer_quality"))) is not None]
+        values = [v for r in cond.ok if (v := number(r.answer_quality)) is not None]
         if values:
             parts.append(f"{label} {median(values):.2f}")
     if not parts:
@@ -112,7 +112,7 @@ def boundaries(conds: Conditions) -> tuple[str, ...]:
 
 
 def _temp(cond: Condition) -> str:
-    temps = [v for r in cond.measured if (v := number(r.get("temp_c"))) is not None]
+    temps = [v for r in cond.measured if (v := number(r.temp_c)) is not None]
     if not temps:
         return "not recorded (no sensor), so these figures hold for an unknown temperature"
     return f"{min(temps):.1f}-{max(temps):.1f} °C"

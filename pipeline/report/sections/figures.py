@@ -11,15 +11,6 @@ from pipeline.report.waterfall import Waterfall, bars, representative
 
 
 def section(ctx: Context) -> list[Block]:
-    return first(ctx) + last(ctx)
-
-
-# ``build`` draws ``first`` in a forked child while this process writes the other sections, then draws
-# ``last`` itself: at fleet scale that evens out the two processes' work.
-
-
-def first(ctx: Context) -> list[Block]:
-    """The section's heading and its plots but the last."""
     out: list[Block] = [Heading(2, "8. Plots")]
     if not ctx.draw:
         out.append(Paragraph("Plots were not drawn (--no-plots).", NOTE))
@@ -34,7 +25,7 @@ def first(ctx: Context) -> list[Block]:
         )
         out.extend(_waterfalls(ctx))
     by_run = rows_by_run(ctx.data.rows)  # one pass, not one a run: a fleet's rows are many
-    runs = [(f.run_id, f.condition, by_run.get(f.run_id, [])) for f in ctx.facts]
+    runs = [(f.run_id, f.condition, by_run.get(f.run_id, [])) for f in ctx.run_summaries]
     out.append(
         Figure(
             "order",
@@ -43,19 +34,16 @@ def first(ctx: Context) -> list[Block]:
             "latency against run order",
         )
     )
-    return out
-
-
-def last(ctx: Context) -> list[Block]:
-    """The section's last plot, where there is one: the per-sentence box plots."""
-    if not (ctx.draw and ctx.data.rows and ctx.check.comparable):
-        return []
-    conds = [c for c in ctx.conds.values() if c.measured]
-    return [
-        Figure(
-            "sentences", plots.sentence_box_plot(conds), "Per-sentence first-token times per condition.", "box plots"
+    if ctx.check.comparable:
+        out.append(
+            Figure(
+                "sentences",
+                plots.sentence_box_plot(conds),
+                "Per-sentence first-token times per condition.",
+                "box plots",
+            )
         )
-    ]
+    return out
 
 
 def _waterfalls(ctx: Context) -> list[Block]:
@@ -67,7 +55,7 @@ def _waterfalls(ctx: Context) -> list[Block]:
         if i is None:
             continue
         row = ctx.data.rows[i]
-        name = f"{title(label)}: run {row.get('run_id')}, {row.get('question_id')} round {row.get('round')}"
+        name = f"{title(label)}: run {row.run_id}, {row.question_id} round {row.round}"
         spans = ctx.data.turn_spans(i)
         if spans is None:
             out.append(Paragraph(f"No waterfall for {name}: its spans could not be read again.", NOTE))

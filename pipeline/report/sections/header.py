@@ -17,7 +17,7 @@ def section(ctx: Context) -> list[Block]:
         Heading(1, TITLE),
         Paragraph(
             f"Source: {d.source or '-'} ({len(d.files)} file(s)). {len(d.rows)} turn(s) in "
-            f"{len(ctx.facts)} run(s), every figure computed from the traces alone."
+            f"{len(ctx.run_summaries)} run(s), every figure computed from the traces alone."
         ),
     ]
     if not d.rows:
@@ -32,7 +32,7 @@ def section(ctx: Context) -> list[Block]:
                 WARNING,
             )
         )
-    virtual = [f.run_id for f in ctx.facts if "virtual" in f.clock]
+    virtual = [f.run_id for f in ctx.run_summaries if "virtual" in f.clock]
     if virtual:
         out.append(Paragraph(f"Virtual clock (simulated time) in run(s): {', '.join(virtual)}.", WARNING))
     if not ctx.check.comparable and not sweep.covering(ctx):  # a sweep's points differ by design

@@ -11,8 +11,8 @@ from pipeline.report.document import NOTE, WARNING, Block, Bullets, Heading, Par
 from pipeline.report.drift import Drift
 from pipeline.report.runs import (
     BUSY_SHARE,
-    RunFacts,
     RunLoad,
+    RunSummary,
     duplicate_turns,
     run_loads,
     temperature_bands,
@@ -26,7 +26,7 @@ MAX_PROBLEMS = 20
 SLOW_WARMUP = 1.5  # a warm-up median this many times the measured median gets a remark
 
 
-def runs_table(facts: Sequence[RunFacts]) -> Table:
+def runs_table(facts: Sequence[RunSummary]) -> Table:
     rows = []
     for f in facts:
         expected = "unknown" if f.expected is None else str(f.expected)
@@ -67,7 +67,7 @@ def runs_table(facts: Sequence[RunFacts]) -> Table:
     )
 
 
-def warmup_table(facts: Sequence[RunFacts]) -> Table:
+def warmup_table(facts: Sequence[RunSummary]) -> Table:
     rows = []
     for f in facts:
         remark = "-"
@@ -135,8 +135,8 @@ def drift_table(drifts: Sequence[Drift]) -> Table:
 
 def section(ctx: Context) -> list[Block]:
     out: list[Block] = [Heading(2, "6. Integrity"), Heading(3, "Runs, failures and warm-up (M6, M7)")]
-    out.append(runs_table(ctx.facts))
-    for f in ctx.facts:
+    out.append(runs_table(ctx.run_summaries))
+    for f in ctx.run_summaries:
         if f.expected is not None and f.expected != f.turns:
             ctx.incomplete.append(f"run {f.run_id}: {f.turns} of {f.expected} expected turns found")
             out.append(
@@ -147,7 +147,7 @@ def section(ctx: Context) -> list[Block]:
                 )
             )
     out.extend(_duplicates(ctx))
-    out.append(warmup_table(ctx.facts))
+    out.append(warmup_table(ctx.run_summaries))
     out.extend(_settings_blocks(ctx))
     out.extend(_machine_load(ctx))
     out.append(Heading(3, "Temperature and drift (M9, M20)"))
@@ -226,7 +226,7 @@ def _settings_blocks(ctx: Context) -> list[Block]:
     out: list[Block] = [Heading(3, "Config identity (M11)")]
     if ctx.check.differences:
         out.append(settings_table(ctx.check))
-    ids = sorted({cid for f in ctx.facts for cid in f.config_ids})
+    ids = sorted({cid for f in ctx.run_summaries for cid in f.config_ids})
     if ctx.check.comparable and len(ids) <= 1:
         out.append(Paragraph(f"One configuration ({', '.join(ids) or 'none'}): nothing to check."))
     elif ctx.check.comparable:

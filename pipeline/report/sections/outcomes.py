@@ -107,8 +107,8 @@ def _components(cond: Condition) -> str:
 def _errors(cond: Condition) -> str:
     counts: dict[str, int] = {}
     for r in cond.measured:
-        if not r.get("ok"):
-            key = str(r.get("error") or "unknown")
+        if not r.ok:
+            key = str(r.error or "unknown")
             counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{e} ({n})" for e, n in sorted(counts.items()))
 

@@ -29,7 +29,7 @@ def method_section(_ctx: Context) -> list[Block]:
         Heading(2, "How the figures were computed"),
         Bullets(
             (
-                "Rows are recomputed from the trace spans alone (pipeline.analysis); bench.csv beside this report "
+                "Rows are recomputed from the trace spans alone (pipeline.analysis); rows.csv beside this report "
                 "holds exactly those rows.",
                 "Statistics use measured turns only: warm-up (round 1) excluded, failed turns counted in the "
                 "success rate and absent from latency figures.",

@@ -18,7 +18,7 @@ EVERY = "every figure"
 
 
 def calls_cell(cond: Condition) -> str:
-    counts = np.asarray([v for r in cond.ok if (v := number(r.get("llm_calls"))) is not None], dtype=np.float64)
+    counts = np.asarray([v for r in cond.ok if (v := number(r.llm_calls)) is not None], dtype=np.float64)
     if len(counts) == 0:
         return cells.not_measured(len(cond.measured))
     return (
@@ -86,15 +86,11 @@ def section(ctx: Context) -> list[Block]:
 
 def _per_run_tables(data: Dataset) -> list[Block]:
     out: list[Block] = []
-    by_run: dict[str, Dataset] = {}
+    by_run: dict[str, list[int]] = {}
     for i, r in enumerate(data.rows):
-        run = str(r.get("run_id"))
-        sub = by_run.setdefault(run, Dataset([], [], [], None, {}, data.source))
-        sub.rows.append(r)
-        sub.sentence_ms.append(data.sentence_ms[i])
-        sub.failed_stages.append(data.failed_stages[i])
-    for run, sub in by_run.items():
-        cond = next(iter(group(sub).values()))
+        by_run.setdefault(r.run_id, []).append(i)
+    for run, idx in by_run.items():
+        cond = next(iter(group(data.subset(idx)).values()))
         table = result_table([cond.label], {cond.label: cond})
         out.append(Table(f"run-{run}", (f"run {run}", *table.headers[1:]), table.rows, table.caption))
     return out

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.facts import Q_BEFORE, Q_INSIDE, Q_MIXED, placement
+from pipeline.analysis.numbers import median
 from pipeline.report import cells
 from pipeline.report.compare import Stat, stat, stat_of
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.sections.base import ESTIMATED, MEASURED, Conditions, Context, header, row
-from pipeline.report.turn_facts import Q_BEFORE, Q_INSIDE, Q_MIXED, placement
 
 SERVER_TIMINGS = ("server_queue_ms", "server_prompt_ms", "server_generation_ms")
 INSIDE = "not measured (the client sees only the sum below)"
@@ -201,13 +202,13 @@ def _tokens(cond: Condition, metric: str) -> str:
     values = cond.values(metric)
     if len(values) == 0:
         return f"{cells.NOT_MEASURED} (not reported)"
-    return f"{float(np.median(values)):.0f} · {cells.count(len(values), len(cond.measured))}"
+    return f"{median(values):.0f} · {cells.count(len(values), len(cond.measured))}"
 
 
 def _evaluated(cond: Condition) -> str:
     column = cond.column("prompt_tokens") - cond.column("prompt_cached_tokens")
     known = column[~np.isnan(column)]
-    return f"{float(np.median(known)):.0f}" if len(known) else f"{cells.NOT_MEASURED} (not reported)"
+    return f"{median(known):.0f}" if len(known) else f"{cells.NOT_MEASURED} (not reported)"
 
 
 def prompt_table(labels: Sequence[str], conds: Conditions) -> Table:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.facts import Q_INSIDE, placement
 from pipeline.analysis.numbers import median, quantile
 from pipeline.report import cells
 from pipeline.report.conditions import Condition, group
@@ -28,7 +29,6 @@ from pipeline.report.runs import BUSY_SHARE, RunLoad, run_loads
 from pipeline.report.sections.base import MEASURED, Context
 from pipeline.report.sections.sweep_reading import METRICS, Metric, Series, quantile_or_none, reading
 from pipeline.report.sweeps import OK, Sweep, SweepPoint, check
-from pipeline.report.turn_facts import Q_INSIDE, placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,18 +49,10 @@ def sweep_point(data: Dataset, point: SweepPoint) -> Point:
 
 def run_condition(data: Dataset, run_id: str) -> Condition | None:
     """One run's turns as a condition (a run has one condition label)."""
-    idx = [i for i, r in enumerate(data.rows) if r.get("run_id") == run_id]
+    idx = [i for i, r in enumerate(data.rows) if r.run_id == run_id]
     if not idx:
         return None
-    sub = Dataset(
-        rows=[data.rows[i] for i in idx],
-        sentence_ms=[data.sentence_ms[i] for i in idx],
-        failed_stages=[data.failed_stages[i] for i in idx],
-        turns=None,
-        runs={},
-        source=data.source,
-    )
-    return next(iter(group(sub).values()))
+    return next(iter(group(data.subset(idx)).values()))
 
 
 def _latency(values: np.ndarray, turns: int) -> str:
@@ -162,7 +154,7 @@ def quality_reading(sweep: Sweep, ran: Sequence[Point]) -> tuple[str, bool]:
 
 def _queue_inside(data: Dataset, ran: Sequence[Point]) -> bool:
     runs = {p.point.run_id for p in ran}
-    return placement(data.queue_places(i) for i, r in enumerate(data.rows) if r.get("run_id") in runs) == Q_INSIDE
+    return placement(data.queue_places(i) for i, r in enumerate(data.rows) if r.run_id in runs) == Q_INSIDE
 
 
 def _sweep_blocks(ctx: Context, sweep: Sweep) -> list[Block]:
@@ -204,7 +196,8 @@ def _sweep_blocks(ctx: Context, sweep: Sweep) -> list[Block]:
         f"sweep|{sweep.sweep_id}",
     )
     words = [*reading(series, 0.5, inside), *reading(series, 0.9, inside)]
-    scripted = sorted({f.scripted for f in ctx.facts if f.scripted and f.run_id in {p.point.run_id for p in ran}})
+    ran_ids = {p.point.run_id for p in ran}
+    scripted = sorted({f.scripted for f in ctx.run_summaries if f.scripted and f.run_id in ran_ids})
     if scripted:
         words[0] += f" (Simulated stages ({', '.join(scripted)}): this describes the simulator's settings.)"
     out.extend(Paragraph(w) for w in words)

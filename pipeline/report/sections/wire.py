@@ -26,7 +26,7 @@ NO_DEVICE = "- (in-process: no transport)"
 
 
 def _over_transport(cond: Condition) -> bool:
-    return any(r.get("transport") for r in cond.measured)
+    return any(r.transport for r in cond.measured)
 
 
 def device_segment(cond: Condition) -> Stat:
@@ -102,4 +102,4 @@ def section(ctx: Context) -> list[Block]:
 
 
 def _transports(cond: Condition) -> str:
-    return ", ".join(sorted({str(r.get("transport")) for r in cond.measured if r.get("transport")}))
+    return ", ".join(sorted({str(r.transport) for r in cond.measured if r.transport}))

@@ -1,13 +1,13 @@
-"""What the report keeps of one turn's spans: its row and the few things a row cannot hold.
+"""Turns -> turn facts: each turn's row and the few things a row cannot hold (``facts_of``).
 
 A report needs every turn's bench.csv row, but of the spans behind it only a little more:
-each sentence's first-token time, which stages failed, the run's recorded settings, where
-the turn's queue waits lay against its LLM calls, and, for the one turn a waterfall shows,
-where its spans were read so they can be read again. ``TurnFacts`` holds exactly that, as
-plain tuples and strings, so a worker process can hand a hundred thousand of them back
-cheaply and the spans themselves never have to cross. The three records are msgspec structs,
-not named tuples: pickle takes a named tuple apart and puts it together again by calling
-Python code, a struct in C, and one turn has two.
+each sentence's first-token time, which stages failed, what the turn span says of its run
+(its recorded settings), where the turn's queue waits lay against its LLM calls, and, for the
+one turn a waterfall shows, where its spans were read so they can be read again. ``TurnFacts``
+holds exactly that, as plain tuples and strings, so a reader process can hand a hundred
+thousand of them back cheaply and the spans themselves never have to cross. The three records
+are msgspec structs, not named tuples: pickle takes a named tuple apart and puts it together
+again by calling Python code, a struct in C, and one turn has two.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pipeline.analysis.bench_csv import csv_line_of
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.rows import TurnSpans, servers_of, turn_row_and_sentences
+from pipeline.analysis.bench_csv import csv_line
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.turns import TurnSpans, servers_of
 from pipeline.tracing import names
 
 T = TypeVar("T")
@@ -56,8 +57,8 @@ class LineRef(msgspec.Struct, frozen=True, gc=False):
     part: int
 
 
-class RunFacts(msgspec.Struct, frozen=True, gc=False):
-    """What a turn span says of its run (``report.load`` gathers them into ``RunInfo``)."""
+class RunAttributes(msgspec.Struct, frozen=True, gc=False):
+    """What a turn span's attributes say of its run (the report gathers a run's into its ``RunInfo``)."""
 
     run_id: str
     condition: str
@@ -68,12 +69,12 @@ class RunFacts(msgspec.Struct, frozen=True, gc=False):
 
 class TurnFacts(msgspec.Struct, frozen=True, gc=False):
     start_ns: int
-    span_id: str
-    row: Row  # in COLUMNS order, as bench.csv's columns
-    csv_line: str  # the row as bench.csv writes it
+    span_id: str  # "" for a row not read from spans (``facts_of_rows``)
+    row: TurnRow
+    csv_line: str | None  # the row as bench.csv writes it (None: not made, for a row not read from spans)
     sentence_ms: tuple[float, ...]
     failed: tuple[str, ...]
-    run: RunFacts
+    run: RunAttributes
     queue: tuple[str, ...]  # Q_* of each llm.queue span, in span order
     lines: tuple[LineRef, ...]  # where its spans were read (empty for spans not read from files)
 
@@ -106,11 +107,11 @@ def placement(places: Iterable[tuple[str, ...]]) -> str | None:
     return found.pop() if len(found) == 1 else (Q_MIXED if found else None)
 
 
-def run_facts(turn: SpanRecord, same: Callable[[str], str]) -> RunFacts:
+def run_attributes(turn: SpanRecord, same: Callable[[str], str]) -> RunAttributes:
     a = turn.attributes
     count = a.get(names.QUESTION_COUNT)
     recorded = a.get(names.CONFIG_JSON)
-    return RunFacts(
+    return RunAttributes(
         str(a.get(names.RUN_ID) or ""),
         str(a.get(names.CONDITION) or ""),
         str(a.get(names.CONFIG_ID) or ""),
@@ -127,12 +128,12 @@ def facts_of(
 ) -> tuple[list[TurnFacts], int]:
     """Each turn's facts, and how many server turns were left out as joined to their device's turn
     (the same turn seen from the other end: it gives the device's row the split of its first sound).
-    With ``keep_joined`` none is left out: each server turn has its own facts too, as ``turn_rows``
-    gives it a row of its own (``python -m pipeline.analyze`` writes both ends' rows).
+    With ``keep_joined`` none is left out: each server turn has its own facts too (a run's bench.csv
+    and ``python -m pipeline.analyze`` give every turn span its row; the report folds them).
 
     ``kept``: one copy of each distinct value the turns repeat (a run's settings and facts, the row's
     run id, condition, model, language...), kept across calls by a caller that makes facts a few turns
-    at a time: a worker's answer then carries each once (pickle writes an object once), not once a
+    at a time: a reader's answer then carries each once (pickle writes an object once), not once a
     turn, and the process it reaches holds one copy."""
     servers = servers_of(turns)
     served: set[str] = set() if keep_joined else {t.turn.span_id for t in servers.values()}
@@ -148,21 +149,37 @@ def facts_of(
     for t in turns:
         if t.turn.span_id in served:
             continue
-        row, sentence_ms = turn_row_and_sentences(t, servers.get(t.turn.span_id))  # in COLUMNS order
+        row, sentence_ms = turn_row(t, servers.get(t.turn.span_id))
         for key in REPEATED_TEXTS:
-            text = row[key]
-            row[key] = keep(text, text)
+            text = getattr(row, key)
+            setattr(row, key, keep(text, text))
         out.append(
             TurnFacts(
                 t.turn.start_ns,
                 t.turn.span_id,
                 row,
-                csv_line_of(row.values()),
+                csv_line(row),
                 sentence_ms,
                 failed_stages(t),
-                same(run_facts(t.turn, same)),
+                same(run_attributes(t.turn, same)),
                 queue_places(t),
                 lines_of(t) if lines_of is not None else (),
             )
         )
     return out, len(served)
+
+
+def facts_of_rows(
+    rows: Sequence[TurnRow],
+    sentence_ms: Sequence[tuple[float, ...]] | None = None,
+    failed: Sequence[tuple[str, ...]] | None = None,
+) -> list[TurnFacts]:
+    """Facts of rows made without spans (a benchmark's synthetic rows, a test's): what the rows say
+    of their runs, the sentences' times and failed stages given (index-aligned), nothing else."""
+    out = []
+    for i, row in enumerate(rows):
+        run = RunAttributes(row.run_id, row.condition, row.config_id, None, None)
+        sentences = sentence_ms[i] if sentence_ms is not None else ()
+        stages = failed[i] if failed is not None else ()
+        out.append(TurnFacts(row.turn_start_ns, "", row, None, sentences, stages, run, (), ()))
+    return out

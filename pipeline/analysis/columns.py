@@ -1,0 +1,305 @@
+"""The turn record: one declaration of bench.csv's columns, each with its type, unit and meaning.
+
+``TurnRow``'s fields are bench.csv's columns in the file's order. Everything else that names a
+column is generated from it: ``COLUMNS`` (the CSV header), the device's and the wire's column
+groups, the numeric columns, the README's column table (``columns_table``; kept equal by a
+test), and ``column``, the one way generic code turns a column's name into its value.
+
+A row holds only text, integers, floats and None, so it never takes part in a reference cycle:
+``gc=False`` keeps a fleet's million rows out of the garbage collector's walks. Not frozen: a
+worker replaces a row's repeated texts with one shared copy before handing it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Annotated, Any, Final, get_args, get_type_hints
+
+import msgspec
+from msgspec import Meta
+
+Cell = str | int | float | None
+
+# units, as the table prints them
+MS, NS, COUNT, TOKENS, FLAG, SHARE, CORES, CELSIUS, TEXT = (
+    "ms",
+    "ns",
+    "count",
+    "tokens",
+    "0/1",
+    "0-1",
+    "cores",
+    "°C",
+    "",
+)
+# column groups: the device's view across a transport, and the split of its first sound (``wire.py``)
+DEVICE, WIRE = "device", "wire"
+
+
+def _m(unit: str, meaning: str, group: str = "") -> Meta:
+    extra = {"unit": unit, "group": group} if group else {"unit": unit}
+    return Meta(description=meaning, extra=extra)
+
+
+class TurnRow(msgspec.Struct, gc=False):
+    """One turn's bench.csv row, computed from its spans alone (METHOD M3, M10). Times are from the
+    spans; "end of user speech" is the moment the 60 ms frame holding the last speech reached the
+    server. An empty number is one the spans do not give, never an estimate."""
+
+    run_id: Annotated[str, _m(TEXT, "the run the turn belongs to (M10)")] = ""
+    condition: Annotated[str, _m(TEXT, "the condition: A, B or B'")] = ""
+    config_id: Annotated[
+        str,
+        _m(
+            TEXT,
+            "hash of every setting that can change a latency, the models actually loaded, the condition "
+            "and the question set (M11); rounds, limit and output paths are left out",
+        ),
+    ] = ""
+    question_id: Annotated[str, _m(TEXT, "the question asked")] = ""
+    round: Annotated[int, _m(COUNT, "the round, from 1")] = 0
+    warmup: Annotated[int, _m(FLAG, "1: the warm-up round, left out of every statistic (M6)")] = 0
+    first_token_ms: Annotated[
+        float | None,
+        _m(MS, "first LLM request sent -> its first output of any kind: text, or a tool call's first piece (M1)"),
+    ] = None
+    total_ms: Annotated[float | None, _m(MS, "first LLM request sent -> last call's end")] = None
+    tokens: Annotated[int, _m(TOKENS, "output tokens of the turn's LLM calls")] = 0
+    ok: Annotated[int, _m(FLAG, "1: the turn succeeded")] = 0
+    error: Annotated[str, _m(TEXT, "why the turn failed (empty when it succeeded)")] = ""
+    temp_c: Annotated[
+        float | None,
+        _m(
+            CELSIUS,
+            "the hottest sensor (or the temperature command's reading) during the turn; empty where there "
+            "is none: never invented",
+        ),
+    ] = None
+    note: Annotated[
+        str,
+        _m(TEXT, "what was converted in the question's audio (mixed to mono, resampled), or why it could not be used"),
+    ] = ""
+    whole_turn_ms: Annotated[float | None, _m(MS, "end of user speech -> last audio frame finished playing (M3)")] = (
+        None
+    )
+    first_audio_ms: Annotated[float | None, _m(MS, "end of user speech -> first audio frame starts playing")] = None
+    vad_endpoint_ms: Annotated[float | None, _m(MS, "end of user speech -> VAD declares the end-point")] = None
+    asr_ms: Annotated[float | None, _m(MS, "end-point reaches the ASR -> transcript")] = None
+    llm_calls: Annotated[int, _m(COUNT, "LLM calls in the turn")] = 0
+    llm_first_token_ms_per_call: Annotated[str, _m(MS, "each call's request -> its first token, `;`-separated")] = ""
+    sentences: Annotated[int, _m(COUNT, "sentences spoken")] = 0
+    sentence_first_token_min_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "the moment a sentence could start (its call's request, or the previous sentence of the same "
+            "call completing) -> its first token: the turn's least",
+        ),
+    ] = None
+    sentence_first_token_median_ms: Annotated[
+        float | None, _m(MS, "as `sentence_first_token_min_ms`: the turn's median")
+    ] = None
+    sentence_first_token_max_ms: Annotated[
+        float | None, _m(MS, "as `sentence_first_token_min_ms`: the turn's greatest")
+    ] = None
+    tts_first_frame_ms: Annotated[float | None, _m(MS, "first sentence handed to TTS -> its first audio frame")] = None
+    llm_first_chunk_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "first LLM request sent -> its first streamed chunk (a cloud's role-only chunk often comes before "
+            "any text)",
+        ),
+    ] = None
+    llm_generation_ms: Annotated[float | None, _m(MS, "each call's first token -> its end, summed")] = None
+    tool_call_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "the request of the turn's first call that called a tool -> that tool call complete (its "
+            "arguments streamed)",
+        ),
+    ] = None
+    device_tool_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "each LLM call that asked for a device's tool ended (its `tools/call` goes out over the device's "
+            "link) -> the device's answer is in hand (or the call failed: its wait counts); summed over the "
+            "turn's `device.tool_call` spans, empty when none; a device's row takes it from our server's "
+            "spans when they are read beside it",
+        ),
+    ] = None
+    prompt_tokens: Annotated[int | None, _m(TOKENS, "the first call's prompt (empty: not reported)")] = None
+    prompt_cached_tokens: Annotated[
+        int | None, _m(TOKENS, "how much of the first call's prompt came from a cache (empty: not reported)")
+    ] = None
+    leftover_wait_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "the turn ended (a timeout cancels it) -> its stages' engine work finished (a decode or "
+            "synthesis already running is waited for, so the next turn starts clean)",
+        ),
+    ] = None
+    other_cpu_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "CPU time other processes used during the turn (the machine's, from `/proc/stat`, minus this "
+            "run's process tree): the report flags turns measured on a busy machine",
+        ),
+    ] = None
+    other_cpu_share: Annotated[
+        float | None, _m(CORES, "`other_cpu_ms` as cores kept busy on average during the turn")
+    ] = None
+    load_avg_1m: Annotated[float | None, _m(CORES, "the machine's one-minute load average")] = None
+    server_queue_ms: Annotated[
+        float | None, _m(MS, "the LLM server's own queue time, summed over calls (empty when it gave none)")
+    ] = None
+    server_prompt_ms: Annotated[
+        float | None, _m(MS, "the LLM server's own prompt time, summed over calls (empty when it gave none)")
+    ] = None
+    server_generation_ms: Annotated[
+        float | None, _m(MS, "the LLM server's own generation time, summed over calls (empty when it gave none)")
+    ] = None
+    llm_model: Annotated[str, _m(TEXT, "the model the first LLM call named")] = ""
+    llm_endpoint: Annotated[
+        str,
+        _m(TEXT, "what answered the LLM calls: in-process llama.cpp, an emulated cloud and its network, a server..."),
+    ] = ""
+    asr_error_rate: Annotated[
+        float | None, _m(SHARE, "CER (Chinese) or WER of the transcript against the manifest text")
+    ] = None
+    asr_error_metric: Annotated[str, _m(TEXT, "`cer` or `wer`: which one `asr_error_rate` is")] = ""
+    answer_quality: Annotated[
+        float | None, _m(SHARE, "share of the manifest's expected keyword groups in the answer (tool names count)")
+    ] = None
+    language: Annotated[str, _m(TEXT, "the question's language, or the one the ASR detected when it had none")] = ""
+    category: Annotated[str, _m(TEXT, "the question's category")] = ""
+    scripted: Annotated[str, _m(TEXT, "the stages whose latencies were simulated")] = ""
+    clock: Annotated[str, _m(TEXT, "the clock the run measured with: `real` or `virtual`")] = ""
+    trace_id: Annotated[str, _m(TEXT, "the turn's trace")] = ""
+    turn_start_ns: Annotated[int, _m(NS, "the turn span's start, Unix time")] = 0
+    transport: Annotated[
+        str, _m(TEXT, "the transport a device used (empty in-process, as the device's other columns)", DEVICE)
+    ] = ""
+    stt_received_ms: Annotated[
+        float | None,
+        _m(MS, "end of user speech (a device: when it sent that frame) -> the device received `stt`", DEVICE),
+    ] = None
+    first_audio_received_ms: Annotated[
+        float | None, _m(MS, "end of user speech -> the device received its first audio frame", DEVICE)
+    ] = None
+    first_audible_ms: Annotated[
+        float | None, _m(MS, "end of user speech -> the first frame with sound in it began to play", DEVICE)
+    ] = None
+    interrupt_received_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "the device's barge-in (`abort`, or `listen start` of the next question) -> the last audio frame "
+            "of the answer that still arrived",
+            DEVICE,
+        ),
+    ] = None
+    interrupt_played_ms: Annotated[float | None, _m(MS, "the device's barge-in -> the device fell silent", DEVICE)] = (
+        None
+    )
+    packets_lost: Annotated[
+        int | None, _m(COUNT, "a lossy transport (UDP): this side's incoming audio packets that never came")
+    ] = None
+    packets_late: Annotated[
+        int | None, _m(COUNT, "a lossy transport: packets that came after a newer one (not played)")
+    ] = None
+    device: Annotated[int | None, _m(COUNT, "the device's index in a many-device run")] = None
+    devices: Annotated[int | None, _m(COUNT, "devices in a many-device run")] = None
+    queue_wait_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "each LLM call asked the shared model's scheduler -> it got a slot (the scheduler's clock), "
+            "summed over the turn's calls; empty without a scheduler",
+        ),
+    ] = None
+    uplink_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "a device's row with our server's traces read beside it (joined by the `traceparent`): the "
+            "device sent the speech-end frame -> it reached the server; with the next three it sums to "
+            "`first_audible_ms` (across machines the clocks must be in step)",
+            WIRE,
+        ),
+    ] = None
+    server_first_audio_ms: Annotated[
+        float | None,
+        _m(MS, "as `uplink_ms`: the speech-end frame reached the server -> it sent the first audio frame", WIRE),
+    ] = None
+    downlink_ms: Annotated[
+        float | None, _m(MS, "as `uplink_ms`: the server sent the first audio frame -> the device received it", WIRE)
+    ] = None
+    device_buffer_ms: Annotated[
+        float | None, _m(MS, "as `uplink_ms`: the device received the first audio frame -> its first sound began", WIRE)
+    ] = None
+
+
+class UnknownColumn(KeyError):
+    """A name that is not one of bench.csv's columns."""
+
+
+class Column(msgspec.Struct, frozen=True):
+    name: str
+    kind: type  # str, int or float
+    optional: bool  # may be empty (None)
+    unit: str
+    meaning: str
+    group: str
+
+
+def _columns() -> tuple[Column, ...]:
+    hints = get_type_hints(TurnRow, include_extras=True)
+    out = []
+    for name in TurnRow.__struct_fields__:
+        annotated, meta = get_args(hints[name])
+        members = get_args(annotated) or (annotated,)
+        kinds = [k for k in members if k is not type(None)]
+        extra: dict[str, Any] = meta.extra or {}
+        optional = len(kinds) < len(members)
+        out.append(Column(name, kinds[0], optional, extra["unit"], meta.description or "", extra.get("group", "")))
+    return tuple(out)
+
+
+SCHEMA: Final = _columns()
+COLUMNS: Final = tuple(c.name for c in SCHEMA)  # bench.csv's header
+DEVICE_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == DEVICE)
+WIRE_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == WIRE)
+NUMERIC: Final = frozenset(c.name for c in SCHEMA if c.kind is not str)
+_BY_NAME: Final = {c.name: c for c in SCHEMA}
+
+
+def column(name: str) -> Callable[[TurnRow], Cell]:
+    """The getter of a column named by a caller (a metric, a table's column): refuses a name that is
+    not a column, so a typo fails where it is written, not as an empty figure."""
+    getter: Callable[[TurnRow], Cell] = attrgetter(checked(name))
+    return getter
+
+
+def checked(name: str) -> str:
+    """``name``, if it is one of bench.csv's columns."""
+    if name not in _BY_NAME:
+        raise UnknownColumn(f"{name!r} is not a bench.csv column (see pipeline/analysis/columns.py)")
+    return name
+
+
+def _type(c: Column) -> str:
+    kind = {str: "text", int: "integer", float: "number"}[c.kind]
+    return f"{kind} or empty" if c.optional else kind
+
+
+def columns_table() -> str:
+    """The README's column table: each column's name, type, unit and meaning, in bench.csv's order."""
+    lines = ["| column | type | unit | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{c.name}` | {_type(c)} | {c.unit} | {c.meaning} |" for c in SCHEMA]
+    return "\n".join(lines) + "\n"
