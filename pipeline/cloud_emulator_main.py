@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.endpoints.cloud import COMPUTE_PROFILES, FAULTS, EmulatedCloud, get_compute_profile
 from pipeline.endpoints.link import PROFILES, LinkEmulator, get_profile
+from pipeline.endpoints.serving import until_signalled
 
 
 def _answers(path: Path | None) -> dict[str, str]:
@@ -31,18 +32,14 @@ def _answers(path: Path | None) -> dict[str, str]:
 
 
 async def serve(cloud: EmulatedCloud, network: str, network_port: int) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with cloud:
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(cloud)
         print(f"{cloud.label}: {cloud.base_url}", flush=True)
-        if not network:
-            await stop.wait()
-            return
-        async with LinkEmulator(get_profile(network), cloud.host, cloud.port, cloud.host, network_port) as link:
+        if network:
+            link = LinkEmulator(get_profile(network), cloud.host, cloud.port, cloud.host, network_port)
+            await stack.enter_async_context(link)
             print(f"through network profile {network}: http://{cloud.host}:{link.port}/v1", flush=True)
-            await stop.wait()
+        await until_signalled()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

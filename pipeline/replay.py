@@ -2,8 +2,9 @@
 
 Reads DIR's manifest and audio, runs rounds of turns (the first a warm-up),
 writes ``<out>/traces/<run_id>.jsonl`` and appends rows to ``<out>/bench.csv``,
-and ends with a summary table. Only this module reads the command line and the
-environment (OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME for export over the wire).
+and ends with a summary table. Its command line and the environment it reads
+(OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME for export over the wire) are parsed by
+``pipeline.cli``, which the other entry points share.
 """
 
 from __future__ import annotations
@@ -12,16 +13,26 @@ import argparse
 import dataclasses
 import json
 import os
-import secrets
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError, bench_run_ids
+from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.sink import RowSink
 from pipeline.analysis.summary import summary_table
+from pipeline.cli import (
+    RunExists,
+    model_cache,
+    new_run_id,
+    otlp_from_env,
+    overrides,
+    parse_replay_args,
+    quiet_native_telemetry,
+    refuse_existing_run,
+    say_nothing,
+    say_on_stderr,
+)
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.endpoints.link.profiles import get_profile
 from pipeline.fleet.arrivals import lockstep_warning
@@ -30,160 +41,11 @@ from pipeline.run.assembly import Engines, SetupError, check_languages, load_eng
 from pipeline.run.session import Run, run_session
 from pipeline.run.workers import WorkerSpec, run_on_ray
 from pipeline.settings.config import Config, ConfigError, load_config
-from pipeline.settings.fixtures import FixtureError, load_questions
-from pipeline.settings.models import ModelError, default_cache
+from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
+from pipeline.settings.models import ModelError
 from pipeline.tracing.export import OtlpSettings, Tracing
-from pipeline.transport.codec import PRESETS
-from pipeline.transport.emulator import BARGE_IN_WAYS, DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDevice
 from stages.registry import ROLES
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pipeline.replay", description=__doc__.splitlines()[0])
-    p.add_argument("fixtures", type=Path, help="folder with manifest.csv and WAV files")
-    p.add_argument(
-        "--config", type=Path, action="append", help="TOML settings (repeatable: later files override earlier ones)"
-    )
-    p.add_argument("--condition", help="condition label, e.g. A, B or B'")
-    p.add_argument("--language", default="", help="language of questions that name none (default: the ASR detects it)")
-    p.add_argument("--rounds", type=int, help="rounds over the question set (the first is a warm-up)")
-    p.add_argument("--limit", type=int, help="use only the first N questions (0 = all)")
-    p.add_argument("--mode", choices=("single", "per-sentence"), help="LLM call mode")
-    p.add_argument("--fast", action="store_true", help="send audio as fast as possible instead of in real time")
-    p.add_argument("--clock", choices=("real", "virtual"), help="virtual: simulate time (scripted stages only)")
-    p.add_argument("--timeout", type=float, help="turn time limit in seconds")
-    p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
-    p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
-    p.add_argument("--append", action="store_true", help="add turns to a run id that --out already holds")
-    p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
-    p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
-    p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
-    fleet = p.add_argument_group("many devices on one pipeline")
-    fleet.add_argument("--devices", type=int, help="concurrent devices, each with its own session and question order")
-    fleet.add_argument("--arrival", choices=("together", "staggered", "poisson"), help="when the devices start")
-    fleet.add_argument("--gap-ms", type=float, help="staggered: ms between device starts")
-    fleet.add_argument("--rate", type=float, help="poisson: device arrivals per second on average")
-    fleet.add_argument("--concurrency", type=int, help="[scheduler] calls the shared model runs at once (0 = none)")
-    fleet.add_argument("--workers", type=int, help="run the devices on this many Ray workers (a local Ray by default)")
-    fleet.add_argument("--ray-address", help="join this Ray cluster instead: auto, or ray://HEAD:10001")
-    fleet.add_argument(
-        "--background", choices=("none", "summarise", "vision"), help="background jobs competing for the model"
-    )
-    p.add_argument(
-        "--temp-command", metavar="CMD", help="shell command printing the temperature in °C (default: sysfs sensors)"
-    )
-    device = p.add_argument_group("as a device of a xiaozhi server (audio always at real-time pace)")
-    device.add_argument(
-        "--server",
-        help="the server: ws://HOST:PORT/xiaozhi/v1/ (WebSocket); mqtt://HOST:PORT[/TOPIC][?group=GID] (MQTT + UDP "
-        "as to the xiaozhi MQTT gateway: client id GID@@@MAC@@@UUID, password signed with the key in "
-        "--mqtt-signature-key-env, publishes to TOPIC, default device-server); or an OTA URL "
-        "http://HOST:PORT/xiaozhi/ota/, asked as a device asks at boot, whose answer's mqtt section says all that",
-    )
-    device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
-    device.add_argument(
-        "--mqtt-signature-key-env",
-        default="MQTT_SIGNATURE_KEY",
-        help="environment variable with the MQTT gateway's signature key, for an mqtt:// --server (the gateway's "
-        "own name by default; unset: an unsigned password, which a gateway without a key accepts)",
-    )
-    device.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
-    device.add_argument(
-        "--listen-mode",
-        choices=("auto", "manual", "realtime"),
-        default="auto",
-        help="who ends the user's turn (realtime: one listen start, the microphone always on)",
-    )
-    device.add_argument(
-        "--jitter-frames",
-        type=int,
-        default=0,
-        metavar="N",
-        help="frames the device holds before an answer starts playing (the firmware: 0)",
-    )
-    device.add_argument(
-        "--uplink-encoder",
-        choices=tuple(PRESETS),
-        default="firmware",
-        help="the device's Opus encoder preset (the firmware's: application audio, complexity 0, DTX)",
-    )
-    device.add_argument("--link-profile", help="a network profile between device and server (lan, internet, ...)")
-    device.add_argument(
-        "--barge-in-after", type=int, metavar="MS", help="interrupt each answer once it has sounded MS ms"
-    )
-    device.add_argument(
-        "--barge-in-with",
-        choices=BARGE_IN_WAYS,
-        default="wake",
-        help="wake: wake word (abort, the buffer plays out, then listen start); button: abort, buffer dropped, "
-        "listen start at once; speech: the user starts the next question mid-answer",
-    )
-    return p.parse_args(argv)
-
-
-def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    run: dict[str, Any] = {}
-    for name, key in (
-        ("condition", "condition"),
-        ("rounds", "rounds"),
-        ("limit", "limit"),
-        ("clock", "clock"),
-        ("timeout", "turn_timeout_s"),
-    ):
-        if getattr(args, name) is not None:
-            run[key] = getattr(args, name)
-    if args.fast:
-        run["pacing"] = "fast"
-    out: dict[str, dict[str, Any]] = {"run": run}
-    if args.mode:
-        out["llm"] = {"mode": args.mode}
-    if args.temp_command is not None:
-        out["probe"] = {"temp_command": args.temp_command}
-    sections = {
-        "fleet": (("devices", "devices"), ("arrival", "arrival"), ("gap_ms", "gap_ms"), ("rate", "rate_per_s")),
-        "scheduler": (("concurrency", "concurrency"),),
-        "background": (("background", "job"),),
-    }
-    for section, keys in sections.items():
-        given = {key: getattr(args, name) for name, key in keys if getattr(args, name) is not None}
-        if given:
-            out[section] = given
-    return out
-
-
-def otlp_from_env(env: Mapping[str, str]) -> OtlpSettings | None:
-    """OTLP settings from the standard OTEL_* variables, or None when none is set."""
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
-    )
-    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if not traces and not base:
-        return None
-    if protocol not in ("http/protobuf", "grpc"):
-        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: this tool exports http/protobuf or grpc")
-    if traces:
-        endpoint = traces
-    elif protocol == "grpc":
-        endpoint = base or ""
-    else:
-        endpoint = (base or "").rstrip("/") + "/v1/traces"
-    timeout = float(env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")) / 1000
-    return OtlpSettings(endpoint=endpoint, protocol=protocol, timeout_s=min(timeout, 10.0))
-
-
-class RunExists(ValueError):
-    """The output folder already holds this run id; appending would merge two runs silently."""
-
-
-def refuse_existing_run(out: Path, run_id: str, append: bool) -> None:
-    trace = out / "traces" / f"{run_id}.jsonl"
-    found = trace.is_file() or run_id in bench_run_ids(out / "bench.csv")
-    if found and not append:
-        raise RunExists(
-            f"{out} already holds run {run_id!r} ({trace if trace.is_file() else out / 'bench.csv'}): "
-            "give another --run-id (or none for a fresh one), another --out, or --append to add turns to it"
-        )
 
 
 def device_id(index: int) -> str:
@@ -191,6 +53,7 @@ def device_id(index: int) -> str:
     return f"02:00:00:00:{(index + 1) >> 8 & 0xFF:02x}:{(index + 1) & 0xFF:02x}"
 
 
+SERVICE = "voice-latency-lab"  # the OTLP service name unless OTEL_SERVICE_NAME says another
 DEVICE_CHOICES = ("jitter_frames", "uplink_encoder", "listen_mode")  # entered in config_id when not the firmware's
 
 
@@ -246,148 +109,167 @@ def _device_factory(settings: DeviceSettings, clock: Clock) -> Callable[[int], E
     return device
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def model_cache(args: argparse.Namespace, env: Mapping[str, str]) -> Path:
-    return Path(args.model_cache) if args.model_cache else default_cache(env)
-
-
-def quiet_native_telemetry(env: Mapping[str, str]) -> None:
-    """onnxruntime looks up telemetry hosts ~9 s after import unless told not to (STACK.md).
-
-    A voice pipeline that claims to run offline must not phone home, so telemetry is
-    off unless the user explicitly set the variable (ORT_DISABLE_TELEMETRY=0 turns it on).
-    """
-    os.environ["ORT_DISABLE_TELEMETRY"] = env.get("ORT_DISABLE_TELEMETRY", "1")
-
-
 def make_clock(cfg: Config) -> Clock:
     return VirtualClock() if cfg.run.clock == "virtual" else RealClock()
 
 
-def _quiet(_message: str) -> None:
-    pass
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a run needs, all checked before its first turn."""
+
+    cfg: Config
+    questions: QuestionSet
+    clock: Clock
+    remote: DeviceSettings | None
+    roles: tuple[str, ...]
+    engines: Engines
+    bench: BenchCsv
+    otlp: OtlpSettings | None
 
 
-def _to_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Prepared:
+    """Settings, questions and engines for the run; raises what ``main`` reports as a refusal."""
+    refuse_existing_run(args.out, run_id, args.append)
+    cfg = load_config(args.config, overrides(args))
+    questions = load_questions(args.fixtures, args.language)
+    otlp = otlp_from_env(env)
+    clock = make_clock(cfg)
+    remote = device_of(args, cfg, env, clock)
+    if remote is None:
+        check_languages(cfg, questions.questions[: cfg.run.limit or None])
+    check_workers(args.workers, cfg, clock)
+    quiet_native_telemetry(env)
+    roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends
+    engines = load_engines(cfg, model_cache(args, env), env, roles)
+    try:
+        if remote is not None:
+            identify_device(engines, remote, clock)
+        bench = BenchCsv(args.out / "bench.csv")
+    except BaseException:
+        engines.close()  # a llama-server already started must not outlive a refused run
+        raise
+    return Prepared(cfg, questions, clock, remote, tuple(roles), engines, bench, otlp)
+
+
+def check_workers(workers: int | None, cfg: Config, clock: Clock) -> None:
+    if workers is not None and not 1 <= workers <= cfg.fleet.devices:
+        raise ValueError(f"--workers {workers}: between 1 and the number of devices ({cfg.fleet.devices})")
+    if workers and clock.kind != "real":
+        raise ValueError("--workers needs the real clock: each worker runs in real time")
+
+
+def identify_device(engines: Engines, remote: DeviceSettings, clock: Clock) -> None:
+    """Enter how this device run differs into the run's identity (M11) and its rows' llm_endpoint."""
+    engines.endpoint, engines.identity["server"] = EmulatedDevice(remote, clock).label, remote.url
+    if remote.profile is not None:  # the link changes every latency the device sees (M11)
+        engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
+    if remote.barge_in_after_ms is not None:  # an interrupted answer is another experiment
+        engines.identity["barge_in"] = f"{remote.barge_in_with} after {remote.barge_in_after_ms} ms"
+    # the device's differences from the firmware, and its listening mode (DEVICE_CHOICES)
+    for key, value, usual in (
+        ("jitter_frames", remote.jitter_frames, 0),
+        ("uplink_encoder", remote.encoder_preset, "firmware"),
+        ("listen_mode", remote.listen_mode, "auto"),
+    ):
+        if value != usual:
+            engines.identity[key] = str(value)
+    named = [
+        f"{k.replace('_', ' ')} {engines.identity[k]}" for k in ("barge_in", *DEVICE_CHOICES) if k in engines.identity
+    ]
+    if named:  # the row's llm_endpoint, which the report shows, says how this device differs
+        engines.endpoint += "; " + ", ".join(named)
+
+
+def run_warnings(p: Prepared, api_key: str | None) -> list[str]:
+    """What the user should know before the run starts (said once, never fatal)."""
+    selected = len(p.questions.questions[: p.cfg.run.limit or None])
+    out = [*p.questions.warnings, *fleet_warnings(p.cfg, selected, p.remote is not None)]
+    if p.cfg.llm.impl == "openai" and p.cfg.cloud.api_key_env and not api_key:
+        out.append(f"{p.cfg.cloud.api_key_env} is not set: every turn will be ok=0, error=LlmMissingApiKey")
+    return out
+
+
+def run_on_workers(
+    run: Run, p: Prepared, args: argparse.Namespace, env: Mapping[str, str], tracing: Tracing, sink: RowSink
+) -> None:
+    p.engines.close()  # each worker loads its own; the driver needed them for the run's identity only
+    spec = WorkerSpec(
+        run.run_id,
+        run.config,
+        run.config_id,
+        run.questions,
+        model_cache(args, env),
+        (),
+        p.engines.endpoint,
+        dict(p.engines.identity),
+        env.get("OTEL_SERVICE_NAME", SERVICE),
+        p.otlp,
+        run.remote,
+        p.roles,
+        run.api_key,
+    )
+    run_on_ray(spec, args.workers, tracing, sink, say_on_stderr, args.ray_address)
+
+
+def make_run(run_id: str, p: Prepared, env: Mapping[str, str]) -> Run:
+    """The run: its identity from the settings, the questions and the engines; its devices when remote."""
+    cfg = p.cfg
+    api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
+    devices = None if p.remote is None else _device_factory(p.remote, p.clock)
+    config_id = cfg.config_id(p.questions.digest(), p.engines.identity)
+    return Run(run_id, cfg, config_id, p.questions, p.clock, p.engines, api_key, devices)
+
+
+def announcement(run: Run) -> str:
+    """The run's first line: what it is and how big."""
+    cfg = run.config
+    return (
+        f"run {run.run_id}: condition {cfg.run.condition}, config {run.config_id}, {len(run.selected())} question(s) "
+        f"x {cfg.run.rounds} round(s) x {cfg.fleet.devices} device(s), LLM mode {cfg.llm.mode}, "
+        f"pacing {cfg.run.pacing}, clock {run.clock.kind}"
+    )
+
+
+def print_outcome(sink: RowSink, trace_path: Path, tracing: Tracing) -> None:
+    print(summary_table(sink.rows))
+    print(f"traces: {trace_path}")
+    print(f"rows:   {sink.bench.path}")
+    if tracing.otlp is not None:
+        print(f"otlp:   {tracing.otlp.sent} span(s) sent to {tracing.otlp_endpoint}, {tracing.otlp.failed} failed")
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_replay_args(argv)
     env = os.environ if env is None else env
     if args.net_audit:
         guard.install(args.net_audit)  # first, so attempts made while loading models are seen too
-    say = _quiet if args.quiet else _to_stderr
-    engines: Engines | None = None
+    say = say_nothing if args.quiet else say_on_stderr
     run_id = args.run_id or new_run_id()
     try:
-        refuse_existing_run(args.out, run_id, args.append)
-        cfg = load_config(args.config, overrides(args))
-        questions = load_questions(args.fixtures, args.language)
-        otlp = otlp_from_env(env)
-        clock = make_clock(cfg)
-        remote = device_of(args, cfg, env, clock)
-        if remote is None:
-            check_languages(cfg, questions.questions[: cfg.run.limit or None])
-        quiet_native_telemetry(env)
-        roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends
-        engines = load_engines(cfg, model_cache(args, env), env, roles)
-        if remote is not None:
-            engines.endpoint, engines.identity["server"] = EmulatedDevice(remote, clock).label, remote.url
-            if remote.profile is not None:  # the link changes every latency the device sees (M11)
-                engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
-            if remote.barge_in_after_ms is not None:  # an interrupted answer is another experiment
-                engines.identity["barge_in"] = f"{remote.barge_in_with} after {remote.barge_in_after_ms} ms"
-            for (
-                key,
-                value,
-                usual,
-            ) in (  # the device's differences from the firmware, and its listening mode (DEVICE_CHOICES)
-                ("jitter_frames", remote.jitter_frames, 0),
-                ("uplink_encoder", remote.encoder_preset, "firmware"),
-                ("listen_mode", remote.listen_mode, "auto"),
-            ):
-                if value != usual:
-                    engines.identity[key] = str(value)
-            named = [
-                f"{k.replace('_', ' ')} {engines.identity[k]}"
-                for k in ("barge_in", *DEVICE_CHOICES)
-                if k in engines.identity
-            ]
-            if named:  # the row's llm_endpoint, which the report shows, says how this device differs
-                engines.endpoint += "; " + ", ".join(named)
-        bench = BenchCsv(args.out / "bench.csv")
+        p = prepare(args, env, run_id)
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
-        if engines is not None:
-            engines.close()  # a llama-server already started must not outlive a refused run
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    selected = len(questions.questions[: cfg.run.limit or None])
-    if args.workers is not None and not 1 <= args.workers <= cfg.fleet.devices:
-        print(
-            f"error: --workers {args.workers}: between 1 and the number of devices ({cfg.fleet.devices})",
-            file=sys.stderr,
-        )
-        engines.close()
-        return 2
-    if args.workers and clock.kind != "real":
-        print("error: --workers needs the real clock: each worker runs in real time", file=sys.stderr)
-        engines.close()
-        return 2
-    for warning in [*questions.warnings, *fleet_warnings(cfg, selected, remote is not None)]:
+    run = make_run(run_id, p, env)
+    for warning in run_warnings(p, run.api_key):
         print(f"warning: {warning}", file=sys.stderr)
-    config_id = cfg.config_id(questions.digest(), engines.identity)
-    api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
-    if cfg.llm.impl == "openai" and cfg.cloud.api_key_env and not api_key:
-        print(
-            f"warning: {cfg.cloud.api_key_env} is not set: every turn will be ok=0, error=LlmMissingApiKey",
-            file=sys.stderr,
-        )
-    devices = None if remote is None else _device_factory(remote, clock)
-    run = Run(run_id, cfg, config_id, questions, clock, engines, api_key, devices)
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
-    tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "voice-latency-lab"), otlp)
-    say(
-        f"run {run_id}: condition {cfg.run.condition}, config {run.config_id}, {len(run.selected())} question(s) x "
-        f"{cfg.run.rounds} round(s) x {cfg.fleet.devices} device(s), LLM mode {cfg.llm.mode}, "
-        f"pacing {cfg.run.pacing}, clock {clock.kind}"
-    )
-    sink = RowSink(bench, cfg.run.rounds * len(run.selected()) * cfg.fleet.devices, say)
+    tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", SERVICE), p.otlp)
+    say(announcement(run))
+    cfg = run.config
+    sink = RowSink(p.bench, cfg.run.rounds * len(run.selected()) * cfg.fleet.devices, say)
     try:
         if args.workers:
-            engines.close()  # each worker loads its own; the driver needed them for the run's identity only
-            spec = WorkerSpec(
-                run_id,
-                cfg,
-                config_id,
-                questions,
-                model_cache(args, env),
-                (),
-                engines.endpoint,
-                dict(engines.identity),
-                env.get("OTEL_SERVICE_NAME", "voice-latency-lab"),
-                otlp,
-                devices,
-                roles,
-                api_key,
-            )
-            run_on_ray(spec, args.workers, tracing, sink, _to_stderr, args.ray_address)
+            run_on_workers(run, p, args, env, tracing, sink)
         else:
-            run_on_clock(run_session(run, tracing, sink, say), clock)
+            run_on_clock(run_session(run, tracing, sink, say), run.clock)
     except DeviceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         tracing.shutdown()
-        engines.close()
-    print(summary_table(sink.rows))
-    print(f"traces: {trace_path}")
-    print(f"rows:   {bench.path}")
-    if tracing.otlp is not None:
-        print(f"otlp:   {tracing.otlp.sent} span(s) sent to {tracing.otlp_endpoint}, {tracing.otlp.failed} failed")
+        p.engines.close()
+    print_outcome(sink, trace_path, tracing)
     return 0
 
 

@@ -17,10 +17,8 @@ the environment variable ``--mqtt-signature-key-env`` names, and the OTA answer 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,22 +27,32 @@ from pathlib import Path
 
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.sink import RowSink
-from pipeline.clock import RealClock, run_on_clock
-from pipeline.replay import (
+from pipeline.cli import (
     RunExists,
     model_cache,
     new_run_id,
     otlp_from_env,
     quiet_native_telemetry,
     refuse_existing_run,
+    say_nothing,
+    say_on_stderr,
 )
+from pipeline.clock import RealClock, run_on_clock
+from pipeline.endpoints.serving import until_signalled
 from pipeline.run.assembly import SetupError, build_stages, load_engines, open_chat
-from pipeline.run.session import Run, TraceSink, attach_scheduler, exchange, keep_history, turn_attributes
+from pipeline.run.session import (
+    Run,
+    TraceSink,
+    attach_scheduler,
+    exchange,
+    keep_history,
+    session_attributes,
+    turn_attributes,
+)
 from pipeline.run.turn import ServerStages
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, Question, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
-from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.codec import PRESETS
@@ -159,10 +167,6 @@ async def serve_until_stopped(
     mqtt: MqttGatewaySettings | None = None,
     ota: OtaFront | None = None,
 ) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(open_chat(run.config, run.engines, run.api_key, {}))
         server = await stack.enter_async_context(await start_gateway(settings, turns, run.clock))
@@ -180,7 +184,7 @@ async def serve_until_stopped(
             front = await stack.enter_async_context(OtaServer(told_ota, run.clock, ota.note))
             told = server_url(ota.public_host, front.port, OTA_PATH, "http")
             print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
-        await stop.wait()
+        await until_signalled()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,67 +227,104 @@ def mqtt_key(args: argparse.Namespace, env: Mapping[str, str]) -> str:
     return key
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    args = parse_args(argv)
-    env = os.environ if env is None else env
-    run_id = args.run_id or new_run_id()
+def refuse_oracle_without_texts(asr: str, questions: QuestionSet) -> None:
+    """The oracle ASR says the named question's reference text; with none to say, every turn would be empty."""
+    if asr == "oracle" and not any(q.text for q in questions.questions):
+        where = f"{questions.folder} has no reference texts" if questions.questions else "no fixtures folder was given"
+        raise ValueError(
+            f"the oracle ASR says each question's reference text, and {where}: pass a fixtures folder with a "
+            "manifest (python -m pipeline.serve FIXTURES ...), or configure a real ASR ([asr] impl)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What serving needs, all checked before the first device connects."""
+
+    run: Run
+    bench: BenchCsv
+    told: str  # the address devices are told (OTA answer, MQTT hello)
+    token: str = field(repr=False)
+    mqtt_key: str = field(repr=False)
+
+
+def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Prepared:
+    """The run behind the server, its models loaded; raises what ``main`` reports as a refusal."""
     token = env.get(args.token_env, "") if args.token_env else ""
+    if args.token_env and not token:
+        raise ValueError(f"--token-env {args.token_env}: the variable is not set")
+    told = public_host(args.host, args.public_host, args.mqtt_port is not None or args.ota_port is not None)
+    key = mqtt_key(args, env)
+    refuse_existing_run(args.out, run_id, append=False)
+    cfg = load_config(args.config, {})
+    questions = load_questions(args.fixtures, args.language) if args.fixtures else QuestionSet(Path("."), ())
+    refuse_oracle_without_texts(cfg.asr.impl, questions)
+    quiet_native_telemetry(env)
+    engines = load_engines(cfg, model_cache(args, env), env)
     try:
-        if args.token_env and not token:
-            raise ValueError(f"--token-env {args.token_env}: the variable is not set")
-        told = public_host(args.host, args.public_host, args.mqtt_port is not None or args.ota_port is not None)
-        key = mqtt_key(args, env)
-        refuse_existing_run(args.out, run_id, append=False)
-        cfg = load_config(args.config, {})
-        questions = load_questions(args.fixtures, args.language) if args.fixtures else QuestionSet(Path("."), ())
-        quiet_native_telemetry(env)
-        engines = load_engines(cfg, model_cache(args, env), env)
         bench = BenchCsv(args.out / "bench.csv")
-    except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
-        print(f"warning: listening on {args.host} without a token: anyone who reaches it can use it", file=sys.stderr)
-    if args.host not in ("127.0.0.1", "localhost", "::1") and args.mqtt_port is not None and not key:
-        print(f"warning: MQTT on {args.host} without --mqtt-signature-key-env: any device is let in", file=sys.stderr)
-    clock = RealClock()
-    api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
+    except BaseException:
+        engines.close()  # a llama-server already started must not outlive a refused start
+        raise
     # how the server paces and encodes the answer changes what every device hears (M11)
     engines.identity["downlink"] = f"pacing {args.pacing}, opus {args.downlink_codec}"
-    run = Run(run_id, cfg, cfg.config_id(questions.digest(), engines.identity), questions, clock, engines, api_key)
-    attach_scheduler(run)  # every connection's turns share the one model
-    trace_path = args.out / "traces" / f"{run_id}.jsonl"
-    tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
-    sink = RowSink(bench, 0, _quiet if args.quiet else _to_stderr)
+    api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
+    config_id = cfg.config_id(questions.digest(), engines.identity)
+    run = Run(run_id, cfg, config_id, questions, RealClock(), engines, api_key)
+    return Prepared(run, bench, told, token, key)
+
+
+def exposure_warnings(args: argparse.Namespace, p: Prepared) -> list[str]:
+    """What a server reachable beyond this machine lets in (said once, never fatal)."""
+    if args.host in ("127.0.0.1", "localhost", "::1"):
+        return []
+    out = []
+    if not p.token:
+        out.append(f"listening on {args.host} without a token: anyone who reaches it can use it")
+    if args.mqtt_port is not None and not p.mqtt_key:
+        out.append(f"MQTT on {args.host} without --mqtt-signature-key-env: any device is let in")
+    return out
+
+
+def serve(args: argparse.Namespace, p: Prepared, tracing: Tracing, sink: TraceSink) -> None:
+    """Serve every front door asked for until SIGINT or SIGTERM; raises what cannot be served."""
+    cfg = p.run.config
     session = SessionSettings(
         max_messages_per_s=args.protocol_limit,
         turn_timeout_s=cfg.run.turn_timeout_s,
         pacing=args.pacing,
         downlink_codec=args.downlink_codec,
     )
-    settings = GatewaySettings(host=args.host, port=args.port, token=token, session=session)
-    tracing.start_session(
-        {
-            names.SCHEMA: names.SCHEMA_VERSION,
-            names.RUN_ID: run.run_id,
-            names.CONDITION: cfg.run.condition,
-            names.CONFIG_ID: run.config_id,
-            names.CLOCK: clock.kind,
-            names.CONFIG_JSON: run.config_json,
-        },
-        clock.now_ns(),
-    )
+    settings = GatewaySettings(host=args.host, port=args.port, token=p.token, session=session)
+    mqtt = None
+    if args.mqtt_port is not None:
+        mqtt = MqttGatewaySettings(args.host, args.mqtt_port, args.udp_port, p.told, p.mqtt_key, session=session)
+    note = say_nothing if args.quiet else say_on_stderr
+    ota = OtaFront(p.told, args.ota_port, p.token, note) if args.ota_port is not None else None
+    turns = LabTurns(p.run, tracing, sink, args.language, session)
+    run_on_clock(serve_until_stopped(p.run, turns, settings, mqtt, ota), p.run.clock)
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    args = parse_args(argv)
+    env = os.environ if env is None else env
     try:
-        mqtt = None
-        if args.mqtt_port is not None:
-            mqtt = MqttGatewaySettings(args.host, args.mqtt_port, args.udp_port, told, key, session=session)
-        note = _quiet if args.quiet else _to_stderr
-        ota = OtaFront(told, args.ota_port, token, note) if args.ota_port is not None else None
-        run_on_clock(
-            serve_until_stopped(run, LabTurns(run, tracing, sink, args.language, session), settings, mqtt, ota), clock
-        )
+        p = prepare(args, env, args.run_id or new_run_id())
+    except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for warning in exposure_warnings(args, p):
+        print(f"warning: {warning}", file=sys.stderr)
+    run, clock = p.run, p.run.clock
+    attach_scheduler(run)  # every connection's turns share the one model
+    trace_path = args.out / "traces" / f"{run.run_id}.jsonl"
+    tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
+    sink = RowSink(p.bench, 0, say_nothing if args.quiet else say_on_stderr)
+    tracing.start_session(session_attributes(run), clock.now_ns())
+    try:
+        serve(args, p, tracing, sink)
     except OSError as exc:  # the address is taken, or not ours
-        print(f"error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except (ValueError, OtaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -291,17 +332,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     finally:
         tracing.end_session(clock.now_ns())
         tracing.shutdown()
-        engines.close()
-    print(f"{len(sink.rows)} turn(s); traces: {trace_path}; rows: {bench.path}")
+        run.engines.close()
+    print(f"{len(sink.rows)} turn(s); traces: {trace_path}; rows: {p.bench.path}")
     return 0
-
-
-def _quiet(_message: str) -> None:
-    pass
-
-
-def _to_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

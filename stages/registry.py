@@ -1,25 +1,38 @@
-"""Every stage implementation, registered under its ``[role] impl`` name.
+"""The contract every stage implementation is registered under: what one is, and how its settings are read.
 
 An implementation is declared once, at the bottom of its own module, as an
-``Implementation``: its settings type (a frozen dataclass whose fields are read by
-name from the ``[role]`` section of the settings), how to load its model once per
-run, how to build its stage for one turn, and which languages it handles. The
-registration is one line in its role's package (``stages/<role>/__init__.py``).
-
-The settings take the valid ``impl`` names from here; the run's assembly looks the
-implementation up here. Nothing else names an implementation, so adding one touches
-its own module and that one line.
+``Implementation``: its settings type (a frozen dataclass, every field defaulted, that
+validates itself in ``__post_init__``, raising ``ConfigError`` naming the key), how to
+load its model once per run, how to build its stage for one turn, and which languages it
+handles. Its settings are the other keys of its ``[role]`` table (``[tts] impl = "espeak"``
+beside ``words_per_minute = 160``), read here by ``settings_of``. The registration is one
+line in its role's package (``stages/<role>/__init__.py``); ``stages/catalog.py`` gathers
+them. This module imports no implementation, so every implementation may import it
+without a circle.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from pipeline.events import LatencyProfile
+
 ROLES = ("vad", "asr", "llm", "tts")
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or out of range; the message names it."""
+
+
+def require_positive(role: str, **values: float) -> None:
+    """Refuses the first of ``values`` that is not positive, naming its key."""
+    for name, value in values.items():
+        if value <= 0:
+            raise ConfigError(f"[{role}] {name} = {value}: must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +67,12 @@ Build = Callable[[Any, Any, TurnInputs], Any]
 Load = Callable[[Any, Models], Loaded]
 
 
+def load_file(models: Models, name: str, engine: Callable[[Path], object]) -> Loaded:
+    """The model file ``name`` stands for, opened by ``engine``, with the identity config_id records of it."""
+    path = models.resolve(name)
+    return Loaded(engine(path), models.identity(name, path))
+
+
 @dataclass(frozen=True, slots=True)
 class Implementation:
     """One implementation of a role.
@@ -75,8 +94,27 @@ class Implementation:
     endpoint: str = ""  # an LLM behind an endpoint the run starts and opens: "llama-server", "cloud"
     label: str = ""  # what rows say the LLM endpoint is ("in-process llama.cpp"); endpoints name themselves
 
+    def settings_of(self, table: Mapping[str, Any]) -> Any:
+        """Its settings from the keys of its ``[role]`` table other than ``impl``; validated by its class."""
+        known = [f.name for f in fields(self.settings)]
+        unknown = sorted(set(table) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"[{self.role}] unknown setting(s) for impl = {self.name!r}: {', '.join(unknown)};"
+                f" known: impl, {', '.join(known)}"
+                if known
+                else f"[{self.role}] unknown setting(s) for impl = {self.name!r}: {', '.join(unknown)}; it has none"
+            )
+        return read_table(self.settings, table, self.role)
+
     def settings_from(self, section: object) -> Any:
-        """This implementation's settings, read by field name from its role's settings section."""
+        """Its settings from its role's section: the ones built when the section was read, or (the LLM's
+        role-wide section) its fields read by name."""
+        own = getattr(section, "settings", None)
+        if own is not None:
+            if not isinstance(own, self.settings):
+                raise ValueError(f"[{self.role}] holds {type(own).__name__}, not {self.name}'s settings")
+            return own
         return self.settings(**{f.name: getattr(section, f.name) for f in fields(self.settings)})
 
 
@@ -104,9 +142,39 @@ class Registry:
         return tuple(self._by_key.values())
 
 
-@functools.cache
-def registry() -> Registry:
-    """Every registered implementation (each role's package lists its own)."""
-    from stages import asr, llm, tts, vad
+def read_table(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
+    """A settings dataclass from a TOML table: unknown keys refused, each value checked against its default's
+    type (ints widen to floats), nested tables built the same way; the class validates the rest itself."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"[{where}] must be a table")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"[{where}] unknown setting(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    kwargs: dict[str, Any] = {}
+    defaults = cls()
+    for name, value in data.items():
+        current = getattr(defaults, name)
+        if isinstance(value, type(current)) and dataclasses.is_dataclass(current):
+            kwargs[name] = value  # already built (settings written in Python rather than TOML)
+        elif dataclasses.is_dataclass(current):
+            kwargs[name] = read_table(type(current), value, f"{where}.{name}")
+        else:
+            kwargs[name] = _coerce(value, current, f"{where}] {name}")
+    if cls is LatencyProfile and min(kwargs.get(k, 0.0) for k in ("first_ms", "per_item_ms", "jitter_ms")) < 0:
+        raise ConfigError(f"[{where}] latencies must be >= 0")
+    return cls(**kwargs)
 
-    return Registry((*vad.IMPLEMENTATIONS, *asr.IMPLEMENTATIONS, *llm.IMPLEMENTATIONS, *tts.IMPLEMENTATIONS))
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"[{where} = {value!r}: expected true or false")
+        return value
+    if isinstance(default, int) and not isinstance(value, bool) and isinstance(value, int):
+        return value
+    if isinstance(default, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(default, str) and isinstance(value, str):
+        return value
+    raise ConfigError(f"[{where} = {value!r}: expected {type(default).__name__}")

@@ -4,16 +4,22 @@ A timed-out turn is cancelled, but a decode or a synthesis already running on an
 thread cannot be: left alone it would still hold the thread when the next turn asks for it,
 and that turn's stage time would include the leftover. So the awaiting stage waits for it
 before giving up, and the turn's cancellation (and the time it took) covers it instead.
+``from_thread`` does the same for an engine that produces a stream (tokens, audio chunks).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+class _End:
+    """What the thread sends after the last item."""
 
 
 async def on_thread(executor: Executor, fn: Callable[..., T], *args: object) -> T:
@@ -34,3 +40,38 @@ async def finished(future: asyncio.Future[T]) -> None:
             await asyncio.wait([future])
         except asyncio.CancelledError:
             continue
+
+
+@contextlib.asynccontextmanager
+async def from_thread(
+    executor: Executor | None, produce: Callable[[], Iterable[T]], stop: Callable[[], object] = lambda: None
+) -> AsyncIterator[AsyncIterator[T]]:
+    """The items ``produce()`` yields on ``executor``'s thread (``None``: the loop's default pool), each handed
+    to the event loop the moment it exists; an exception there is raised here, with its own class.
+
+    On leaving the block, finished or not, ``stop()`` tells the producer to end (set its cancel flag, kill
+    its child) and the block returns only once the thread is done with it, as ``on_thread`` does.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[T | BaseException | _End] = asyncio.Queue()
+
+    def work() -> None:
+        try:
+            for item in produce():
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            loop.call_soon_threadsafe(queue.put_nowait, _End())
+        except BaseException as exc:  # handed to the event loop
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+
+    async def items() -> AsyncIterator[T]:
+        while not isinstance(item := await queue.get(), _End):
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    worker = loop.run_in_executor(executor, work)
+    try:
+        yield items()
+    finally:
+        stop()
+        await finished(worker)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -27,11 +28,12 @@ ANSWER = ["The", " capital", " of", " France", " is", " Paris", "."]
 
 def run(request: ChatRequest, tokens: list[str], done: Finished = DONE) -> list[Chunk]:
     async def main() -> list[Chunk]:
-        queue: asyncio.Queue[Item] = asyncio.Queue()
-        for token in tokens:
-            queue.put_nowait(token)
-        queue.put_nowait(done)
-        return [c async for c in shape(queue, request, threading.Event())]
+        async def items() -> AsyncIterator[Item]:
+            for token in tokens:
+                yield token
+            yield done
+
+        return [c async for c in shape(items(), request, threading.Event())]
 
     return asyncio.run(main())
 

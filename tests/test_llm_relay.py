@@ -32,7 +32,7 @@ from pipeline.endpoints.speech.served import Role
 from pipeline.settings.config import AsrConfig, TtsConfig
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
-from stages.registry import registry
+from stages.catalog import registry
 from tests.scenario import StepClock
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

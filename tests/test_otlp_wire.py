@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.replay import main, otlp_from_env
+from pipeline.cli import otlp_from_env
+from pipeline.replay import main
 from pipeline.tracing.export import OtlpSettings
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver, Received
 

@@ -3,16 +3,22 @@ experiment refuse unless asked to append), and the report calls a merged run wha
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.replay import main
 from pipeline.report.build import build
 from pipeline.report.load import load_paths
+from pipeline.run.session import Run, session_attributes
+from pipeline.tracing import names
 from tests.fixture_files import make_fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +44,30 @@ def test_replay_refuses_a_run_id_the_folder_holds_and_appends_only_when_asked(
     assert replay([*args, "--append"], capsys)[0] == 0
     assert len(read_bench_csv(out / "bench.csv")) == 8
     assert replay([str(fixtures), *SIM, "--rounds", "2", "--out", str(out)], capsys)[0] == 0  # a fresh run id
+
+
+def test_the_session_span_carries_the_identity_every_turn_of_the_run_carries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replay and the server both open their session with ``session_attributes``: the run's identity."""
+    fixtures = make_fixtures(tmp_path / "fx", ["q1"])
+    out = tmp_path / "o"
+    assert replay([str(fixtures), *SIM, "--rounds", "1", "--out", str(out), "--run-id", "r1"], capsys)[0] == 0
+    lines = (out / "traces" / "r1.jsonl").read_text(encoding="utf-8").splitlines()
+    spans = [s for line in lines for s in spans_from_traces_data(json.loads(line))]
+    session = next(s for s in spans if s.name == names.SESSION)
+    turn = next(s for s in spans if s.name == names.TURN)
+    stand_in = SimpleNamespace(
+        run_id="r",
+        config=SimpleNamespace(run=SimpleNamespace(condition="B")),
+        config_id="c",
+        clock=SimpleNamespace(kind="virtual"),
+        config_json="{}",
+    )
+    identity = set(session_attributes(cast(Run, stand_in)))
+    assert identity >= {names.RUN_ID, names.CONDITION, names.CONFIG_ID, names.CLOCK, names.CONFIG_JSON}
+    assert session.attributes == {k: turn.attributes[k] for k in identity}
+    assert session.attributes[names.RUN_ID] == "r1"
 
 
 def test_the_report_flags_turns_recorded_twice_as_an_integrity_failure(

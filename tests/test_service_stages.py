@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,11 +44,13 @@ from pipeline.events import (
     Transcript,
     TurnEnd,
 )
-from pipeline.settings.config import AsrConfig, TtsConfig, load_config
+from pipeline.settings.config import AsrConfig, ConfigError, TtsConfig, load_config
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
-from stages.asr.service import ServiceAsr, ServiceAsrSettings, ServiceError
-from stages.registry import Implementation, TurnInputs, registry
+from stages.asr.service import ServiceAsr, ServiceAsrSettings
+from stages.catalog import registry
+from stages.http import ServiceError
+from stages.registry import Implementation, TurnInputs
 from stages.tts.service import ServiceTts, ServiceTtsSettings
 from stages.tts.stub import StubTts, speech_duration_ms
 from tests.harness import run_stage, stage_run
@@ -109,7 +112,7 @@ def stages(heard: Heard | None = None) -> SpeechStages:
     asr = (
         Role(HEARD, NoSettings(), heard, "")
         if heard is not None
-        else Role(registry().get("asr", "oracle"), registry().get("asr", "oracle").settings_from(AsrConfig()), None, "")
+        else Role(registry().get("asr", "oracle"), AsrConfig("oracle").settings, None, "")
     )
     stub = registry().get("tts", "stub")
     tts_cfg = TtsConfig(impl="stub", first_frame=LatencyProfile(), real_time_factor=0.0)
@@ -321,12 +324,18 @@ def test_a_service_that_is_not_there_is_a_client_error(tmp_path: Path) -> None:
 # --- settings: from the configuration to the stage ----------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["", "127.0.0.1:8000/v1/audio/speech", "ftp://127.0.0.1/v1/audio/speech"])
-def test_a_missing_or_non_http_url_is_refused_at_build(bad: str) -> None:
+def test_a_missing_url_is_refused_at_build() -> None:
     with pytest.raises(ValueError, match=r"\[asr\] impl = 'service' needs url = http://"):
-        registry().get("asr", "service").build(ServiceAsrSettings(url=bad), None, NO_TURN)
+        registry().get("asr", "service").build(ServiceAsrSettings(), None, NO_TURN)
     with pytest.raises(ValueError, match=r"\[tts\] impl = 'service' needs url = http://"):
-        registry().get("tts", "service").build(ServiceTtsSettings(url=bad), None, NO_TURN)
+        registry().get("tts", "service").build(ServiceTtsSettings(), None, NO_TURN)
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:8000/v1/audio/speech", "ftp://127.0.0.1/v1/audio/speech"])
+def test_a_non_http_url_is_refused_with_the_settings_naming_the_key(bad: str) -> None:
+    for role in ("asr", "tts"):
+        with pytest.raises(ConfigError, match=rf"\[{role}\] url = '{re.escape(bad)}': an http:// or https://"):
+            load_config(None, {role: {"impl": "service", "url": bad}})
 
 
 def test_the_configured_settings_reach_the_stages_and_the_service(tmp_path: Path) -> None:

@@ -126,6 +126,7 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
                 sys.executable,
                 "-m",
                 "pipeline.serve",
+                str(FIXTURES),  # the simulator's oracle ASR needs the reference texts (else refused before the port)
                 "--config",
                 str(SIMULATOR),
                 "--port",

@@ -20,6 +20,7 @@ from websockets.protocol import State
 from pipeline import serve
 from pipeline.clock import RealClock
 from pipeline.run.session import Ask
+from pipeline.settings.fixtures import Question, QuestionSet
 from pipeline.transport import protocol
 from pipeline.transport.emulator import DeviceSettings, EmulatedDevice
 from pipeline.transport.gateway import GatewaySettings, start_gateway
@@ -156,6 +157,21 @@ def test_serve_refuses_at_start_to_advertise_a_wildcard_address(tmp_path: Path, 
     assert serve.public_host("0.0.0.0", "", advertised=False) == "0.0.0.0"  # nothing told: allowed
     assert serve.public_host("0.0.0.0", "192.0.2.7", advertised=True) == "192.0.2.7"
     assert serve.public_host("127.0.0.1", "", advertised=True) == "127.0.0.1"
+
+
+def test_serve_refuses_at_start_an_oracle_asr_without_reference_texts(tmp_path: Path, capsys: Any) -> None:
+    """The oracle ASR says each question's reference text; without fixtures every turn would be empty."""
+    simulator = Path(__file__).resolve().parent.parent / "configs" / "simulator.toml"
+    assert serve.main(["--config", str(simulator), "--port", "0", "--out", str(tmp_path)], env={}) == 2
+    err = capsys.readouterr().err
+    assert "oracle" in err and "fixtures folder" in err
+    assert not list(tmp_path.iterdir())  # refused before anything was loaded or written
+    untexted = QuestionSet(tmp_path, (Question("q1", "en", "", "", tmp_path / "q1.wav"),))
+    with pytest.raises(ValueError, match="has no reference texts"):  # a folder without a manifest
+        serve.refuse_oracle_without_texts("oracle", untexted)
+    serve.refuse_oracle_without_texts("whisper", untexted)  # a real ASR hears the audio itself
+    texted = QuestionSet(tmp_path, (Question("q1", "en", "", "What time is it?", tmp_path / "q1.wav"),))
+    serve.refuse_oracle_without_texts("oracle", texted)
 
 
 def test_serve_accepts_the_udp_public_host_spelling_of_the_flag() -> None:

@@ -17,7 +17,8 @@ import pytest
 from pipeline.events import FRAME_BYTES, AudioFrame, Event, SpeechEnd, SpeechStart, StageInfo, XiaozhiServerProfile
 from pipeline.settings.audio import load_audio
 from pipeline.settings.config import Config, ConfigError, VadConfig, load_config
-from stages.registry import TurnInputs, registry
+from stages.catalog import registry
+from stages.registry import TurnInputs
 from stages.vad.endpointer import FrameVad
 from stages.vad.manual import ManualEndpoint
 from stages.vad.silero import SileroClassifier
@@ -218,8 +219,8 @@ def test_the_lab_profile_is_the_default_and_unchanged() -> None:
 
 def test_the_fragment_selects_the_xiaozhi_server_profile_with_its_defaults() -> None:
     cfg = load_config([LOCAL, FRAGMENT])
-    assert cfg.vad.profile == "xiaozhi-server"
-    assert cfg.vad.xiaozhi_server == XiaozhiServerProfile()
+    assert cfg.vad.settings.profile == "xiaozhi-server"
+    assert cfg.vad.settings.xiaozhi_server == XiaozhiServerProfile()
     assert cfg.asr == Config().asr and cfg.llm == Config().llm  # a fragment: only the VAD changes
     stage = build_silero(cfg.vad)
     assert isinstance(stage, XiaozhiServerVad) and stage.profile == XiaozhiServerProfile()
@@ -239,7 +240,9 @@ def test_bad_profile_settings_are_config_errors() -> None:
         load_config(None, {"vad": {"profile": "nope"}})
     with pytest.raises(ConfigError, match=r"\[vad.xiaozhi_server\] vote_needed"):
         load_config(None, {"vad": {"profile": "xiaozhi-server", "xiaozhi_server": {"vote_needed": 0}}})
-    with pytest.raises(ConfigError, match="impl = 'silero' only"):
+    with pytest.raises(
+        ConfigError, match=r"unknown setting\(s\) for impl = 'energy': profile; known: impl, threshold_dbfs"
+    ):
         load_config(None, {"vad": {"impl": "energy", "profile": "xiaozhi-server"}})
     with pytest.raises(ConfigError, match="unknown setting"):
         load_config(None, {"vad": {"xiaozhi_server": {"min_speech_ms": 1}}})

@@ -22,23 +22,26 @@ ENTRY_POINTS = {
     "pipeline.serve",
     "pipeline.sweep.__main__",
     "pipeline.endpoints.speech.__main__",
+    "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
     "contract": set(),
     "clock": set(),
-    "settings": {"contract", "registry"},  # the valid impl names come from the stage registry
+    "settings": {"contract", "registry", "catalog"},  # the valid impl names and their settings come from the catalogue
     "stages": {"contract", "registry"},
-    "registry": {"contract", "stages"},
-    "run": {"contract", "clock", "settings", "stages", "registry", "tracing", "names", "endpoints", "fleet"},
+    "registry": {"contract"},  # the contract implementations are registered under; imports none of them
+    "catalog": {"contract", "registry", "stages"},  # the one part that imports the implementations
+    "run": {"contract", "clock", "settings", "stages", "registry", "catalog", "tracing", "names", "endpoints", "fleet"},
     "fleet": {"contract", "clock", "stages", "tracing"},  # arrivals, the shared model's scheduler, background work
     "tracing": {"contract", "names"},
     "analysis": {"names"},
     "names": set(),
     "report": {"analysis", "names"},
     "endpoints": {"contract"},
-    # the speech services run the configured stages, through the registry only, and trace each request
-    "speech": {"contract", "clock", "settings", "registry", "tracing", "names"},
+    # the speech services run the configured stages, through the registry only, and trace each request;
+    # they are served as the other endpoints are (``pipeline.endpoints.serving``)
+    "speech": {"contract", "clock", "settings", "registry", "catalog", "tracing", "names", "endpoints"},
     "offline": {"settings"},
     "transport": {"contract", "clock", "run", "tracing", "endpoints"},  # the run's turn over the device protocol
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
@@ -63,6 +66,8 @@ def part(module: str) -> str:
         return "names"
     if module == "stages.registry":
         return "registry"
+    if module == "stages.catalog":
+        return "catalog"
     if module.startswith("stages."):
         return "stages"
     if module.startswith("pipeline.endpoints.speech"):
@@ -106,6 +111,56 @@ def test_every_part_imports_only_what_it_may(path: Path) -> None:
     allowed = MAY_USE[mine] | {mine}
     wrong = sorted(m for m in our_imports(path) if part(m) not in allowed)
     assert not wrong, f"{module_name(path)} ({mine}) imports {wrong}; {mine} may use {sorted(allowed)}"
+
+
+def test_no_part_may_use_a_part_that_may_use_it_back() -> None:
+    """The allowed imports form no circle, however long (so the imports they allow can form none across parts)."""
+
+    def circle_from(start: str, path: tuple[str, ...]) -> tuple[str, ...]:
+        for nxt in sorted(MAY_USE.get(path[-1], set()) - {path[-1]}):
+            if nxt == start:
+                return (*path, start)
+            if nxt not in path and (found := circle_from(start, (*path, nxt))):
+                return found
+        return ()
+
+    circles = [circle_from(p, (p,)) for p in MAY_USE]
+    assert not any(circles), " -> ".join(next(c for c in circles if c))
+
+
+STAGE_MODULES = {module_name(p): p for p in (ROOT / "stages").rglob("*.py")}
+
+
+def test_no_module_in_stages_imports_in_a_circle() -> None:
+    """Imports inside functions count: a lazy import hides a circle from Python, not from a reader."""
+    graph = {m: our_imports(p) & set(STAGE_MODULES) for m, p in STAGE_MODULES.items()}
+
+    def circle_from(start: str, path: tuple[str, ...], seen: set[str]) -> tuple[str, ...]:
+        for nxt in sorted(graph[path[-1]]):
+            if nxt == start:
+                return (*path, start)
+            if nxt not in seen:
+                seen.add(nxt)
+                if found := circle_from(start, (*path, nxt), seen):
+                    return found
+        return ()
+
+    circles = [c for m in sorted(graph) if (c := circle_from(m, (m,), set()))]
+    assert not circles, " -> ".join(circles[0])
+
+
+def test_only_the_run_the_settings_and_the_services_open_the_catalogue() -> None:
+    """An implementation imports the contract (``stages.registry``), never the catalogue that lists it."""
+    users = {module_name(p) for p in MODULES if "stages.catalog" in our_imports(p)}
+    assert users, "nothing opens the catalogue: the check would see nothing"
+    assert {part(m) for m in users} <= {"run", "settings", "speech", "entry"}, sorted(users)
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS - {"pipeline.cli"}))
+def test_no_entry_point_imports_another(entry: str) -> None:
+    """An entry point is a command, not a library: what two of them share lives in ``pipeline.cli``."""
+    path = ROOT / Path(*entry.split(".")).with_suffix(".py")
+    assert not our_imports(path) & (ENTRY_POINTS - {"pipeline.cli", entry}), entry
 
 
 def test_the_run_loop_never_imports_analysis_or_the_report() -> None:

@@ -40,11 +40,16 @@ def progress_line(done: int, total: int, rows: list[Row]) -> str:
         tag = " (warm-up)" if row.warmup else ""
         if row.ok:
             parts.append(
-                f"round {row.round}{tag} {row.question_id}: ok, whole turn {row.whole_turn_ms} ms, "
-                f"first audio {row.first_audio_ms} ms, {row.llm_calls} LLM call(s), "
+                f"round {row.round}{tag} {row.question_id}: ok, {_said('whole turn', row.whole_turn_ms)}, "
+                f"{_said('first audio', row.first_audio_ms)}, {row.llm_calls} LLM call(s), "
                 f"{row.sentences} sentence(s)"
             )
         else:
             parts.append(f"round {row.round}{tag} {row.question_id}: FAILED ({row.error})")
     count = f"[{done}/{total}]" if total else f"[{done}]"  # a server does not know how many turns will come
     return f"{count} " + "; ".join(parts)
+
+
+def _said(name: str, ms: float | None) -> str:
+    # a server's trace of a device turn has no playback: the device measures it, in its own trace
+    return f"{name} {ms} ms" if ms is not None else f"{name}: measured on the device"

@@ -1,6 +1,6 @@
 """Loads what a configuration names (once per run) and builds each turn's stages, from the registry.
 
-Every implementation is looked up in ``stages.registry`` by its ``[role] impl`` name;
+Every implementation is looked up in ``stages.catalog`` by its ``[role] impl`` name;
 nothing here names one. Everything that can fail on bad input (a missing or corrupt
 model, a base model instead of a chat model, a language a stage cannot handle) fails
 here, before the first turn, with a message naming the file or the questions.
@@ -23,11 +23,12 @@ from pipeline.run.turn import ServerStages
 from pipeline.settings.config import Config
 from pipeline.settings.fixtures import AUTO, Question
 from pipeline.settings.models import REGISTRY, resolve
+from stages.catalog import registry
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
 from stages.llm.backend import ToolSource
 from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, system_prompt
 from stages.llm.scripted import ScriptedTools
-from stages.registry import ROLES, Implementation, Loaded, TurnInputs, registry
+from stages.registry import ROLES, Implementation, Loaded, TurnInputs
 from stages.sentences import SentenceSplitter, SplitRules
 
 __all__ = [

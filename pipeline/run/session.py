@@ -85,6 +85,18 @@ class Run:
         return self.questions.questions[:limit] if limit else self.questions.questions
 
 
+def session_attributes(run: Run) -> Attributes:
+    """The session span's attributes: what identifies the run, whether it replays fixtures or serves devices."""
+    return {
+        names.SCHEMA: names.SCHEMA_VERSION,
+        names.RUN_ID: run.run_id,
+        names.CONDITION: run.config.run.condition,
+        names.CONFIG_ID: run.config_id,
+        names.CLOCK: run.clock.kind,
+        names.CONFIG_JSON: run.config_json,
+    }
+
+
 def turn_attributes(
     run: Run, question: Question, round_no: int, note: str, load: TurnLoad | None, temp: float | None = None
 ) -> Attributes:
@@ -132,17 +144,7 @@ async def run_session(run: Run, tracing: Tracing, sink: TraceSink, progress: Pro
     for q in questions:
         if isinstance(audio[q.id], BadAudio):
             progress(f"bad audio: {audio[q.id]}")
-    tracing.start_session(
-        {
-            names.SCHEMA: names.SCHEMA_VERSION,
-            names.RUN_ID: run.run_id,
-            names.CONDITION: cfg.run.condition,
-            names.CONFIG_ID: run.config_id,
-            names.CLOCK: run.clock.kind,
-            names.CONFIG_JSON: run.config_json,
-        },
-        run.clock.now_ns(),
-    )
+    tracing.start_session(session_attributes(run), run.clock.now_ns())
     answers = {q.text: q.answer for q in questions if q.answer}
     if run.remote is None:
         attach_scheduler(run)

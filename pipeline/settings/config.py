@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pipeline.events import VAD_PROFILES, LatencyProfile, XiaozhiServerProfile
-from stages.registry import ROLES, registry
+from pipeline.events import LatencyProfile
+from pipeline.settings.stage_sections import STAGE_SECTIONS, StageSection, recorded
+from pipeline.settings.stage_sections import AsrConfig as AsrConfig  # each section is found beside the others
+from pipeline.settings.stage_sections import TtsConfig as TtsConfig
+from pipeline.settings.stage_sections import VadConfig as VadConfig
+from stages.catalog import registry
+from stages.registry import ROLES, read_table
+from stages.registry import ConfigError as ConfigError  # where every reader of the settings finds it
 
 CONDITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9'_-]{0,31}$")
 
@@ -36,36 +42,11 @@ def public_url(url: str) -> str:
     return urlunsplit((parsed.scheme, netloc, parsed.path, "", ""))
 
 
-class ConfigError(ValueError):
-    """A setting is missing, unknown or out of range; the message names it."""
-
-
-@dataclass(frozen=True, slots=True)
-class VadConfig:
-    impl: str = "silero"  # or "energy", or "fsmn" (FunASR, needs the funasr extra)
-    model: str = "silero-vad"  # registry name or path (silero, fsmn: e.g. "fsmn-vad")
-    threshold: float = 0.5  # speech probability (silero)
-    threshold_dbfs: float = -45.0  # level (energy)
-    silence_ms: int = 600
-    min_speech_ms: int = 120
-    # silero's end-pointer: "lab" (the settings above) or "xiaozhi-server" (xiaozhi-esp32-server's
-    # default rule, with its own settings in [vad.xiaozhi_server]); see stages/vad/silero.py
-    profile: str = "lab"
-    xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
-
-
-@dataclass(frozen=True, slots=True)
-class AsrConfig:
-    impl: str = "whisper"  # or "funasr" (a FunASR model folder), "oracle" (reference text), "service" (HTTP)
-    model: str = "whisper-base"  # registry name, a CTranslate2 Whisper folder, or a FunASR model folder
-    beam_size: int = 1
-    threads: int = 2
-    latency: LatencyProfile = LatencyProfile(first_ms=300, jitter_ms=40, seed=1)  # oracle only
-    url: str = ""  # service only: http://HOST:PORT/v1/audio/transcriptions (OpenAI-compatible, no key)
-
-
 @dataclass(frozen=True, slots=True)
 class LlmConfig:
+    """``[llm]``: one section for the role. The LLM stage reads most of it whatever the backend; each backend
+    reads its own settings from it by name (``stages.llm``: llama's ``n_ctx``, the scripted one's ``latency``)."""
+
     impl: str = "llama"  # in-process; or "server" (llama.cpp's server, own process), "openai" (see [cloud]), "scripted"
     mode: str = "single"
     model: str = "qwen2.5-0.5b"  # registry name or a GGUF path
@@ -112,16 +93,6 @@ class SentenceConfig:
     first_cut_at_comma: bool = True
     min_first_chars: int = 4
     max_chars: int = 80
-
-
-@dataclass(frozen=True, slots=True)
-class TtsConfig:
-    impl: str = "espeak"  # or "piper" (English only), "stub", or "service" (an OpenAI-compatible speech service)
-    voice: str = "piper-joe"  # piper: registry name or voice folder
-    words_per_minute: int = 160  # espeak
-    first_frame: LatencyProfile = LatencyProfile(first_ms=180, jitter_ms=30, seed=3)  # stub only
-    real_time_factor: float = 0.15  # stub only
-    url: str = ""  # service only: http://HOST:PORT/v1/audio/speech (OpenAI-compatible, no key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +179,8 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         """Every setting, with credentials taken out of URLs: what traces and reports may record."""
         data = dataclasses.asdict(self)
+        for role in STAGE_SECTIONS:
+            data[role] = recorded(role, data[role])
         data["cloud"]["base_url"] = public_url(self.cloud.base_url)
         if self.probe.temp_command:  # a command may hold a host, a user or a password: never traced
             data["probe"]["temp_command"] = "(a command; not recorded)"
@@ -217,7 +190,6 @@ class Config:
 _CHOICES = {
     ("run", "pacing"): ("realtime", "fast"),
     ("run", "clock"): ("real", "virtual"),
-    ("vad", "profile"): VAD_PROFILES,
     ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
     ("llm", "mode"): ("single", "per-sentence"),
     ("llm", "prompt_cache"): ("off", "prefix", "carry"),
@@ -228,7 +200,7 @@ _CHOICES = {
 
 
 def choices() -> dict[tuple[str, str], tuple[str, ...]]:
-    """Every setting with a fixed set of values; each role's ``impl`` names come from the stage registry."""
+    """Every setting with a fixed set of values; each role's ``impl`` names come from the stage catalogue."""
     found = registry()
     return {**{(role, "impl"): found.names(role) for role in ROLES}, **_CHOICES}
 
@@ -243,15 +215,10 @@ def validate(cfg: Config) -> None:
     positive = {
         "[run] rounds": cfg.run.rounds,
         "[run] turn_timeout_s": cfg.run.turn_timeout_s,
-        "[vad] silence_ms": cfg.vad.silence_ms,
-        "[vad] min_speech_ms": cfg.vad.min_speech_ms,
         "[llm] max_tokens": cfg.llm.max_tokens,
         "[llm] max_calls": cfg.llm.max_calls,
         "[llm] n_ctx": cfg.llm.n_ctx,
         "[llm] threads": cfg.llm.threads,
-        "[asr] beam_size": cfg.asr.beam_size,
-        "[asr] threads": cfg.asr.threads,
-        "[tts] words_per_minute": cfg.tts.words_per_minute,
         "[fleet] devices": cfg.fleet.devices,
         "[fleet] rate_per_s": cfg.fleet.rate_per_s,
         "[background] period_ms": cfg.background.period_ms,
@@ -268,18 +235,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError("[background] job needs [scheduler] concurrency > 0: the scheduler is what shares the model")
     if cfg.llm.history_rounds < 0:
         raise ConfigError(f"[llm] history_rounds = {cfg.llm.history_rounds}: must be >= 0")
-    if not 0 < cfg.vad.threshold < 1:
-        raise ConfigError(f"[vad] threshold = {cfg.vad.threshold}: a speech probability between 0 and 1")
-    if problem := cfg.vad.xiaozhi_server.problem():
-        raise ConfigError(f"[vad.xiaozhi_server] {problem}")
-    if cfg.vad.profile != "lab" and cfg.vad.impl != "silero":
-        raise ConfigError(f"[vad] profile = {cfg.vad.profile!r} applies to impl = 'silero' only")
     if cfg.run.limit < 0:
         raise ConfigError(f"[run] limit = {cfg.run.limit}: must be 0 (all) or positive")
     if cfg.sentences.max_chars < 8:
         raise ConfigError(f"[sentences] max_chars = {cfg.sentences.max_chars}: must be at least 8")
-    if cfg.tts.real_time_factor < 0:
-        raise ConfigError(f"[tts] real_time_factor = {cfg.tts.real_time_factor}: must be >= 0")
     if cfg.run.clock == "virtual" and cfg.run.pacing != "realtime":
         raise ConfigError("[run] clock = 'virtual' simulates real time: use pacing = 'realtime'")
     found = registry()
@@ -305,37 +264,9 @@ def _validate_cloud(cfg: Config) -> None:
 
 
 def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"[{where}] must be a table")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"[{where}] unknown setting(s): {', '.join(unknown)}; known: {', '.join(fields)}")
-    kwargs: dict[str, Any] = {}
-    defaults = cls()
-    for name, value in data.items():
-        current = getattr(defaults, name)
-        if dataclasses.is_dataclass(current):
-            kwargs[name] = _build(type(current), value, f"{where}.{name}")
-        else:
-            kwargs[name] = _coerce(value, current, f"{where}] {name}")
-    if cls is LatencyProfile and min(kwargs.get(k, 0.0) for k in ("first_ms", "per_item_ms", "jitter_ms")) < 0:
-        raise ConfigError(f"[{where}] latencies must be >= 0")
-    return cls(**kwargs)
-
-
-def _coerce(value: Any, default: Any, where: str) -> Any:
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"[{where} = {value!r}: expected true or false")
-        return value
-    if isinstance(default, int) and not isinstance(value, bool) and isinstance(value, int):
-        return value
-    if isinstance(default, float) and not isinstance(value, bool) and isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(default, str) and isinstance(value, str):
-        return value
-    raise ConfigError(f"[{where} = {value!r}: expected {type(default).__name__}")
+    if issubclass(cls, StageSection):
+        return cls.from_table(data, where)  # the implementation's own settings class reads the rest
+    return read_table(cls, data, where)
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

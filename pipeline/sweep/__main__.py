@@ -22,8 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline import replay
 from pipeline.analysis.bench_csv import bench_run_ids
+from pipeline.cli import overrides, parse_replay_args
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.sweep.plan import Plan, Point, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import FAILED, OK, PointRecord, SweepRecord, new_record, save
@@ -69,9 +69,9 @@ def passed_through(args: argparse.Namespace) -> tuple[str, ...]:
 def refused_settings(point: Point, options: RunOptions, settings: Path) -> str:
     """The replay's own verdict on the point's settings, before anything runs ("" when accepted):
     parsed exactly as the replay will parse them."""
-    ns = replay.parse_args(replay_args(point, options, settings))
+    ns = parse_replay_args(replay_args(point, options, settings))
     try:
-        load_config(ns.config, replay.overrides(ns))
+        load_config(ns.config, overrides(ns))
     except ConfigError as exc:
         return f"settings refused: {exc}"
     return ""

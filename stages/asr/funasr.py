@@ -17,7 +17,7 @@ import numpy as np
 from pipeline.events import StageInfo
 from stages.asr.utterance import UtteranceAsr, UtteranceEngine
 from stages.funasr_loader import load_automodel
-from stages.registry import Implementation, Loaded, Models, TurnInputs
+from stages.registry import Implementation, Loaded, Models, TurnInputs, load_file
 
 FUNASR_LANGUAGES = ("zh", "en")
 
@@ -52,8 +52,7 @@ class FunAsrSettings:
 
 
 def _load(s: FunAsrSettings, models: Models) -> Loaded:
-    path = models.resolve(s.model)
-    return Loaded(FunAsrEngine(path), models.identity(s.model, path))
+    return load_file(models, s.model, FunAsrEngine)
 
 
 def _build(_s: FunAsrSettings, engine: FunAsrEngine, turn: TurnInputs) -> FunAsr:

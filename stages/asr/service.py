@@ -12,6 +12,7 @@ loopback, and is asked without a key.
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,19 +22,19 @@ import soundfile
 
 from pipeline.events import SAMPLE_RATE, Event, StageInfo, Transcript
 from stages.asr.utterance import utterance
+from stages.http import check_url, post, require_url
 from stages.registry import Implementation, TurnInputs
 
 SERVICE_LANGUAGES = ("zh", "en")
-
-
-class ServiceError(RuntimeError):
-    """The speech service refused or failed a request; the message carries its status and error text."""
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceAsrSettings:
     url: str = ""  # the transcription endpoint: http://HOST:PORT/v1/audio/transcriptions
     model: str = "whisper-base"  # sent as the request's ``model``
+
+    def __post_init__(self) -> None:
+        check_url("asr", self.url)
 
 
 def wav_bytes(pcm: bytes, rate: int = SAMPLE_RATE) -> bytes:
@@ -43,17 +44,9 @@ def wav_bytes(pcm: bytes, rate: int = SAMPLE_RATE) -> bytes:
     return out.getvalue()
 
 
-async def error_text(response: aiohttp.ClientResponse) -> str:
-    body = await response.text()
-    return f"{response.url} answered {response.status}: {body[:300]}"
-
-
 class ServiceAsr:
     def __init__(self, settings: ServiceAsrSettings, language: str) -> None:
-        if not settings.url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"[asr] impl = 'service' needs url = http://HOST:PORT/v1/audio/transcriptions, not {settings.url!r}"
-            )
+        require_url("asr", settings.url, "/v1/audio/transcriptions")
         self.settings, self.language = settings, language
         self.info = StageInfo("asr", "service", attributes=(("asr.model", settings.model), ("asr.url", settings.url)))
 
@@ -68,13 +61,7 @@ class ServiceAsr:
         form.add_field("file", wav_bytes(pcm), filename="utterance.wav", content_type="audio/wav")
         form.add_field("model", self.settings.model)
         form.add_field("response_format", "verbose_json")
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(self.settings.url, data=form) as response,
-        ):
-            if response.status != 200:
-                raise ServiceError(await error_text(response))
-            answer = await response.json()
+        answer = json.loads(await post(self.settings.url, data=form))
         return str(answer.get("text", "")).strip(), str(answer.get("language", "") or self.language)
 
 

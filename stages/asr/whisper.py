@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.events import StageInfo
 from stages.asr.utterance import UtteranceAsr, UtteranceEngine
-from stages.registry import Implementation, Loaded, Models, TurnInputs
+from stages.registry import Implementation, Loaded, Models, TurnInputs, load_file, require_positive
 
 WHISPER_LANGUAGES = ("zh", "en")  # what the fixtures and prompts here cover; Whisper knows many more
 ZH_PROMPT = "以下是普通话的句子。"
@@ -66,10 +66,12 @@ class WhisperSettings:
     beam_size: int = 1
     threads: int = 2
 
+    def __post_init__(self) -> None:
+        require_positive("asr", beam_size=self.beam_size, threads=self.threads)
+
 
 def _load(s: WhisperSettings, models: Models) -> Loaded:
-    path = models.resolve(s.model)
-    return Loaded(WhisperEngine(path, threads=s.threads, beam_size=s.beam_size), models.identity(s.model, path))
+    return load_file(models, s.model, lambda path: WhisperEngine(path, threads=s.threads, beam_size=s.beam_size))
 
 
 def _build(_s: WhisperSettings, engine: WhisperEngine, turn: TurnInputs) -> WhisperAsr:

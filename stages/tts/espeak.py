@@ -7,21 +7,20 @@ rules. Audio is streamed from espeak's stdout and framed as it arrives.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
 
 from pipeline.events import AudioOut, Event, Sentence, StageInfo
-from stages.registry import Implementation, TurnInputs
-from stages.threads import finished
-from stages.tts.frames import Framer, StreamResampler
+from stages.registry import Implementation, TurnInputs, require_positive
+from stages.threads import from_thread
+from stages.tts.frames import frames_of
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
 WAV_HEADER = 44
@@ -61,15 +60,10 @@ class EspeakTts:
         voice, text = voice_and_text(sentence.text)
         # the text goes on stdin: as an argument, a sentence starting with "-" would be read as options
         command = [self.binary, "-v", voice, "-s", str(self.words_per_minute), "--stdout", "--stdin"]
-        resampler, framer, seq = StreamResampler(ESPEAK_RATE), Framer(), 0
         body = _skip_header(_stream_stdout(command, text.encode("utf-8")))
-        async for data in body:
-            for pcm in framer.feed(resampler.feed(np.frombuffer(data, dtype="<i2"))):
-                yield AudioOut(sentence_index=sentence.index, seq=seq, pcm=pcm)
-                seq += 1
-        for pcm in [*framer.feed(resampler.flush()), *framer.flush()]:
-            yield AudioOut(sentence_index=sentence.index, seq=seq, pcm=pcm)
-            seq += 1
+        samples = (np.frombuffer(data, dtype="<i2") async for data in body)
+        async for frame in frames_of(samples, ESPEAK_RATE, sentence.index):
+            yield frame
 
 
 class EspeakError(RuntimeError):
@@ -83,34 +77,27 @@ async def _stream_stdout(command: list[str], stdin: bytes) -> AsyncIterator[byte
     subprocess support, whose child watcher logs spurious "unknown child" warnings
     here when native libraries run in other threads.
     """
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     errors: list[bytes] = []
-
-    def pump() -> None:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        try:
-            _hand_over(proc.stdin, stdin)
-            while chunk := proc.stdout.read(4096):
-                loop.call_soon_threadsafe(queue.put_nowait, chunk)
-            errors.append(proc.stderr.read())
-            loop.call_soon_threadsafe(queue.put_nowait, None)
-        except BaseException as exc:  # handed to the event loop
-            loop.call_soon_threadsafe(queue.put_nowait, exc)
-
-    reader = loop.run_in_executor(None, pump)
     completed = False
-    try:
-        while (item := await queue.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-        completed = True
-    finally:
-        if proc.poll() is None and not completed:
+
+    def pump() -> Iterator[bytes]:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        _hand_over(proc.stdin, stdin)
+        while chunk := proc.stdout.read(4096):
+            yield chunk
+        errors.append(proc.stderr.read())
+
+    def stop() -> None:
+        if proc.poll() is None and not completed:  # left early: the child must not keep the thread reading
             proc.kill()
-        await finished(reader)
+
+    try:
+        async with from_thread(None, pump, stop=stop) as chunks:
+            async for chunk in chunks:
+                yield chunk
+            completed = True
+    finally:
         code = proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
@@ -148,6 +135,9 @@ async def _skip_header(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 @dataclass(frozen=True, slots=True)
 class EspeakSettings:
     words_per_minute: int = 160
+
+    def __post_init__(self) -> None:
+        require_positive("tts", words_per_minute=self.words_per_minute)
 
 
 def _build(s: EspeakSettings, _engine: None, _turn: TurnInputs) -> EspeakTts:

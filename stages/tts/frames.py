@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+
 import numpy as np
 import soxr
 
-from pipeline.events import FRAME_SAMPLES, SAMPLE_RATE
+from pipeline.events import FRAME_SAMPLES, SAMPLE_RATE, AudioOut
 
 
 class StreamResampler:
@@ -48,3 +50,27 @@ class Framer:
         padded = np.concatenate([self._buf, np.zeros(FRAME_SAMPLES - len(self._buf), dtype=np.int16)])
         self._buf = np.zeros(0, dtype=np.int16)
         return [padded.astype("<i2").tobytes()]
+
+
+async def frames_of(
+    chunks: AsyncIterable[np.ndarray] | Iterable[np.ndarray], rate: int, sentence_index: int
+) -> AsyncIterator[AudioOut]:
+    """One sentence's audio (16-bit samples at ``rate``, in pieces) as numbered downlink frames, each sent
+    the moment it is whole; the last one padded."""
+    resampler, framer, seq = StreamResampler(rate), Framer(), 0
+    async for chunk in _each(chunks):
+        for pcm in framer.feed(resampler.feed(chunk)):
+            yield AudioOut(sentence_index=sentence_index, seq=seq, pcm=pcm)
+            seq += 1
+    for pcm in [*framer.feed(resampler.flush()), *framer.flush()]:
+        yield AudioOut(sentence_index=sentence_index, seq=seq, pcm=pcm)
+        seq += 1
+
+
+async def _each(chunks: AsyncIterable[np.ndarray] | Iterable[np.ndarray]) -> AsyncIterator[np.ndarray]:
+    if isinstance(chunks, AsyncIterable):
+        async for chunk in chunks:
+            yield chunk
+    else:
+        for chunk in chunks:
+            yield chunk

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.events import AudioOut, Event, Sentence, StageInfo
-from stages.registry import Implementation, Loaded, Models, TurnInputs
+from pipeline.events import Event, Sentence, StageInfo
+from stages.registry import Implementation, Loaded, Models, TurnInputs, load_file
 from stages.threads import on_thread
-from stages.tts.frames import Framer, StreamResampler
+from stages.tts.frames import frames_of
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
 PIPER_LANGUAGES = ("en",)
@@ -57,14 +57,9 @@ class PiperTts:
                 continue
             if _CJK.search(event.text):
                 raise ValueError(f"piper voice {self.engine.name} cannot speak Chinese: {event.text!r}")
-            resampler, framer, seq = StreamResampler(self.engine.rate), Framer(), 0
-            for chunk in await on_thread(self.engine.thread, self.engine.synthesize, event.text):
-                for pcm in framer.feed(resampler.feed(chunk)):
-                    yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
-                    seq += 1
-            for pcm in [*framer.feed(resampler.flush()), *framer.flush()]:
-                yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
-                seq += 1
+            chunks = await on_thread(self.engine.thread, self.engine.synthesize, event.text)
+            async for frame in frames_of(chunks, self.engine.rate, event.index):
+                yield frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +68,7 @@ class PiperSettings:
 
 
 def _load(s: PiperSettings, models: Models) -> Loaded:
-    path = models.resolve(s.voice)
-    return Loaded(PiperEngine(path), models.identity(s.voice, path))
+    return load_file(models, s.voice, PiperEngine)
 
 
 def _build(_s: PiperSettings, engine: PiperEngine, _turn: TurnInputs) -> PiperTts:

@@ -13,14 +13,13 @@ import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import aiohttp
 import numpy as np
 import soundfile
 
-from pipeline.events import AudioOut, Event, Sentence, StageInfo
-from stages.asr.service import ServiceError, error_text
+from pipeline.events import Event, Sentence, StageInfo
+from stages.http import ServiceError, check_url, post, require_url
 from stages.registry import Implementation, TurnInputs
-from stages.tts.frames import Framer, StreamResampler
+from stages.tts.frames import frames_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +27,13 @@ class ServiceTtsSettings:
     url: str = ""  # the speech endpoint: http://HOST:PORT/v1/audio/speech
     voice: str = "piper-joe"  # sent as the request's ``voice``
 
+    def __post_init__(self) -> None:
+        check_url("tts", self.url)
+
 
 class ServiceTts:
     def __init__(self, settings: ServiceTtsSettings) -> None:
-        if not settings.url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"[tts] impl = 'service' needs url = http://HOST:PORT/v1/audio/speech, not {settings.url!r}"
-            )
+        require_url("tts", settings.url, "/v1/audio/speech")
         self.settings = settings
         self.info = StageInfo("tts", "service", attributes=(("tts.voice", settings.voice), ("tts.url", settings.url)))
 
@@ -43,20 +42,12 @@ class ServiceTts:
             if not isinstance(event, Sentence):
                 continue
             samples, rate = await self._speak(event.text)
-            resampler, framer = StreamResampler(rate), Framer()
-            frames = [*framer.feed(resampler.feed(samples)), *framer.feed(resampler.flush()), *framer.flush()]
-            for seq, pcm in enumerate(frames):
-                yield AudioOut(sentence_index=event.index, seq=seq, pcm=pcm)
+            async for frame in frames_of([samples], rate, event.index):
+                yield frame
 
     async def _speak(self, text: str) -> tuple[np.ndarray, int]:
         request = {"model": "tts-1", "input": text, "voice": self.settings.voice, "response_format": "wav"}
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(self.settings.url, json=request) as response,
-        ):
-            if response.status != 200:
-                raise ServiceError(await error_text(response))
-            body = await response.read()
+        body = await post(self.settings.url, json=request)
         try:
             samples, rate = soundfile.read(io.BytesIO(body), dtype="int16", always_2d=True)
         except (soundfile.LibsndfileError, RuntimeError) as exc:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from pipeline.events import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, AudioOut, Event, LatencyProfile, Sentence, StageInfo
-from stages.registry import Implementation, TurnInputs
+from stages.registry import ConfigError, Implementation, TurnInputs
 
 CJK_CHARS_PER_S = 4.5
 LATIN_CHARS_PER_S = 14.0
@@ -65,6 +65,10 @@ class StubTts:
 class StubSettings:
     first_frame: LatencyProfile = field(default_factory=lambda: LatencyProfile(first_ms=180, jitter_ms=30, seed=3))
     real_time_factor: float = 0.15
+
+    def __post_init__(self) -> None:
+        if self.real_time_factor < 0:
+            raise ConfigError(f"[tts] real_time_factor = {self.real_time_factor}: must be >= 0")
 
 
 def _build(s: StubSettings, _engine: None, turn: TurnInputs) -> StubTts:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from pipeline.events import AudioFrame, Event, SpeechEnd, SpeechStart, StageInfo
+from stages.registry import ConfigError, require_positive
 
 HYSTERESIS = 0.15
 
@@ -23,6 +24,13 @@ class FrameClassifier(Protocol):
         """Forget everything heard: a new turn starts."""
 
     def speech_probability(self, pcm: bytes) -> float: ...
+
+
+def check_end_pointing(threshold: float, silence_ms: int, min_speech_ms: int) -> None:
+    """Refuses end-pointing settings ``FrameVad`` cannot run with, naming the ``[vad]`` key."""
+    if not 0 < threshold < 1:
+        raise ConfigError(f"[vad] threshold = {threshold}: a speech probability between 0 and 1")
+    require_positive("vad", silence_ms=silence_ms, min_speech_ms=min_speech_ms)
 
 
 class FrameVad:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.registry import Implementation, TurnInputs
-from stages.vad.endpointer import FrameVad
+from stages.vad.endpointer import FrameVad, check_end_pointing
 
 
 def frame_dbfs(pcm: bytes) -> float:
@@ -43,6 +43,9 @@ class EnergySettings:
     silence_ms: int = 600
     min_speech_ms: int = 120
     threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_end_pointing(self.threshold, self.silence_ms, self.min_speech_ms)
 
 
 def _build(s: EnergySettings, _engine: None, _turn: TurnInputs) -> FrameVad:

@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.events import AudioFrame, Event, SpeechEnd, SpeechStart, StageInfo
 from stages.funasr_loader import load_automodel
-from stages.registry import Implementation, Loaded, Models, TurnInputs
+from stages.registry import Implementation, Loaded, Models, TurnInputs, load_file, require_positive
 
 
 class FsmnVadModel:
@@ -60,10 +60,12 @@ class FsmnSettings:
     model: str = "fsmn-vad"
     silence_ms: int = 600
 
+    def __post_init__(self) -> None:
+        require_positive("vad", silence_ms=self.silence_ms)
+
 
 def _load(s: FsmnSettings, models: Models) -> Loaded:
-    path = models.resolve(s.model)
-    return Loaded(FsmnVadModel(path, s.silence_ms), models.identity(s.model, path))
+    return load_file(models, s.model, lambda path: FsmnVadModel(path, s.silence_ms))
 
 
 def _build(_s: FsmnSettings, model: FsmnVadModel, _turn: TurnInputs) -> FsmnVad:

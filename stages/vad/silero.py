@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.events import SAMPLE_RATE, VAD_PROFILES, XiaozhiServerProfile
-from stages.registry import Implementation, Loaded, Models, TurnInputs
-from stages.vad.endpointer import FrameVad
+from stages.registry import ConfigError, Implementation, Loaded, Models, TurnInputs, load_file
+from stages.vad.endpointer import FrameVad, check_end_pointing
 from stages.vad.xiaozhi import XiaozhiServerVad
 
 CHUNK = 512
@@ -94,17 +94,21 @@ class SileroSettings:
     profile: str = "lab"  # or "xiaozhi-server"
     xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
 
+    def __post_init__(self) -> None:
+        check_end_pointing(self.threshold, self.silence_ms, self.min_speech_ms)
+        if self.profile not in PROFILES:
+            raise ConfigError(f"[vad] profile = {self.profile!r}: choose one of {', '.join(PROFILES)}")
+        if problem := self.xiaozhi_server.problem():
+            raise ConfigError(f"[vad.xiaozhi_server] {problem}")
+
 
 def _load(s: SileroSettings, models: Models) -> Loaded:
-    path = models.resolve(s.model)
-    return Loaded(SileroModel(path), models.identity(s.model, path))
+    return load_file(models, s.model, SileroModel)
 
 
 def _build(s: SileroSettings, model: SileroModel, _turn: TurnInputs) -> FrameVad | XiaozhiServerVad:
     if s.profile == "xiaozhi-server":
         return XiaozhiServerVad(SileroClassifier(model), s.xiaozhi_server)
-    if s.profile != "lab":
-        raise ValueError(f"[vad] profile = {s.profile!r}: choose one of {', '.join(PROFILES)}")
     return FrameVad(SileroClassifier(model), s.silence_ms, s.min_speech_ms, s.threshold, profile="lab")
 
 

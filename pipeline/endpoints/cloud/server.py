@@ -40,10 +40,13 @@ from aiohttp import web
 from pipeline.endpoints.cloud.answers import BadRequest, Plan, plan_reply
 from pipeline.endpoints.cloud.compute import ComputeProfile, Slots, Timer
 from pipeline.endpoints.cloud.faults import FAULT_HEADER, FAULTS, broken, cut, error
+from pipeline.endpoints.serving import HttpApp
 
 
-class EmulatedCloud:
+class EmulatedCloud(HttpApp):
     """The server. ``await start()`` returns the port; ``base_url`` is what a client is given."""
+
+    cancel_abandoned = True  # a request whose client went away stops and frees its slot, as vLLM does
 
     def __init__(
         self,
@@ -61,8 +64,8 @@ class EmulatedCloud:
     ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS[1:])} (or none)")
+        super().__init__(host, port)
         self.profile = profile
-        self.host, self.port = host, port
         self.model = model
         self.fault, self.fault_after, self.fault_count = fault, fault_after, fault_count
         self.retry_after_s = retry_after_s
@@ -73,43 +76,16 @@ class EmulatedCloud:
         self._wall_clock = wall_clock
         self._slots = Slots(profile.slots)
         self._rng = random.Random(profile.seed)
-        self._runner: web.AppRunner | None = None
 
     @property
     def label(self) -> str:
         return f"emulated cloud, profile {self.profile.name}"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    async def __aenter__(self) -> EmulatedCloud:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         return app
-
-    async def start(self) -> int:
-        # handler_cancellation: a request whose client went away stops and frees its slot, as vLLM does.
-        self._runner = web.AppRunner(
-            self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5, handler_cancellation=True
-        )
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = int(self._runner.addresses[0][1])
-        return self.port
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "lab"}]})

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from pipeline.endpoints.link.link import SPIN_MS, DirectionStats, LinkDirection, sleep_until
 from pipeline.endpoints.link.profiles import NetProfile
+from pipeline.endpoints.serving import Started
 
 _EOF = b""
 
@@ -46,7 +47,7 @@ class _Reset:
     """The sending side was reset: the receiving side is aborted, not closed."""
 
 
-class LinkEmulator:
+class LinkEmulator(Started):
     """A TCP proxy on ``listen_host`` that forwards to ``target`` through a network profile.
 
     Use ``async with LinkEmulator(...) as link`` or ``await start()`` / ``await stop()``;
@@ -77,13 +78,6 @@ class LinkEmulator:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
-
-    async def __aenter__(self) -> LinkEmulator:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._accept, self.listen[0], self.listen[1])

@@ -18,15 +18,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pipeline.cli import new_run_id, otlp_from_env
 from pipeline.clock import RealClock
+from pipeline.endpoints.serving import until_signalled
 from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
 from pipeline.endpoints.speech.relay import LlmRelay
-from pipeline.replay import new_run_id, otlp_from_env
 from pipeline.run.assembly import CacheModels
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.models import ModelError, default_cache
@@ -35,13 +35,9 @@ from pipeline.tracing.export import OtlpSettings, Tracing
 
 
 async def serve(services: SpeechServices, run_id: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     async with services:
         print(f"speech services listening on {services.base_url} (run {run_id})", flush=True)
-        await stop.wait()
+        await until_signalled()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +62,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _services(
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    stages: SpeechStages,
+    key: str | None,
+    tracing: Tracing,
+    run_id: str,
+) -> SpeechServices:
+    """The services the command line asks for; with ``--llm-upstream``, the relay to that LLM too."""
+    relay = None
+    if args.llm_upstream:
+        upstream_key = env.get(args.llm_upstream_key_env, "") if args.llm_upstream_key_env else ""
+        relay = LlmRelay(args.llm_upstream, upstream_key, tracing.emit_request, RealClock())
+    return SpeechServices(
+        stages,
+        tracing,
+        RealClock(),
+        args.host,
+        args.port,
+        key,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        attributes={names.RUN_ID: run_id},
+        relay=relay,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     env = os.environ
@@ -83,21 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_id = args.run_id or new_run_id()
     service_name = env.get("OTEL_SERVICE_NAME", "lab-speech-services")
     tracing = Tracing(args.out / "traces" / f"{run_id}.jsonl", service_name, otlp)
-    relay = None
-    if args.llm_upstream:
-        upstream_key = env.get(args.llm_upstream_key_env, "") if args.llm_upstream_key_env else ""
-        relay = LlmRelay(args.llm_upstream, upstream_key, tracing.emit_request, RealClock())
-    services = SpeechServices(
-        stages,
-        tracing,
-        RealClock(),
-        args.host,
-        args.port,
-        key,
-        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-        attributes={names.RUN_ID: run_id},
-        relay=relay,
-    )
+    services = _services(args, env, stages, key, tracing, run_id)
     try:
         asyncio.run(serve(services, run_id))
     except OSError as exc:

@@ -17,7 +17,8 @@ from typing import Any
 from pipeline.events import Event, Sentence, SpeechEnd, Stage
 from pipeline.settings.audio import frames_from_pcm
 from pipeline.settings.config import Config
-from stages.registry import Implementation, Models, TurnInputs, registry
+from stages.catalog import registry
+from stages.registry import Implementation, Models, TurnInputs
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,16 +23,17 @@ import asyncio
 import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from pipeline.clock import Clock
+from pipeline.endpoints.serving import HttpApp
 from pipeline.endpoints.speech import audio, forms
 from pipeline.endpoints.speech.errors import ApiError
 from pipeline.endpoints.speech.relay import LlmRelay
 from pipeline.endpoints.speech.served import SpeechStages, asr_events, run_stage, tts_events
-from pipeline.events import AudioOut, Transcript
+from pipeline.events import AudioOut, Event, Stage, Transcript
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.requests import Attributes, RequestTiming
@@ -43,13 +44,14 @@ CHAT = "/v1/chat/completions"  # served only with a relay (``--llm-upstream``)
 DEFAULT_MAX_BODY = 25 * 1024 * 1024  # OpenAI's limit on an upload
 
 Work = Callable[[web.Request, RequestTiming], Awaitable[web.StreamResponse]]
+Body = TypeVar("Body")
 
 
 def _ms(start_ns: int, end_ns: int) -> float:
     return round((end_ns - start_ns) / 1e6, 3)
 
 
-class SpeechServices:
+class SpeechServices(HttpApp):
     """The server. ``await start()`` returns the port; ``base_url`` is what a client is given."""
 
     def __init__(
@@ -66,24 +68,12 @@ class SpeechServices:
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        super().__init__(host, port)
         self.stages, self.tracing, self.clock = stages, tracing, clock
-        self.host, self.port = host, port
         self.max_body_bytes = max_body_bytes
         self.attributes: Attributes = dict(attributes or {})  # on every span (the run id, say)
         self._api_key = api_key
         self.relay = relay  # chat requests passed on to an LLM and timed (``relay.py``), when given
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    async def __aenter__(self) -> SpeechServices:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     def app(self) -> web.Application:
         # One byte over the limit is enough to refuse; the slack keeps multipart framing out of the count.
@@ -96,17 +86,8 @@ class SpeechServices:
             app.router.add_post(CHAT, self._chat)
         return app
 
-    async def start(self) -> int:
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = int(self._runner.addresses[0][1])
-        return self.port
-
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await super().stop()
         if self.relay is not None:
             await self.relay.close()
 
@@ -129,6 +110,10 @@ class SpeechServices:
         except Exception as exc:  # the stage or a codec broke: a 500 and a failed span, and the server goes on
             what = timing.stage.impl if timing.stage is not None else "service"
             response = self._failed(timing, ApiError(500, "stage_error", f"{what} failed: {type(exc).__name__}: {exc}"))
+        return self._ended(request, timing, response)
+
+    def _ended(self, request: web.Request, timing: RequestTiming, response: web.StreamResponse) -> web.StreamResponse:
+        """The request's span, ended now with the response's status."""
         timing.end_ns = self.clock.now_ns()
         timing.attributes[names.HTTP_STATUS] = response.status
         self.tracing.emit_request(timing, request.headers.get("traceparent", ""))
@@ -142,11 +127,7 @@ class SpeechServices:
         try:
             self._authorize(request)
         except ApiError as exc:
-            response = self._failed(timing, exc)
-            timing.end_ns = self.clock.now_ns()
-            timing.attributes[names.HTTP_STATUS] = response.status
-            self.tracing.emit_request(timing, request.headers.get("traceparent", ""))
-            return response
+            return self._ended(request, timing, self._failed(timing, exc))
         return await self.relay.chat(request, timing)
 
     @staticmethod
@@ -161,7 +142,8 @@ class SpeechServices:
         if not hmac.compare_digest(given.encode(), f"Bearer {self._api_key}".encode()):
             raise ApiError(401, "invalid_api_key", "Incorrect API key provided: send 'Authorization: Bearer KEY'.")
 
-    def _expect(self, request: web.Request, content_type: str) -> None:
+    async def _read(self, request: web.Request, content_type: str, read: Callable[[], Awaitable[Body]]) -> Body:
+        """The request's body by ``read``; refused when it is not ``content_type`` or is over the limit."""
         if request.content_type != content_type:
             raise ApiError(
                 415,
@@ -170,28 +152,50 @@ class SpeechServices:
             )
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             raise self._too_large()
+        try:
+            return await read()
+        except web.HTTPRequestEntityTooLarge:
+            raise self._too_large() from None
+
+    def _received(self, timing: RequestTiming, size: int) -> None:
+        """The input's size on the span; refused over the limit (a chunked body has no length to check first)."""
+        timing.attributes[names.SERVICE_INPUT_BYTES] = size
+        if size > self.max_body_bytes:
+            raise self._too_large()
 
     def _too_large(self) -> ApiError:
         mib = self.max_body_bytes / (1024 * 1024)
         return ApiError(413, "request_too_large", f"the request body is over this server's limit of {mib:g} MiB")
 
+    async def _compute(
+        self, stage: Stage, events: list[Event], timing: RequestTiming, since: int
+    ) -> tuple[list[Event], int]:
+        """The stage's output for ``events`` and when it ended; its compute time, and when its first audio
+        came, on the span."""
+        timing.stage = stage.info
+        out: list[Event] = []
+        sounded = False
+        async for event in run_stage(stage, events):
+            if isinstance(event, AudioOut) and not sounded:
+                timing.events.append((names.EV_FIRST_FRAME, self.clock.now_ns()))
+                sounded = True
+            out.append(event)
+        computed = self.clock.now_ns()
+        timing.attributes[names.SERVICE_COMPUTE_MS] = _ms(since, computed)
+        return out, computed
+
     async def _transcribe(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
-        self._expect(request, "multipart/form-data")
         try:
-            fields = await request.post()
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large() from None
+            fields = await self._read(request, "multipart/form-data", request.post)
         except ValueError as exc:  # aiohttp's reader on a malformed multipart body
             raise ApiError(400, "invalid_multipart", f"the multipart body cannot be read ({exc})") from None
         for key, field in ((names.SERVICE_MODEL, "model"), (names.SERVICE_FORMAT, "response_format")):
             if isinstance(fields.get(field), str):
                 timing.attributes[key] = str(fields[field])
         form = forms.transcription(fields)
-        if len(form.audio) > self.max_body_bytes:
-            raise self._too_large()
+        self._received(timing, len(form.audio))
         read = self.clock.now_ns()
         timing.attributes[names.SERVICE_READ_MS] = _ms(timing.start_ns, read)
-        timing.attributes[names.SERVICE_INPUT_BYTES] = len(form.audio)
         timing.attributes[names.SERVICE_FORMAT] = form.response_format
         upload = await asyncio.to_thread(_decode, form.audio)
         decoded = self.clock.now_ns()
@@ -202,13 +206,8 @@ class SpeechServices:
             stage = self.stages.asr_stage(form.language)
         except ValueError as exc:
             raise ApiError(400, "unsupported_language", str(exc), "language") from None
-        timing.stage = stage.info
-        transcript: Transcript | None = None
-        async for event in run_stage(stage, asr_events(upload.pcm, upload.duration_ms)):
-            if isinstance(event, Transcript):
-                transcript = event
-        computed = self.clock.now_ns()
-        timing.attributes[names.SERVICE_COMPUTE_MS] = _ms(decoded, computed)
+        out, _ = await self._compute(stage, asr_events(upload.pcm, upload.duration_ms), timing, decoded)
+        transcript = next((e for e in reversed(out) if isinstance(e, Transcript)), None)
         if transcript is None:
             raise ApiError(500, "no_transcript", f"the {stage.info.impl} ASR ended without a transcript")
         timing.attributes[names.TRANSCRIPT] = transcript.text
@@ -218,14 +217,8 @@ class SpeechServices:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _speak(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
-        self._expect(request, "application/json")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise self._too_large() from None
-        timing.attributes[names.SERVICE_INPUT_BYTES] = len(raw)
-        if len(raw) > self.max_body_bytes:
-            raise self._too_large()
+        raw = await self._read(request, "application/json", request.read)
+        self._received(timing, len(raw))
         try:
             body = json.loads(raw)
         except ValueError as exc:  # UnicodeDecodeError included
@@ -241,20 +234,13 @@ class SpeechServices:
         timing.attributes[names.SENTENCE_INDEX] = 0
         timing.attributes[names.SENTENCE_TEXT] = spoken.text
         stage = self.stages.tts_stage()
-        timing.stage = stage.info
-        pcm, audio_ms = bytearray(), 0
-        async for event in run_stage(stage, tts_events(spoken.text)):
-            if isinstance(event, AudioOut):
-                if not pcm:
-                    timing.events.append((names.EV_FIRST_FRAME, self.clock.now_ns()))
-                pcm += event.pcm
-                audio_ms += event.duration_ms
-        computed = self.clock.now_ns()
-        timing.attributes[names.SERVICE_COMPUTE_MS] = _ms(read, computed)
-        timing.attributes[names.AUDIO_MS] = audio_ms
+        out, computed = await self._compute(stage, tts_events(spoken.text), timing, read)
+        frames = [e for e in out if isinstance(e, AudioOut)]
+        timing.attributes[names.AUDIO_MS] = sum(f.duration_ms for f in frames)
+        pcm = b"".join(f.pcm for f in frames)
         if not pcm:
             raise ApiError(500, "no_audio", f"the {stage.info.impl} TTS produced no audio for this input")
-        body_bytes = await asyncio.to_thread(audio.encode, bytes(pcm), spoken.response_format)
+        body_bytes = await asyncio.to_thread(audio.encode, pcm, spoken.response_format)
         timing.attributes[names.SERVICE_ENCODE_MS] = _ms(computed, self.clock.now_ns())
         timing.attributes[names.SERVICE_OUTPUT_BYTES] = len(body_bytes)
         content_type = audio.OUTPUT_FORMATS[spoken.response_format].content_type

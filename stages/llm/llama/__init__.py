@@ -7,10 +7,9 @@ holds when a call starts, ``engine`` renders prompts and drives llama.cpp.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from stages.llm.backend import ChatRequest, Chunk
 from stages.llm.llama.cache import PROMPT_CACHES
@@ -18,7 +17,7 @@ from stages.llm.llama.engine import LlamaEngine, LlamaSettings, check_chat_model
 from stages.llm.llama.stream import Item, shape
 from stages.llm.prompts import ASSISTANT_LANGUAGES
 from stages.registry import Implementation, Loaded, Models, TurnInputs
-from stages.threads import finished
+from stages.threads import from_thread
 
 __all__ = ["IMPLEMENTATION", "PROMPT_CACHES", "LlamaBackend", "LlamaEngine", "LlamaSettings", "check_chat_model"]
 
@@ -33,27 +32,18 @@ class LlamaBackend:
         self.model = model_name
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[Chunk]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Item] = asyncio.Queue()
         cancel = threading.Event()
 
-        def work() -> None:
-            try:
-                for item in self.engine.generate(request, cancel):
-                    loop.call_soon_threadsafe(queue.put_nowait, item)
-                    # let the event loop take the GIL now: left to the switch interval, a token could
-                    # wait up to 5 ms for its stamp (seen here: 3-5 ms on about one call in six)
-                    os.sched_yield()
-            except Exception as exc:  # handed to the event loop, raised there with its own class
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
+        def tokens() -> Iterator[Item]:
+            for item in self.engine.generate(request, cancel):
+                yield item  # handed to the event loop here
+                # let the event loop take the GIL now: left to the switch interval, a token could
+                # wait up to 5 ms for its stamp (seen here: 3-5 ms on about one call in six)
+                os.sched_yield()
 
-        worker = loop.run_in_executor(self.engine.thread, work)
-        try:
-            async for chunk in shape(queue, request, cancel):
+        async with from_thread(self.engine.thread, tokens, stop=cancel.set) as items:
+            async for chunk in shape(items, request, cancel):
                 yield chunk
-        finally:
-            cancel.set()
-            await finished(worker)
 
 
 def _load(s: LlamaSettings, models: Models) -> Loaded:

@@ -9,9 +9,8 @@ mode the call is cut at its first sentence end.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 
 from pipeline.events import CallEnd, TokenDelta
 from stages.llm.backend import ChatRequest, Chunk
@@ -21,7 +20,7 @@ from stages.sentences import SplitRules, find_cut
 
 _SENTENCE_RULES = SplitRules(first_cut_at_comma=False, max_chars=10_000)
 
-Item = str | Finished | BaseException
+Item = str | Finished
 
 
 class _Call:
@@ -77,13 +76,10 @@ class _Call:
         return out
 
 
-async def shape(queue: asyncio.Queue[Item], request: ChatRequest, cancel: threading.Event) -> AsyncIterator[Chunk]:
+async def shape(items: AsyncIterable[Item], request: ChatRequest, cancel: threading.Event) -> AsyncIterator[Chunk]:
     call = _Call(request, cancel)
     first = True
-    while True:
-        item = await queue.get()
-        if isinstance(item, BaseException):
-            raise item
+    async for item in items:
         if isinstance(item, Finished):
             for chunk in call.end(item):
                 yield chunk

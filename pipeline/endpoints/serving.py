@@ -1,0 +1,81 @@
+"""What the lab's servers share: started by ``async with``, an aiohttp app on a port, serving until signalled.
+
+The emulated cloud, the speech services and the link emulator are each a server a test or an
+entry point starts, uses and stops; the two HTTP ones run an aiohttp application the same way.
+Their entry points serve until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Self
+
+from aiohttp import web
+
+
+class Started:
+    """A server that ``async with`` starts and stops; ``start`` returns the port it listens on."""
+
+    async def start(self) -> int:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class HttpApp(Started):
+    """An aiohttp application (``app()``) served on ``host:port``; port 0 takes any free one, read after start."""
+
+    # a request whose client went away is cancelled (and frees what it holds) rather than run to its end
+    cancel_abandoned = False
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        """What an OpenAI client is given."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def start(self) -> int:
+        self._runner = web.AppRunner(
+            self.app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=0.5,
+            handler_cancellation=self.cancel_abandoned,
+        )
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = int(self._runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+async def until_signalled() -> None:
+    """Return once the process is sent SIGINT or SIGTERM (an entry point's server then stops cleanly)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
