@@ -47,6 +47,17 @@ def test_later_files_override_earlier_ones(tmp_path: Path) -> None:
     assert (cfg.llm.max_tokens, cfg.llm.mode) == (32, "per-sentence")
 
 
+def test_a_later_file_that_names_another_implementation_starts_its_section_afresh(tmp_path: Path) -> None:
+    sim, whisper, beam = tmp_path / "sim.toml", tmp_path / "whisper.toml", tmp_path / "beam.toml"
+    sim.write_text('[asr]\nimpl = "oracle"\nlatency = { first_ms = 300 }\n')
+    whisper.write_text('[asr]\nimpl = "whisper"\nmodel = "whisper-base"\n')
+    beam.write_text("[asr]\nbeam_size = 2\n")
+    cfg = load_config([sim, whisper, beam])
+    assert (cfg.asr.impl, cfg.asr.settings.model, cfg.asr.settings.beam_size) == ("whisper", "whisper-base", 2)
+    with pytest.raises(ConfigError, match=r"unknown setting.*beam_size"):  # the same impl's keys still merge
+        load_config([sim, beam])
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -286,18 +286,32 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _layer(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` laid over ``base``. A stage section whose later layer names another ``impl`` starts
+    afresh: the earlier layer's keys belong to the implementation it replaces (``simulator.toml``'s
+    the oracle's ``[asr] latency`` means nothing to whisper), so carrying them over would refuse a sound config."""
+    out = _merge(base, extra)
+    for role, section in STAGE_SECTIONS.items():
+        before, after = base.get(role), extra.get(role)
+        if not (isinstance(before, dict) and isinstance(after, dict) and "impl" in after):
+            continue
+        if after["impl"] != before.get("impl", section.DEFAULT):
+            out[role] = dict(after)
+    return out
+
+
 def load_config(paths: Path | list[Path] | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
     """Settings from TOML files (later ones override earlier ones), then command-line overrides."""
     files = [paths] if isinstance(paths, Path) else list(paths or [])
     data: dict[str, Any] = {}
     for path in files:
         try:
-            data = _merge(data, tomllib.loads(path.read_text(encoding="utf-8")))
+            data = _layer(data, tomllib.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    data = _merge(data, overrides or {})
+    data = _layer(data, overrides or {})
     try:
         return config_from_dict(data)
     except ConfigError as exc:
