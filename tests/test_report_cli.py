@@ -38,12 +38,15 @@ def test_an_experiment_folder_gives_markdown_html_plots_and_the_rows(
         "300.3 [287.9, 312.5] · ⚠ 5/6 | measured |" in md
     )
     plots = sorted(p.name for p in (report / "plots").iterdir())
-    assert plots == ["cdf.png", "order.png", "sentences.png", "waterfall-A.png", "waterfall-B.png", "waterfall-Bp.png"]
+    assert plots == [
+        *("cdf.png", "critical-path.png", "order.png", "sentences.png"),
+        *("waterfall-A.png", "waterfall-B.png", "waterfall-Bp.png"),
+    ]
     for name in plots:
         assert f"](plots/{name})" in md
         assert (report / "plots" / name).read_bytes().startswith(b"\x89PNG")
     page = (report / "report.html").read_text(encoding="utf-8")
-    assert page.count('src="data:image/png;base64,') == 6
+    assert page.count('src="data:image/png;base64,') == len(plots)
     assert "http://" not in page and "https://" not in page  # self-contained
     assert '<table id="result">' in page
 

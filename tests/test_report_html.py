@@ -36,7 +36,7 @@ def test_the_html_report_renders_in_chromium(tmp_path: Path, capsys: pytest.Capt
         page.open("data:text/html,<p>x</p><script>console.error('planted error')</script>")
         assert page.errors() == ["console: planted error"]
     found = json.loads(images)
-    assert len(found) == 6
+    assert len(found) == 7  # the critical path, the CDFs, three waterfalls, run order, sentences
     for image in found:
         assert image["complete"], image
         assert image["w"] > 0 and image["h"] > 0, image

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENTRY_POINTS = {
     "pipeline.replay",
     "pipeline.analyze",
+    "pipeline.whatif",
     "pipeline.experiment",
     "pipeline.cloud_emulator_main",
     "pipeline.report.__main__",
@@ -54,6 +55,7 @@ MAY_USE = {
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
     "pipeline.analyze": {"analysis"},
+    "pipeline.whatif": {"analysis", "report"},  # the report's bootstrap intervals
     "pipeline.report.__main__": {"report", "analysis"},
     "pipeline.offline.__main__": {"offline"},
     "pipeline.experiment": {"analysis"},

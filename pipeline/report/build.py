@@ -12,6 +12,7 @@ from pipeline.report.document import WARNING, Document, Paragraph
 from pipeline.report.load import Dataset
 from pipeline.report.sections import (
     amplification,
+    critical_path,
     dilution,
     figures,
     header,
@@ -33,6 +34,7 @@ SECTIONS: tuple[Section, ...] = (
     result.section,
     segments.section,
     wire.section,
+    critical_path.section,  # after the segments (and 2b, the wire, shown only over a transport)
     amplification.section,
     dilution.section,
     outcomes.section,

@@ -19,6 +19,7 @@ from pathlib import Path
 from pipeline.analysis.bench_csv import csv_line, read_bench_csv
 from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
 from pipeline.analysis.numbers import Row
+from pipeline.analysis.path import TurnGraph
 from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_turn
 from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
 from pipeline.analysis.turns import TurnSpans, group_turns
@@ -103,6 +104,12 @@ class Dataset:
     @property
     def from_spans(self) -> bool:
         return self.turns is not None or any(f.span_id for f in self.facts)
+
+    def graphs(self) -> Iterator[TurnGraph]:
+        """The measured (not warm-up, M6) turns' dependency graphs: every successful turn with a path."""
+        for f in self.facts:
+            if f.graph is not None and not f.row.warmup:
+                yield f.graph
 
     def csv_lines(self) -> Iterator[str]:
         """The rows as bench.csv lines: made while reading where they were, else now."""

@@ -1,0 +1,397 @@
+"""A turn's dependency graph, rebuilt from its spans: the critical path of its silence and of the
+whole turn, and the same graph re-timed (what-if).
+
+Every moment a turn's spans record (the end-point, the transcript, each call's first token, each
+sentence's cut, each TTS first frame, each sentence's audio starting to play) is a ``Point``:
+work of one ``kind`` (a segment: ASR, an LLM call's first token, TTS to its first frame...) that
+began once every point it waits on was done, plus the hand-off between them. Measured, a point's
+start is when its span says the work began; each dependency carries the lag from that dependency
+to this start, so the graph re-timed without a change gives back every measured time to the
+nanosecond. A point waits on what the pipeline makes it wait on: ASR on the end-point; a call on
+the transcript, or on the tool round trip before it; a sentence's cut on its call's first token
+(or the previous cut); its TTS on the cut and on the previous sentence's TTS (one synthesiser);
+its audio on its first frame and on the previous sentence's audio ending (one speaker).
+
+The critical path walks back from a target (the first audible sample: the user's silence; or the
+last sample played: the whole turn) through the dependency each point actually waited for (the
+latest). Its segments sum exactly to the target's time from the end of speech, because they are
+that time split at the points it passed. Work off the path (the rest of a generation, later
+sentences' TTS) is slack: it ran beside the path and delayed nobody.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.turns import TurnSpans
+from pipeline.tracing import names
+
+# segment kinds, in the order a turn passes them; a path's columns follow this order
+ENDPOINTING = "endpointing"  # end of speech -> the VAD's end-point
+ASR = "asr"
+QUEUE = "queue"  # a call waiting for the shared model's scheduler
+LLM_FIRST_TOKEN = "llm_first_token"  # a call's request -> its first token (a remote LLM: the network too)
+LLM_GENERATION = "llm_generation"  # first token -> a sentence's cut (or the next cut, or the call's end)
+TOOL = "tool"  # a tool's round trip between two calls
+TTS_FIRST_FRAME = "tts_first_frame"
+TTS = "tts"  # first frame -> the synthesiser done with the sentence (a later sentence may wait on it)
+DEVICE_BUFFER = "device_buffer"  # first frame -> it plays (in one process: handed to the player)
+PLAYBACK = "playback"  # a sentence's audio playing (the next may wait for the speaker)
+HANDOFF = "handoff"  # one stage's output -> the next stage taking it up (queues, the event loop)
+SEGMENTS = (
+    ENDPOINTING,
+    ASR,
+    QUEUE,
+    LLM_FIRST_TOKEN,
+    LLM_GENERATION,
+    TOOL,
+    TTS_FIRST_FRAME,
+    TTS,
+    DEVICE_BUFFER,
+    PLAYBACK,
+    HANDOFF,
+)
+WORK = frozenset(SEGMENTS) - {HANDOFF}
+
+
+class PathError(ValueError):
+    """A turn whose spans cannot give its path: which span or event is missing, and in which turn."""
+
+
+# msgspec structs: a reader process hands every turn's graph back to the report, and pickle builds a
+# struct in C (a dataclass by calling Python code)
+class Dep(msgspec.Struct, frozen=True, gc=False):
+    point: int  # index of the point waited on
+    lag_ns: int  # that point done -> this point's work begins (negative: it did not wait for it)
+    kind: str = HANDOFF  # what the lag is, on the path
+
+
+class Point(msgspec.Struct, frozen=True, gc=False):
+    label: str  # "call 1 first token", "sentence 0 cut", ...
+    kind: str  # the segment its work is
+    duration_ns: int
+    deps: tuple[Dep, ...]
+    call: int | None = None  # the LLM call it belongs to (queue, first token, generation)
+    sentence: int | None = None
+
+
+class TurnGraph(msgspec.Struct, frozen=True, gc=False):
+    """One turn's points in an order where each comes after what it waits on; times are ns after the
+    end of speech (point 0)."""
+
+    turn: str  # "run_id question_id round N" (device M), for messages
+    run_id: str
+    condition: str
+    question_id: str
+    round: int
+    device: int
+    points: tuple[Point, ...]
+    first_audible: int  # the point of the first answer audio starting to play
+    last_played: int  # the point of the last sample played
+    remote_llm: bool  # the LLM was reached over a network (its first tokens include a round trip)
+    sentence_texts: tuple[str, ...]
+    calls: int
+
+    def times(self, points: Sequence[Point] | None = None) -> list[int]:
+        """Each point's time: measured with the graph's own points, predicted with changed ones."""
+        out: list[int] = []
+        for p in points or self.points:
+            start = max((out[d.point] + d.lag_ns for d in p.deps), default=0)
+            out.append(start + p.duration_ns)
+        return out
+
+
+class Step(msgspec.Struct, frozen=True, gc=False):
+    kind: str
+    label: str
+    ns: int
+
+
+class CriticalPath(msgspec.Struct, frozen=True, gc=False):
+    steps: tuple[Step, ...]  # from the end of speech to the target, in time order
+    total_ns: int
+    slack_ns: dict[str, int]  # off-path work before the target, by kind
+
+    def by_kind(self) -> dict[str, int]:
+        out = dict.fromkeys(SEGMENTS, 0)
+        for s in self.steps:
+            out[s.kind] += s.ns
+        return out
+
+
+def critical_path(graph: TurnGraph, target: int, points: Sequence[Point] | None = None) -> CriticalPath:
+    """The chain of waits that decided ``target``'s time, and the work that ran beside it."""
+    pts = points or graph.points
+    t = graph.times(pts)
+    steps: list[Step] = []
+    on_path: set[int] = set()
+    i: int | None = target
+    while i is not None:
+        on_path.add(i)
+        p = pts[i]
+        if p.duration_ns:
+            steps.append(Step(p.kind, p.label, p.duration_ns))
+        waited = _waited_for(p, t)
+        if waited is not None and waited.lag_ns:
+            steps.append(Step(waited.kind, f"{pts[waited.point].label} -> {p.label}", waited.lag_ns))
+        i = None if waited is None else waited.point
+    steps.reverse()
+    return CriticalPath(tuple(steps), t[target], _slack(pts, t, on_path, t[target]))
+
+
+def _waited_for(p: Point, t: Sequence[int]) -> Dep | None:
+    """The dependency that set the point's start: the latest (the first listed of equals)."""
+    best: Dep | None = None
+    for d in p.deps:  # of equals, one it waited for (a lag >= 0) before one done after it began
+        if best is None or (t[d.point] + d.lag_ns, d.lag_ns >= 0) > (t[best.point] + best.lag_ns, best.lag_ns >= 0):
+            best = d
+    return best
+
+
+def _slack(pts: Sequence[Point], t: Sequence[int], on_path: set[int], until: int) -> dict[str, int]:
+    """Work off the path that ran before ``until``: it happened beside the path and delayed nobody."""
+    out: dict[str, int] = {}
+    for i, p in enumerate(pts):
+        if i in on_path or p.kind not in WORK or p.duration_ns <= 0:
+            continue
+        end = min(t[i], until)
+        ran = end - max(0, t[i] - p.duration_ns)
+        if ran > 0:
+            out[p.kind] = out.get(p.kind, 0) + ran
+    return out
+
+
+# --- building a turn's graph from its spans ---------------------------------------------------------
+
+
+def _int(value: object, default: int = 0) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+class _Builder:
+    """Points added in time order, each from its measured start and end (absolute ns)."""
+
+    def __init__(self, zero_ns: int) -> None:
+        self.points: list[Point] = [Point("end of speech", HANDOFF, 0, ())]
+        self.at: list[int] = [zero_ns]
+
+    def add(
+        self,
+        label: str,
+        kind: str,
+        start_ns: int,
+        end_ns: int,
+        waits_on: Sequence[tuple[int, str]],
+        call: int | None = None,
+        sentence: int | None = None,
+    ) -> int:
+        """A point whose work ran ``start_ns`` -> ``end_ns`` after what it ``waits_on`` (point, lag kind).
+        The latest dependency done by its start is the one it waited for; one done later it did not wait
+        for (its lag is negative), so re-timed without a change the point starts exactly where it did."""
+        done = [(self.at[i], i, kind) for i, kind in waits_on]
+        before = [d for d in done if d[0] <= start_ns]
+        if not before:  # began before anything it waits on was done: counted from the earliest
+            first = min(done)
+            start_ns = first[0]
+            before = [first]
+        deps = tuple(Dep(i, min(0, start_ns - at) if i != _latest(before) else start_ns - at, k) for at, i, k in done)
+        # the same labels recur in every turn: one string each, so a reader's answer carries each once
+        self.points.append(Point(sys.intern(label), kind, end_ns - start_ns, deps, call, sentence))
+        self.at.append(end_ns)
+        return len(self.points) - 1
+
+
+def _latest(done: Sequence[tuple[int, int, str]]) -> int:
+    latest = done[0]
+    for d in done[1:]:
+        if d[0] > latest[0]:
+            latest = d
+    return latest[1]
+
+
+def graph_of(t: TurnSpans) -> TurnGraph:
+    """The turn's graph; ``PathError`` names what it lacks (a failed turn has no path)."""
+    a = t.turn.attributes
+    where = f"turn {a.get(names.RUN_ID) or '?'} {a.get(names.QUESTION_ID) or '?'} round {_int(a.get(names.ROUND))}" + (
+        f" device {_int(a.get(names.DEVICE_INDEX))}" if names.DEVICE_INDEX in a else ""
+    )
+    if a.get(names.OK) is not True:
+        raise PathError(f"{where}: failed ({a.get(names.ERROR_TYPE) or 'not ok'}): a failed turn has no path")
+    if t.first(names.DEVICE) is not None:
+        raise PathError(f"{where}: a device's view (its server's stages are in another turn): not supported yet")
+    speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
+    vad, asr, playback = t.first(names.VAD), t.first(names.ASR), t.first(names.PLAYBACK)
+    calls = sorted(t.spans(names.LLM_CALL), key=lambda s: _int(s.attributes.get(names.CALL_INDEX)))
+    missing = [
+        what
+        for what, found in (
+            (f"the turn's {names.EV_USER_SPEECH_END} event", speech_end),
+            (f"a {names.VAD} span", vad),
+            (f"an {names.ASR} span", asr),
+            (f"an {names.LLM_CALL} span", calls or None),
+            (f"a {names.PLAYBACK} span", playback),
+        )
+        if found is None
+    ]
+    if missing:
+        raise PathError(f"{where}: no {', no '.join(missing)}: the path needs them")
+    assert speech_end is not None and vad is not None and asr is not None and playback is not None
+    b = _Builder(speech_end)
+    endpoint = b.add("end-point", ENDPOINTING, speech_end, vad.end_ns, [(0, HANDOFF)])
+    before_call = b.add("transcript", ASR, asr.start_ns, asr.end_ns, [(endpoint, HANDOFF)])
+    cuts = _calls(b, t, calls, before_call, where)
+    texts = _sentence_texts(t)
+    first_audible, last_played = _speech(b, t, playback, cuts, where)
+    endpoint_text = str(a.get(names.LLM_ENDPOINT) or "")
+    remote = any(names.SERVER_ADDRESS in c.attributes for c in calls) or endpoint_text.startswith(
+        ("emulated cloud", "http")
+    )
+    return TurnGraph(
+        where,
+        str(a.get(names.RUN_ID) or ""),
+        str(a.get(names.CONDITION) or ""),
+        str(a.get(names.QUESTION_ID) or ""),
+        _int(a.get(names.ROUND)),
+        _int(a.get(names.DEVICE_INDEX)),
+        tuple(b.points),
+        first_audible,
+        last_played,
+        remote,
+        texts,
+        len(calls),
+    )
+
+
+def _calls(b: _Builder, t: TurnSpans, calls: Sequence[SpanRecord], after: int, where: str) -> dict[int, int]:
+    """Each call's queue wait, first token, sentence cuts, end, and the tool round trips between calls;
+    returns sentence index -> its cut's point."""
+    queues = {_int(q.attributes.get(names.CALL_INDEX)): q for q in t.spans(names.LLM_QUEUE)}
+    tools = sorted((*t.spans(names.TOOL), *t.spans(names.DEVICE_TOOL_CALL)), key=lambda s: s.start_ns)
+    sentences = sorted(t.spans(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    cuts: dict[int, int] = {}
+    for n, call in enumerate(calls):
+        c = _int(call.attributes.get(names.CALL_INDEX))
+        first_ns = call.event_ns(names.EV_FIRST_TOKEN)
+        if first_ns is None:
+            raise PathError(f"{where}: llm.call {c} has no {names.EV_FIRST_TOKEN} event")
+        request = call.start_ns
+        queue = queues.get(c)
+        if queue is not None:
+            inside = queue.end_ns > call.start_ns
+            start = call.start_ns if inside else queue.start_ns
+            after = b.add(f"call {c} queue", QUEUE, start, queue.end_ns, [(after, HANDOFF)], call=c)
+            request = max(queue.end_ns, call.start_ns)
+        point = b.add(f"call {c} first token", LLM_FIRST_TOKEN, request, first_ns, [(after, HANDOFF)], call=c)
+        for s in sentences:
+            if _int(s.attributes.get(names.SENTENCE_CALL)) != c:
+                continue
+            k = _int(s.attributes.get(names.SENTENCE_INDEX))
+            point = b.add(f"sentence {k} cut", LLM_GENERATION, b.at[point], s.end_ns, [(point, HANDOFF)], call=c)
+            cuts[k] = point
+        after = b.add(f"call {c} end", LLM_GENERATION, b.at[point], call.end_ns, [(point, HANDOFF)], call=c)
+        later = calls[n + 1].start_ns if n + 1 < len(calls) else None
+        for tool in tools:
+            if tool.start_ns >= first_ns and (later is None or tool.start_ns < later):
+                name = tool.attributes.get(names.TOOL_NAME) or ""
+                after = b.add(f"tool {name}".strip(), TOOL, tool.start_ns, tool.end_ns, [(after, HANDOFF)], call=c)
+    return cuts
+
+
+def _sentence_texts(t: TurnSpans) -> tuple[str, ...]:
+    sentences = sorted(t.spans(names.SENTENCE), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    return tuple(str(s.attributes.get(names.SENTENCE_TEXT) or "") for s in sentences)
+
+
+def _speech(b: _Builder, t: TurnSpans, playback: SpanRecord, cuts: dict[int, int], where: str) -> tuple[int, int]:
+    """Each sentence's TTS and its audio playing; returns (first audible point, last played point)."""
+    tts = sorted(t.spans(names.TTS), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    if not tts:
+        raise PathError(f"{where}: no {names.TTS} span: the path needs one")
+    starts = {
+        _int(e.attributes.get(names.SENTENCE_INDEX)): e.time_ns
+        for e in playback.events
+        if e.name == names.EV_SENTENCE_AUDIO
+    }
+    previous_tts: int | None = None
+    previous_audio: int | None = None
+    first_audible = -1
+    for n, span in enumerate(tts):
+        k = _int(span.attributes.get(names.SENTENCE_INDEX))
+        if k not in cuts:
+            raise PathError(f"{where}: TTS of sentence {k} has no sentence span with its cut")
+        frame = span.event_ns(names.EV_FIRST_FRAME)
+        if frame is None:
+            raise PathError(f"{where}: TTS of sentence {k} has no {names.EV_FIRST_FRAME} event")
+        waits = [(cuts[k], HANDOFF)] + ([(previous_tts, HANDOFF)] if previous_tts is not None else [])
+        first_frame = b.add(f"sentence {k} first frame", TTS_FIRST_FRAME, span.start_ns, frame, waits, sentence=k)
+        previous_tts = b.add(f"sentence {k} synthesised", TTS, frame, span.end_ns, [(first_frame, HANDOFF)], sentence=k)
+        last = n == len(tts) - 1
+        plays = playback.start_ns if n == 0 else starts.get(k)
+        if plays is None:  # no start of its own recorded: it played on from the previous sentence's
+            continue
+        waits = [(first_frame, DEVICE_BUFFER)] + ([(previous_audio, HANDOFF)] if previous_audio is not None else [])
+        # no work of its own: the wait for the first frame (device_buffer) or the speaker (handoff) is its lag
+        audible = b.add(f"sentence {k} plays", HANDOFF, plays, plays, waits, sentence=k)
+        ends = playback.end_ns if last else plays + _int(span.attributes.get(names.AUDIO_MS)) * 1_000_000
+        previous_audio = b.add(f"sentence {k} played", PLAYBACK, plays, ends, [(audible, HANDOFF)], sentence=k)
+        if n == 0:
+            first_audible = audible
+    if previous_audio is None or first_audible < 0:
+        raise PathError(f"{where}: the playback span records no audio starting")
+    if b.at[previous_audio] != playback.end_ns:  # the last sentence's start went unrecorded
+        previous_audio = b.add(
+            "played to the end", PLAYBACK, b.at[previous_audio], playback.end_ns, [(previous_audio, HANDOFF)]
+        )
+    return first_audible, previous_audio
+
+
+# --- a turn's paths as columns ----------------------------------------------------------------------
+
+TARGETS = {"silence": "end of speech -> first audible sample", "whole": "end of speech -> last sample played"}
+PATH_COLUMNS = (
+    "run_id",
+    "condition",
+    "question_id",
+    "round",
+    "device",
+    *(
+        column
+        for target in TARGETS
+        for column in (f"{target}_ms", *(f"{target}_{kind}_ms" for kind in SEGMENTS), f"{target}_slack_ms")
+    ),
+)
+
+
+def path_columns(graph: TurnGraph) -> dict[str, object]:
+    """One turn's two critical paths by segment (ms), each summing exactly to its total, and the slack
+    beside each (``PATH_COLUMNS``)."""
+    out: dict[str, object] = {
+        "run_id": graph.run_id,
+        "condition": graph.condition,
+        "question_id": graph.question_id,
+        "round": graph.round,
+        "device": graph.device,
+    }
+    for target, point in (("silence", graph.first_audible), ("whole", graph.last_played)):
+        path = critical_path(graph, point)
+        out[f"{target}_ms"] = path.total_ns / 1e6
+        for kind, ns in path.by_kind().items():
+            out[f"{target}_{kind}_ms"] = ns / 1e6
+        out[f"{target}_slack_ms"] = sum(path.slack_ns.values()) / 1e6
+    return out
+
+
+def paths_csv(graphs: Iterable[TurnGraph]) -> str:
+    """Every turn's ``path_columns`` as CSV text (ms to the microsecond, as bench.csv writes them)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=PATH_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for graph in graphs:
+        writer.writerow({k: round(v, 3) if isinstance(v, float) else v for k, v in path_columns(graph).items()})
+    return buffer.getvalue()

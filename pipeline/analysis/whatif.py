@@ -1,0 +1,284 @@
+"""What-if: measured turns re-timed along their own dependency graphs (``path.TurnGraph``).
+
+A change moves a segment (every occurrence of it: each call's first token, each sentence's
+first TTS frame...) and only what waits on it: a point starts when the latest of its
+dependencies is done, so a shorter first token shortens the silence but a faster synthesiser of
+sentence 2 may change nothing the user hears. Three kinds of change:
+
+- ``SEGMENT=+Nms`` / ``-Nms`` / ``+N%``: each occurrence of the segment longer or shorter;
+- ``network.rtt=+Nms``: one round trip more per LLM call (the request out, its first byte back;
+  streamed tokens then arrive as before), for turns whose LLM was reached over a network;
+- a swap: another run's LLM segments (each call's first token and generation up to each cut),
+  turn by turn for the same question, round and device.
+
+What a graph cannot know it refuses, never guesses: a change that makes a segment shorter than
+nothing, a network change for an in-process LLM, a swap whose answer differs (other sentences,
+another number of calls: their TTS and playback were never measured).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.analysis.path import (
+    ASR,
+    DEVICE_BUFFER,
+    ENDPOINTING,
+    LLM_FIRST_TOKEN,
+    LLM_GENERATION,
+    QUEUE,
+    TOOL,
+    TTS,
+    TTS_FIRST_FRAME,
+    Dep,
+    PathError,
+    Point,
+    TurnGraph,
+    graph_of,
+)
+from pipeline.analysis.traces import ReadProblems, read_trace_file
+from pipeline.analysis.turns import group_turns
+from pipeline.tracing import names
+
+NETWORK_RTT = "network.rtt"
+# what ``--set`` may name -> the segment it moves (network.rtt: each LLM call's first token)
+SETTABLE = {
+    "endpointing": ENDPOINTING,
+    "asr": ASR,
+    "queue": QUEUE,
+    "llm.first_token": LLM_FIRST_TOKEN,
+    "llm.generation": LLM_GENERATION,
+    "tool": TOOL,
+    "tts.first_frame": TTS_FIRST_FRAME,
+    "tts": TTS,
+    "device_buffer": DEVICE_BUFFER,
+    NETWORK_RTT: LLM_FIRST_TOKEN,
+}
+NOT_SETTABLE = {
+    "playback": "it is the answer's own audio: a change to it is another answer",
+    "handoff": "it is the pipeline's own hand-off between stages, not a stage",
+}
+SWAPPED = frozenset({LLM_FIRST_TOKEN, LLM_GENERATION})
+_VALUE = re.compile(r"^([+-])(\d*\.?\d+)(ms|s|%)$")
+# on the path as a hand-off's lag (the first frame -> it plays), not as a point's own work
+ON_EDGES = frozenset({DEVICE_BUFFER})
+SCALED_ONLY = {"llm.generation": "it is scaled (+N%): a shift at every sentence cut has no meaning"}
+
+
+class WhatIfError(ValueError):
+    """A what-if that cannot be answered from the traces: what is missing or unknowable, and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    name: str  # as given: "llm.first_token"
+    segment: str  # the kind of point it moves
+    add_ns: int = 0
+    factor: float = 1.0  # "+20%" -> 1.2
+
+    def __str__(self) -> str:
+        if self.factor != 1.0:
+            return f"{self.name} {self.factor - 1:+.0%}"
+        return f"{self.name} {self.add_ns / 1e6:+g} ms"
+
+
+def parse_change(text: str) -> Change:
+    """``llm.first_token=-200ms``, ``network.rtt=+150ms``, ``tts.first_frame=-20%``."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep:
+        raise WhatIfError(f"--set {text!r}: expected SEGMENT=+Nms, SEGMENT=-Nms or SEGMENT=+N%")
+    if name in NOT_SETTABLE:
+        raise WhatIfError(f"--set {text!r}: {name} cannot be changed: {NOT_SETTABLE[name]}")
+    if name not in SETTABLE:
+        raise WhatIfError(f"--set {text!r}: unknown segment {name!r}; known: {', '.join(SETTABLE)}")
+    found = _VALUE.match("".join(value.split()))
+    if found is None:
+        raise WhatIfError(f"--set {text!r}: the change must be signed, with a unit: +150ms, -0.2s, -20%")
+    sign, number, unit = found.groups()
+    amount = float(number) * (1 if sign == "+" else -1)
+    if unit == "%":
+        if name == NETWORK_RTT:
+            raise WhatIfError(f"--set {text!r}: a round trip is added or taken away in ms, not scaled")
+        return Change(name, SETTABLE[name], factor=1 + amount / 100)
+    if name in SCALED_ONLY:
+        raise WhatIfError(f"--set {text!r}: {name} {SCALED_ONLY[name]}")
+    return Change(name, SETTABLE[name], add_ns=round(amount * (1000 if unit == "s" else 1) * 1_000_000))
+
+
+def changed(graph: TurnGraph, changes: Sequence[Change], points: Sequence[Point] | None = None) -> list[Point]:
+    """The graph's points with ``changes`` applied (to ``points``, a swap's, where given)."""
+    out = list(points or graph.points)
+    for change in changes:
+        if change.name == NETWORK_RTT and not graph.remote_llm:
+            raise WhatIfError(f"{change}: {graph.turn}'s LLM ran in-process: there is no network on its path")
+        for i, p in enumerate(out):
+            if change.segment in ON_EDGES:
+                out[i] = _with_lags(graph, p, change)
+            elif p.kind == change.segment:
+                out[i] = _with_duration(p, _moved(graph, p.label, p.duration_ns, change))
+    return out
+
+
+def occurs(graph: TurnGraph, segment: str) -> bool:
+    """Whether the segment is anywhere in the turn (a change to one it lacks moves nothing)."""
+    if segment in ON_EDGES:
+        return any(d.kind == segment for p in graph.points for d in p.deps)
+    return any(p.kind == segment for p in graph.points)
+
+
+def _moved(graph: TurnGraph, label: str, ns: int, change: Change) -> int:
+    out = round(ns * change.factor) + change.add_ns
+    if out < 0:
+        raise WhatIfError(
+            f"{change}: {graph.turn}'s {label} took {ns / 1e6:.3f} ms; it cannot become shorter than nothing"
+        )
+    return out
+
+
+def _with_lags(graph: TurnGraph, p: Point, change: Change) -> Point:
+    if not any(d.kind == change.segment for d in p.deps):
+        return p
+    deps = tuple(
+        Dep(d.point, _moved(graph, p.label, d.lag_ns, change), d.kind)
+        if d.kind == change.segment and d.lag_ns >= 0
+        else d
+        for d in p.deps
+    )
+    return Point(p.label, p.kind, p.duration_ns, deps, p.call, p.sentence)
+
+
+def swapped(graph: TurnGraph, other: TurnGraph) -> list[Point]:
+    """The graph's points with ``other``'s LLM segments (each call's first token and generation)."""
+    if graph.calls != other.calls:
+        raise WhatIfError(
+            f"--swap llm: {graph.turn} made {graph.calls} LLM call(s), {other.turn} {other.calls}: "
+            "the other calls' TTS and tools were never measured here"
+        )
+    if _normal(graph.sentence_texts) != _normal(other.sentence_texts):
+        raise WhatIfError(
+            f"--swap llm: {graph.turn} and {other.turn} answered differently "
+            f"({len(graph.sentence_texts)} vs {len(other.sentence_texts)} sentence(s)"
+            f"{_first_difference(graph.sentence_texts, other.sentence_texts)}): "
+            "the other answer's TTS and playback were never measured here"
+        )
+    theirs = {p.label: p for p in other.points if p.kind in SWAPPED}
+    out = []
+    for p in graph.points:
+        if p.kind in SWAPPED:
+            found = theirs.get(p.label)
+            if found is None:
+                raise WhatIfError(f"--swap llm: {other.turn} has no {p.label}")
+            p = _with_duration(p, found.duration_ns)
+        out.append(p)
+    return out
+
+
+def _normal(texts: Sequence[str]) -> tuple[str, ...]:
+    return tuple(" ".join(t.split()) for t in texts)
+
+
+def _first_difference(a: Sequence[str], b: Sequence[str]) -> str:
+    for x, y in zip(_normal(a), _normal(b), strict=False):
+        if x != y:
+            return f"; {x!r} vs {y!r}"
+    return ""
+
+
+def _with_duration(p: Point, ns: int) -> Point:
+    return Point(p.label, p.kind, ns, p.deps, p.call, p.sentence)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One turn: measured and predicted (ns after the end of speech)."""
+
+    turn: str
+    measured_audible_ns: int
+    measured_whole_ns: int
+    audible_ns: int
+    whole_ns: int
+
+
+def predict(graph: TurnGraph, changes: Sequence[Change] = (), other: TurnGraph | None = None) -> Prediction:
+    points = swapped(graph, other) if other is not None else list(graph.points)
+    points = changed(graph, changes, points)
+    measured = graph.times()
+    times = graph.times(points)
+    return Prediction(
+        graph.turn,
+        measured[graph.first_audible],
+        measured[graph.last_played],
+        times[graph.first_audible],
+        times[graph.last_played],
+    )
+
+
+def same_questions(graphs: Sequence[TurnGraph], others: Sequence[TurnGraph]) -> None:
+    """Refuses two trace sets that asked different questions (a swap pairs them question by question)."""
+    mine = {g.question_id for g in graphs}
+    theirs = {g.question_id for g in others}
+    if mine != theirs:
+        only_mine, only_theirs = sorted(mine - theirs), sorted(theirs - mine)
+        raise WhatIfError(
+            "--swap llm: the two trace sets asked different questions"
+            + (f"; only in the traces: {', '.join(only_mine)}" if only_mine else "")
+            + (f"; only in the other traces: {', '.join(only_theirs)}" if only_theirs else "")
+        )
+
+
+def partners(graphs: Sequence[TurnGraph], others: Sequence[TurnGraph]) -> list[TurnGraph]:
+    """For each graph, the other run's turn of the same question, round and device (or, without that
+    round, the same question's turns in order). ``graphs`` may be a sample of a run: call
+    ``same_questions`` on the whole runs first."""
+    missing = sorted({g.question_id for g in graphs} - {g.question_id for g in others})
+    if missing:
+        raise WhatIfError(f"--swap llm: the other traces never asked {', '.join(missing)}")
+    exact = {(g.question_id, g.round, g.device): g for g in others}
+    by_question: dict[str, list[TurnGraph]] = {}
+    for g in others:
+        by_question.setdefault(g.question_id, []).append(g)
+    out = []
+    seen: dict[str, int] = {}
+    for g in graphs:
+        found = exact.get((g.question_id, g.round, g.device))
+        if found is None:
+            n = seen.get(g.question_id, 0)
+            seen[g.question_id] = n + 1
+            pool = by_question[g.question_id]
+            found = pool[n % len(pool)]
+        out.append(found)
+    return out
+
+
+@dataclass
+class Graphs:
+    """A trace set's measured turns as graphs, and what was left out of them (and why)."""
+
+    graphs: list[TurnGraph]
+    warmup: int  # warm-up turns (M6): not measured
+    failed: list[str]  # measured turns that failed: no path (M7: counted, never dropped silently)
+    problems: list[str]  # unreadable lines and files
+
+
+def read_graphs(files: Sequence[Path]) -> Graphs:
+    """Every measured turn's graph; ``WhatIfError`` where a successful turn lacks the spans a path needs."""
+    problems = ReadProblems()
+    spans = [s for f in files for s in read_trace_file(f, problems)]
+    out = Graphs([], 0, [], [])
+    for t in group_turns(spans, problems):
+        if t.turn.attributes.get(names.WARMUP) is True:
+            out.warmup += 1
+            continue
+        if t.turn.attributes.get(names.OK) is not True:
+            out.failed.append(str(t.turn.attributes.get(names.QUESTION_ID) or "?"))
+            continue
+        try:
+            out.graphs.append(graph_of(t))
+        except PathError as exc:
+            raise WhatIfError(f"{', '.join(map(str, files))}: {exc}") from None
+    out.problems = problems.messages
+    return out

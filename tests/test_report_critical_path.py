@@ -1,0 +1,121 @@
+"""The report's "what moves the silence" section on the fixed traces of tests/data/report/experiment
+(a1 = A, b1 = B, bp1 = B'; see tests/report_fixtures.py), checked against the graphs themselves:
+the ranking and the predictions are recomputed here from ``critical_path`` and ``predict``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from pipeline.analysis.numbers import measured, median
+from pipeline.analysis.path import SEGMENTS, TurnGraph, critical_path
+from pipeline.analysis.whatif import parse_change, partners, predict
+from pipeline.report.build import build
+from pipeline.report.document import Document, Figure, Heading, Paragraph, Table
+from pipeline.report.load import Dataset, load_paths
+from pipeline.report.sections import critical_path as section
+from pipeline.report.sections.base import MEASURED, Context
+
+EXPERIMENT = Path(__file__).resolve().parent / "data" / "report" / "experiment"
+
+
+@pytest.fixture(scope="module")
+def data() -> Dataset:
+    return load_paths([EXPERIMENT])
+
+
+@pytest.fixture(scope="module")
+def doc(data: Dataset) -> Document:
+    return build(data, draw=False)
+
+
+def graphs(data: Dataset, condition: str) -> list[TurnGraph]:
+    """The condition's measured (not warm-up) successful turns' graphs, in the report's turn order."""
+    chosen = [f for f in data.facts if f.row.condition == condition and measured(f.row) and f.row.ok]
+    chosen.sort(key=lambda f: (str(f.row.run_id), f.row.turn_start_ns))
+    return [f.graph for f in chosen if f.graph is not None]
+
+
+def test_the_section_comes_after_the_segments(doc: Document) -> None:
+    headings = [b.text for b in doc.blocks if isinstance(b, Heading)]
+    assert section.HEADING in headings
+    assert headings.index(section.HEADING) > headings.index("2. Four segments (M2)")
+    assert {"path-silence-A", "path-silence-B", "path-silence-Bp", "whatif-A", "whatif-B", "whatif-Bp"} <= set(
+        doc.table_keys()
+    )
+
+
+def test_b_segments_ranked_by_their_share_of_the_silence(data: Dataset, doc: Document) -> None:
+    paths = [critical_path(g, g.first_audible) for g in graphs(data, "B")]
+    assert len(paths) == 6
+    total = sum(p.total_ns for p in paths)
+    owned = {k: sum(p.by_kind()[k] for p in paths) for k in SEGMENTS}
+    expected = sorted((k for k in SEGMENTS if owned[k]), key=lambda k: owned[k], reverse=True)
+    rows = doc.table("path-silence-B").rows
+    assert [r[0] for r in rows[: len(expected)]] == expected
+    assert [r[4] for r in rows[: len(expected)]] == [f"{owned[k] / total:.1%}" for k in expected]
+    assert rows[len(expected)][0] == "silence: the whole path" and rows[len(expected)][4] == "100.0%"
+    assert all(r[3] == "6/6" and r[-1] == MEASURED for r in rows)
+
+
+def test_whatif_rows_are_labelled_predicted_never_measured(doc: Document) -> None:
+    for key in ("whatif-A", "whatif-B", "whatif-Bp"):
+        t = doc.table(key)
+        assert "predicted from measured traces" in t.headers[3]
+        assert {r[-1] for r in t.rows} == {section.PREDICTED}
+        assert len([r for r in t.rows if r[1] != "refused"]) == 8  # two what-ifs answered, four figures each
+
+
+def test_network_rtt_is_refused_for_an_in_process_llm(doc: Document) -> None:
+    (refused,) = [r for r in doc.table("whatif-B").rows if r[0] == "network RTT +100 ms"]
+    assert refused[1] == "refused"
+    assert refused[3] == (
+        "refused: the turn's LLM ran in-process: there is no network on its path "
+        "(6 of 6 turn(s) refused; the first: turn b1 zh01 round 2)"
+    )
+
+
+def test_the_llm_swap_for_b_is_the_median_of_predict(data: Dataset, doc: Document) -> None:
+    mine, theirs = graphs(data, "B"), graphs(data, "A")
+    found = [predict(g, (), o) for g, o in zip(mine, partners(mine, theirs), strict=True)]
+    rows = {r[1]: r for r in doc.table("whatif-B").rows if r[0] == "the LLM of A (cloud)"}
+    assert rows["first audible median"][3].split()[0] == f"{median([p.audible_ns / 1e6 for p in found]):.1f}"
+    assert rows["whole turn median"][3].split()[0] == f"{median([p.whole_ns / 1e6 for p in found]):.1f}"
+    assert rows["first audible median"][2].split()[0] == f"{median([p.measured_audible_ns / 1e6 for p in found]):.1f}"
+
+
+def test_a_first_token_100_ms_sooner_moves_each_call_on_the_path(data: Dataset, doc: Document) -> None:
+    change = (parse_change(section.FIRST_TOKEN),)
+    found = [predict(g, change) for g in graphs(data, "A")]
+    (row,) = [r for r in doc.table("whatif-A").rows if r[:2] == ("LLM first token -100 ms", "first audible median")]
+    assert row[3].split()[0] == f"{median([p.audible_ns / 1e6 for p in found]):.1f}"
+    assert row[3].endswith("· 6/6")
+
+
+def test_a_change_shorter_than_nothing_is_refused(data: Dataset) -> None:
+    w = section.WhatIf("tool -1 s", (parse_change("tool=-1000ms"),))
+    said = section.predictions(graphs(data, "B"), w, {})
+    assert isinstance(said, str) and "it cannot become shorter than nothing" in said
+    assert said.startswith("the turn's tool ")
+
+
+def test_without_graphs_the_section_says_so(data: Dataset) -> None:
+    bare = Dataset([msgspec.structs.replace(f, graph=None) for f in data.facts], None, data.runs, data.source)
+    blocks = section.section(Context(bare, draw=True))
+    assert not [b for b in blocks if isinstance(b, (Table, Figure))]
+    assert isinstance(blocks[1], Paragraph) and "No measured successful turn has a critical path" in blocks[1].text
+
+
+def test_the_stacked_bars_are_drawn(data: Dataset) -> None:
+    (figure,) = [b for b in section.section(Context(data, draw=True)) if isinstance(b, Figure)]
+    assert figure.key == "critical-path" and figure.png.startswith(b"\x89PNG")
+
+
+def test_a_large_condition_is_sampled_evenly_and_says_so() -> None:
+    from pipeline.report.sections.critical_path import evenly
+
+    graphs = list(range(10))  # any sequence: evenly picks by position
+    assert evenly(graphs, 4) == [0, 2, 5, 7]  # type: ignore[arg-type,comparison-overlap]
+    assert evenly(graphs, 20) == graphs  # type: ignore[arg-type,comparison-overlap]
