@@ -1,0 +1,378 @@
+"""Does the what-if tell the truth? Condition A predicted from condition B's traces, against A measured.
+
+1. B, the packaged default (configs/local.toml), on the first N fixture questions that expect no
+   tool. B's measured answers become a derived question set (DIR/questions_A: the same audio,
+   symlinked; ``text`` = B's transcript, the key the emulated cloud looks answers up by; ``answer``
+   = B's sentences joined), so the emulated cloud answers A with B's very words.
+2. A (emulated cloud ``fast-70b-api`` behind a link profile, the same VAD, ASR and TTS) twice: A1
+   gives the LLM segments, A2 is the truth. A predicted = B's graphs with A1's LLM segments
+   (``--swap llm=A1``), against A2 measured: first audible and whole turn, medians and P90s.
+3. The other way: B predicted from A2's graphs with B's LLM segments, against B measured (the run
+   the segments came from; ``--independent`` runs B again as the truth).
+4. Where a median is off by more than 5 %: per segment, the median of (measured - predicted)
+   along that target's critical path, which names the interaction the graph lacks.
+
+The emulated cloud draws its delays from a fixed seed, request by request, so A1's LLM segments
+are A2's to within the scheduling of the event loop: the benchmark tests the graph (how the
+rest of the pipeline moves around the LLM), not the cloud's spread.
+
+Left out, with the reason printed: questions where B's model called a tool (after a tool the
+emulated cloud always says its fixed TOOL_DONE, answers.py, never B's words), where the emulated
+cloud would call a tool on B's transcript (answers.pick_tool), and where B never succeeded.
+
+Run on a quiet machine: ``.venv/bin/python scripts/bench_whatif.py [--limit 6] [--rounds 3]``.
+Every figure is wall-clock time; predictions are labelled predicted, runs measured (M12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.analysis.numbers import median, quantile  # noqa: E402
+from pipeline.analysis.path import SEGMENTS, TurnGraph, critical_path  # noqa: E402
+from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files  # noqa: E402
+from pipeline.analysis.turns import group_turns  # noqa: E402
+from pipeline.analysis.whatif import WhatIfError, partners, predict, read_graphs, swapped  # noqa: E402
+from pipeline.endpoints.cloud.answers import pick_tool, tokens_of  # noqa: E402
+from pipeline.endpoints.link.profiles import PROFILES  # noqa: E402
+from pipeline.report.bootstrap import Interval, quantile_interval  # noqa: E402
+from pipeline.tracing import names  # noqa: E402
+from stages.llm.prompts import DEVICE_TOOLS  # noqa: E402
+
+FIXTURES = ROOT / "audio_fixtures"
+LOCAL = ROOT / "configs" / "local.toml"
+EMULATOR = "fast-70b-api"
+RUNS = ("questions_B", "B", "questions_A", "a.toml", "A1", "A2", "B2")  # what a benchmark writes in --out
+GOAL = 0.05  # the predicted median within 5 % of the measured one
+_CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
+ROW = "  {:<22}{:>16}{:>14}{:>14}{:>10}{:>9}  {:<6}{}"
+TARGETS: dict[str, Callable[[TurnGraph], int]] = {
+    "first audible": lambda g: g.first_audible,
+    "whole turn": lambda g: g.last_played,
+}
+
+
+@dataclass
+class Observed:
+    """One question's measured turns in B: what each heard, said and called."""
+
+    transcripts: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def replay(
+    folder: Path, out: Path, configs: Sequence[Path], args: argparse.Namespace, run_id: str, extra: Sequence[str] = ()
+) -> list[Path]:
+    """One run of ``pipeline.replay``; returns its trace files."""
+    cmd = [".venv/bin/python", "-m", "pipeline.replay", str(folder)]
+    for c in configs:
+        cmd += ["--config", str(c)]
+    cmd += ["--rounds", str(args.rounds), "--out", str(out), "--run-id", run_id, "--quiet", *extra]
+    print(f"\n$ {shlex.join(cmd)}\n  before: {load()}", flush=True)
+    began = time.monotonic()
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    took = f"{time.monotonic() - began:.0f} s"
+    print(f"  after:  {load()}\n  exit status {done.returncode} after {took}; " + _summary(done.stdout), flush=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{run_id} failed (exit status {done.returncode}):\n{done.stdout}")
+    return trace_files(out / "traces")
+
+
+def _summary(stdout: str) -> str:
+    return next((line.strip() for line in stdout.splitlines() if line.startswith("run ")), "no summary line")
+
+
+def manifest_rows() -> list[dict[str, str]]:
+    with (FIXTURES / "manifest.csv").open(encoding="utf-8-sig", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def question_set(dest: Path, rows: Sequence[dict[str, str]]) -> Path:
+    """A fixtures folder of ``rows``: their audio symlinked from audio_fixtures/, a manifest of them."""
+    dest.mkdir(parents=True)
+    for row in rows:
+        audio = row.get("audio") or f"{row['id']}.wav"
+        (dest / audio).symlink_to(FIXTURES / audio)
+    with (dest / "manifest.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return dest
+
+
+def joined(sentences: Sequence[str]) -> str:
+    """The answer the sentences were cut from: no space where either side is Chinese (the splitter
+    strips the space it cuts at, and a Chinese answer has none)."""
+    out = ""
+    for s in (s.strip() for s in sentences):
+        out += ("" if not out or _CJK.match(out[-1]) or _CJK.match(s[:1]) else " ") + s
+    return out
+
+
+def observe(files: Sequence[Path]) -> dict[str, Observed]:
+    """B's measured turns (warm-up left out, M6), question by question."""
+    problems = ReadProblems()
+    out: dict[str, Observed] = {}
+    for t in group_turns([s for f in files for s in read_trace_file(f, problems)], problems):
+        a = t.turn.attributes
+        if a.get(names.WARMUP) is True:
+            continue
+        seen = out.setdefault(str(a.get(names.QUESTION_ID)), Observed())
+        if a.get(names.OK) is not True:
+            seen.failed.append(str(a.get(names.ERROR_TYPE) or "not ok"))
+            continue
+        asr = t.first(names.ASR)
+        seen.transcripts.append(str(asr.attributes.get(names.TRANSCRIPT) or "") if asr else "")
+        sentences = sorted(t.spans(names.SENTENCE), key=_index)
+        seen.answers.append(joined([str(s.attributes.get(names.SENTENCE_TEXT) or "") for s in sentences]))
+        called = [*t.spans(names.LLM_CALL), *t.spans(names.TOOL)]
+        seen.tools += sorted({str(s.attributes[names.TOOL_NAME]) for s in called if names.TOOL_NAME in s.attributes})
+    for message in problems.messages:
+        print(f"warning: {message}")
+    return out
+
+
+def _index(span: SpanRecord) -> int:
+    value = span.attributes.get(names.SENTENCE_INDEX)
+    return value if isinstance(value, int) else 0
+
+
+def most_common(values: Sequence[str], what: str, qid: str) -> str:
+    counts = Counter(values)
+    if len(counts) > 1:
+        print(f"  {qid}: B's {what} differ across measured rounds: {dict(counts)}; using the most common")
+    return counts.most_common(1)[0][0]
+
+
+def choose(observed: dict[str, Observed]) -> dict[str, tuple[str, str]]:
+    """question id -> (transcript, answer) for the questions A can answer with B's words."""
+    offered = {t.name for t in DEVICE_TOOLS}
+    kept: dict[str, tuple[str, str]] = {}
+    print("\nB's answers, question by question (measured rounds):")
+    for qid, seen in observed.items():
+        if seen.failed:
+            print(
+                f"  {qid}: {len(seen.failed)} measured turn(s) failed ({', '.join(seen.failed)}): counted, no path (M7)"
+            )
+        if not seen.answers:
+            print(f"  {qid}: left out: no successful measured turn in B")
+            continue
+        if seen.tools:
+            print(
+                f"  {qid}: left out: B's model called {', '.join(sorted(set(seen.tools)))} and then said "
+                f"{seen.answers[0]!r}; after any tool the emulated cloud says its fixed TOOL_DONE"
+            )
+            continue
+        transcript = most_common(seen.transcripts, "transcripts", qid)
+        answer = most_common(seen.answers, "answers", qid)
+        tool = pick_tool(transcript, offered)
+        if tool is not None:
+            print(f"  {qid}: left out: the emulated cloud would call {tool[0]} on {transcript!r}; B answered in words")
+            continue
+        if not answer:
+            print(f"  {qid}: left out: B's answer has no sentence")
+            continue
+        alike = "one measured turn" if len(seen.answers) == 1 else f"{len(seen.answers)} measured turns"
+        print(f"  {qid}: kept ({alike}): {transcript!r} -> {answer!r}")
+        kept[qid] = (transcript, answer)
+    return kept
+
+
+def a_config(path: Path, profile: str, max_tokens: int) -> Path:
+    path.write_text(
+        f'[llm]\nimpl = "openai"\nmodel = "emulated-cloud"\nmax_tokens = {max_tokens}\n'
+        f'[cloud]\nemulator = "{EMULATOR}"\nemulator_answers = true\n[network]\nprofile = "{profile}"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def graphs(files: Sequence[Path], name: str, keep: set[str]) -> list[TurnGraph]:
+    g = read_graphs(files)
+    for message in g.problems:
+        print(f"warning: {name}: {message}")
+    failed = f"; failed, no path (M7): {', '.join(g.failed)}" if g.failed else ""
+    print(f"  {name}: {len(g.graphs)} measured successful turn(s), {g.warmup} warm-up left out (M6){failed}")
+    return [x for x in g.graphs if x.question_id in keep]
+
+
+def with_ci(values: Sequence[float], q: float, name: str) -> tuple[float, str, Interval | None]:
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    ci = quantile_interval(ordered, q, name)
+    return quantile(ordered, q), f"[{ci.low:.0f}, {ci.high:.0f}]" if ci else "[n < 2]", ci
+
+
+def compare(
+    title: str, base: list[TurnGraph], source: list[TurnGraph], truth: list[TurnGraph], truth_name: str
+) -> None:
+    """``base`` re-timed with ``source``'s LLM segments, against ``truth`` measured."""
+    print(f"\n== {title} ==")
+    common = {g.question_id for g in base} & {g.question_id for g in source} & {g.question_id for g in truth}
+    lost = sorted({g.question_id for g in (*base, *source, *truth)} - common)
+    if lost:
+        print(f"  left out (no successful measured turn in one of the runs): {', '.join(lost)}")
+    base, source, truth = ([g for g in x if g.question_id in common] for x in (base, source, truth))
+    if not base:
+        print("  nothing to compare")
+        return
+    rows: list[tuple[TurnGraph, TurnGraph, TurnGraph]] = []
+    for g, o, t in zip(base, partners(base, source), partners(base, truth), strict=True):
+        try:
+            predict(g, (), o)
+            rows.append((g, o, t))
+        except WhatIfError as exc:
+            print(f"  refused: {exc}")
+    asked = {g.question_id for g, _, _ in rows}
+    truth = [t for t in truth if t.question_id in asked]
+    print(
+        f"  predicted turns {len(rows)} of {len(base)}; {truth_name} measured turns {len(truth)};"
+        f" questions {len(asked)}"
+    )
+    if not rows:
+        return
+    print(ROW.format("", f"measured {truth_name} ms", "its 95 % CI", "predicted ms", "error ms", "error", "in CI", ""))
+    off: list[str] = []
+    for target, point in TARGETS.items():
+        predicted = [_predicted(g, o, target) / 1e6 for g, o, _ in rows]
+        measured = [t.times()[point(t)] / 1e6 for t in truth]
+        for q, label in ((0.5, "median"), (0.9, "P90")):
+            m, ci_text, ci = with_ci(measured, q, f"{truth_name}|{target}")
+            p = quantile(predicted, q)
+            err = p - m
+            inside = "-" if ci is None else ("yes" if ci.low <= p <= ci.high else "no")
+            goal = (
+                ("goal met" if abs(err) <= GOAL * m else "goal MISSED") + " (median error within 5 %)"
+                if q == 0.5
+                else ""
+            )
+            print(
+                ROW.format(
+                    f"{target} {label}", f"{m:.1f}", ci_text, f"{p:.1f}", f"{err:+.1f}", f"{err / m:+.1%}", inside, goal
+                )
+            )
+            if q == 0.5 and abs(err) > GOAL * m:
+                off.append(target)
+    for target in off:
+        _segments(rows, target)
+
+
+def _predicted(g: TurnGraph, o: TurnGraph, target: str) -> int:
+    p = predict(g, (), o)
+    return p.audible_ns if target == "first audible" else p.whole_ns
+
+
+def _segments(rows: Sequence[tuple[TurnGraph, TurnGraph, TurnGraph]], target: str) -> None:
+    """Per segment kind along the target's critical path: median over turns of measured - predicted."""
+    point = TARGETS[target]
+    diffs: dict[str, list[float]] = {k: [] for k in SEGMENTS}
+    for g, o, t in rows:
+        predicted = critical_path(g, point(g), swapped(g, o)).by_kind()
+        measured = critical_path(t, point(t)).by_kind()
+        for k in SEGMENTS:
+            diffs[k].append((measured[k] - predicted[k]) / 1e6)
+    print(
+        f"  {target} off by more than 5 %: its critical path, measured - predicted,"
+        f" median over {len(rows)} turn pair(s):"
+    )
+    for k in sorted(SEGMENTS, key=lambda k: -abs(median(diffs[k]))):
+        if any(diffs[k]):
+            print(f"    {k:<16}{median(diffs[k]):>+10.1f} ms")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--limit", type=int, default=6, help="B's questions: the first N fixtures that expect no tool")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per run; the first is the warm-up (M6)")
+    p.add_argument("--out", type=Path, help="where the runs go (default: a new folder under /tmp)")
+    p.add_argument("--profile", default="internet", choices=sorted(PROFILES), help="condition A's link profile")
+    p.add_argument("--independent", action="store_true", help="run B a second time as the truth of B predicted")
+    p.add_argument("--keep", action="store_true", help="keep the default temporary folder")
+    args = p.parse_args(argv)
+    if args.rounds < 2 or args.limit < 1:
+        p.error("--rounds must be at least 2 (the first is a warm-up) and --limit at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    temporary = args.out is None
+    out: Path = args.out or Path(tempfile.mkdtemp(prefix="bench_whatif_", dir="/tmp"))
+    out.mkdir(parents=True, exist_ok=True)
+    taken = [p.name for p in out.iterdir() if p.name in RUNS]
+    if taken:
+        raise SystemExit(f"{out} already holds {', '.join(taken)}: choose a new --out folder")
+    print(f"output: {out}; {args.limit} question(s) x {args.rounds} round(s) (round 1 warm-up); cpus {os.cpu_count()}")
+    print(f"condition A: emulated cloud {EMULATOR}, link profile {args.profile} (estimated, profiles.py)")
+    try:
+        run(args, out)
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"removed {out} (--keep keeps it)")
+    return 0
+
+
+def run(args: argparse.Namespace, out: Path) -> None:
+    rows = manifest_rows()
+    # a tool question can never be answered alike (B's model echoes the tool's result, the emulated
+    # cloud says TOOL_DONE), so B is not spent on them
+    b_rows = [r for r in rows if not (r.get("tool") or "").strip()][: args.limit]
+    b_set = question_set(out / "questions_B", b_rows)
+    b_files = replay(b_set, out / "B", [LOCAL], args, "whatif-B", ["--condition", "B"])
+    kept = choose(observe(b_files))
+    if not kept:
+        raise SystemExit("no question A can answer with B's words: nothing to compare")
+    a_rows = [
+        {**r, "text": kept[r["id"]][0], "answer": kept[r["id"]][1], "tool": "", "tool_arguments": "{}"}
+        for r in b_rows
+        if r["id"] in kept
+    ]
+    a_set = question_set(out / "questions_A", a_rows)
+    b_max = int(tomllib.loads(LOCAL.read_text(encoding="utf-8"))["llm"]["max_tokens"])
+    need = max(len(tokens_of(a)) for _, a in kept.values())
+    if need > b_max:  # the emulated cloud counts its own tokens: B's full answer must fit
+        print(f"A's [llm] max_tokens raised to {need} (B's {b_max}) so the emulated cloud says B's whole answer")
+    a_toml = a_config(out / "a.toml", args.profile, max(b_max, need))
+    print(f"questions_A: {', '.join(kept)} (text = B's transcript, answer = B's words); {a_toml}:")
+    print("  " + a_toml.read_text(encoding="utf-8").strip().replace("\n", "\n  "))
+    a_args = ["--condition", "A", "--limit", "0"]
+    a1_files = replay(a_set, out / "A1", [LOCAL, a_toml], args, "whatif-A1", a_args)
+    a2_files = replay(a_set, out / "A2", [LOCAL, a_toml], args, "whatif-A2", a_args)
+    b2_files = replay(b_set, out / "B2", [LOCAL], args, "whatif-B2", ["--condition", "B"]) if args.independent else None
+    keep = set(kept)
+    print("\nturns read:")
+    b, a1, a2 = graphs(b_files, "B", keep), graphs(a1_files, "A1", keep), graphs(a2_files, "A2", keep)
+    b2 = graphs(b2_files, "B2", keep) if b2_files else b
+    compare("A predicted from B's traces with A1's LLM segments (--swap llm=A1), against A2 measured", b, a1, a2, "A2")
+    truth = "B2 (a second run of B)" if b2_files else "B (the same run the LLM segments came from)"
+    print(f"\nthe other way: the truth is {truth}")
+    compare("B predicted from A2's traces with B's LLM segments (--swap llm=B)", a2, b, b2, "B2" if b2_files else "B")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
