@@ -39,14 +39,19 @@ LABEL = "predicted from measured traces, not measured"
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.whatif", description=__doc__.splitlines()[0])
-    p.add_argument("traces", type=Path, help="a trace file or a folder of them (a run's traces/)")
+    p.add_argument(
+        "traces",
+        type=Path,
+        nargs="+",
+        help="trace files or folders of them (a run's traces/; a device's run with its server's, to join them)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="SEGMENT=CHANGE", help="e.g. llm.first_token=-200ms")
     p.add_argument("--swap", metavar="llm=OTHER_TRACES", help="the LLM segments of another run, question by question")
     p.add_argument("--paths-csv", type=Path, help="write every measured turn's critical paths here")
     args = p.parse_args(argv)
     try:
         changes = [parse_change(text) for text in args.set]
-        base = _read(args.traces)
+        base = _read(*args.traces)
         others = _swap_source(args.swap, base) if args.swap else None
         theirs: list[TurnGraph | None] = list(others) if others is not None else [None] * len(base.graphs)
         predictions = [predict(g, changes, o) for g, o in zip(base.graphs, theirs, strict=True)]
@@ -68,15 +73,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _read(path: Path) -> Graphs:
-    if not path.exists():
-        raise WhatIfError(f"{path}: not found")
-    files = trace_files(path)
-    if not files:
-        raise WhatIfError(f"{path}: no trace files (*.jsonl)")
+def _read(*paths: Path) -> Graphs:
+    files = []
+    for path in paths:
+        if not path.exists():
+            raise WhatIfError(f"{path}: not found")
+        found = trace_files(path)
+        if not found:
+            raise WhatIfError(f"{path}: no trace files (*.jsonl)")
+        files += found
     graphs = read_graphs(files)
     if not graphs.graphs:
-        raise WhatIfError(f"{path}: no measured successful turn to re-time ({_counts(graphs)})")
+        names = ", ".join(map(str, paths))
+        raise WhatIfError(f"{names}: no measured successful turn to re-time ({_counts(graphs)})")
     return graphs
 
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pipeline.analysis.path import (
@@ -347,3 +348,13 @@ def test_a_device_buffer_change_moves_each_sentences_wait_for_its_first_frame(tm
     assert first.audible_ns == measured_audible + 20_000_000
     assert predict(graph, [parse_change("device_buffer=+20%")]).audible_ns == measured_audible  # 0 ms, scaled
     assert first.whole_ns >= measured_whole
+
+
+def test_a_devices_turn_needs_its_servers_spans() -> None:
+    # a device's turn over a transport: its stages ran on the server, so without the server's turn there is
+    # no path (tests/test_transport_e2e.py checks the joined path against a real websocket run)
+    [t, *_] = [t for t in group_turns(read_trace_file(EXPERIMENT / "b1.jsonl", ReadProblems()), ReadProblems())
+               if t.turn.attributes.get(names.OK) is True]  # fmt: skip
+    device = msgspec.structs.replace(t.turn, name=names.DEVICE, span_id="d0", parent_span_id=t.turn.span_id)
+    with pytest.raises(PathError, match="a device's view without its server's spans"):
+        graph_of(TurnSpans(t.turn, [*t.children, device]))

@@ -15,8 +15,10 @@ import pytest
 from pipeline import replay
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.path import critical_path
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
+from pipeline.analysis.whatif import read_graphs
 from pipeline.report.__main__ import main as report_main
 
 pytestmark = pytest.mark.transport
@@ -103,6 +105,21 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
         parts = [r.uplink_ms, r.server_first_audio_ms, r.downlink_ms, r.device_buffer_ms]
         assert all(isinstance(v, float) and v >= 0 for v in parts), parts
         assert abs(sum(parts) - r.first_audible_ms) < 0.01  # type: ignore[arg-type, operator]
+    # and each device turn's critical path crosses the wire twice, summing exactly to what the device measured
+    files = [*trace_files(tmp_path / "dev" / "traces"), *trace_files(tmp_path / "server" / "traces")]
+    by_turn = {(r.question_id, r.round): r for r in joined}
+    graphs = read_graphs(files).graphs
+    assert len(graphs) == 2  # the measured round's device turns (the warm-up's are left out)
+    for g in graphs:
+        row = by_turn[(g.question_id, g.round)]
+        silence, whole = critical_path(g, g.first_audible), critical_path(g, g.last_played)
+        assert sum(s.ns for s in silence.steps) == silence.total_ns and sum(s.ns for s in whole.steps) == whole.total_ns
+        assert (round(silence.total_ns / 1e6, 3), round(whole.total_ns / 1e6, 3)) == (
+            row.first_audible_ms,
+            row.whole_turn_ms,
+        )
+        kinds = silence.by_kind()
+        assert kinds["uplink"] > 0 and kinds["downlink"] > 0 and kinds["device_buffer"] >= 0, kinds
     out = tmp_path / "both"
     assert report_main([str(tmp_path / "dev"), str(tmp_path / "server"), "--out", str(out)]) in (0, 1)
     md = (out / "report.md").read_text(encoding="utf-8")

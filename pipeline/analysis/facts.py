@@ -166,18 +166,18 @@ def facts_of(
                 same(run_attributes(t.turn, same)),
                 queue_places(t),
                 lines_of(t) if lines_of is not None else (),
-                _graph(t, row) if row.ok else None,
+                _graph(t, servers.get(t.turn.span_id), row) if row.ok else None,
             )
         )
     return out, len(served)
 
 
-def _graph(t: TurnSpans, row: TurnRow) -> TurnGraph | None:
-    """The turn's graph, or None where its spans give none (a device's view; a turn missing a span,
-    which ``python -m pipeline.whatif`` names: a report leaves the turn out of its paths). Its question
-    and run are the row's own text objects, kept once (see ``facts_of``)."""
+def _graph(t: TurnSpans, server: TurnSpans | None, row: TurnRow) -> TurnGraph | None:
+    """The turn's graph, or None where its spans give none (a device's turn without its server's; a turn
+    missing a span, which ``python -m pipeline.whatif`` names: a report leaves the turn out of its paths).
+    Its question and run are the row's own text objects, kept once (see ``facts_of``)."""
     try:
-        graph = graph_of(t)
+        graph = graph_of(t, server)
     except PathError:
         return None
     return msgspec.structs.replace(graph, run_id=row.run_id, condition=row.condition, question_id=row.question_id)

@@ -33,6 +33,7 @@ from pipeline.analysis.turns import TurnSpans
 from pipeline.tracing import names
 
 # segment kinds, in the order a turn passes them; a path's columns follow this order
+UPLINK = "uplink"  # a device's turn: it sent the speech-end frame -> the server had it
 ENDPOINTING = "endpointing"  # end of speech -> the VAD's end-point
 ASR = "asr"
 QUEUE = "queue"  # a call waiting for the shared model's scheduler
@@ -41,10 +42,12 @@ LLM_GENERATION = "llm_generation"  # first token -> a sentence's cut (or the nex
 TOOL = "tool"  # a tool's round trip between two calls
 TTS_FIRST_FRAME = "tts_first_frame"
 TTS = "tts"  # first frame -> the synthesiser done with the sentence (a later sentence may wait on it)
+DOWNLINK = "downlink"  # a device's turn: the server sent a frame -> the device had it
 DEVICE_BUFFER = "device_buffer"  # first frame -> it plays (in one process: handed to the player)
 PLAYBACK = "playback"  # a sentence's audio playing (the next may wait for the speaker)
 HANDOFF = "handoff"  # one stage's output -> the next stage taking it up (queues, the event loop)
 SEGMENTS = (
+    UPLINK,
     ENDPOINTING,
     ASR,
     QUEUE,
@@ -53,6 +56,7 @@ SEGMENTS = (
     TOOL,
     TTS_FIRST_FRAME,
     TTS,
+    DOWNLINK,
     DEVICE_BUFFER,
     PLAYBACK,
     HANDOFF,
@@ -215,40 +219,42 @@ def _latest(done: Sequence[tuple[int, int, str]]) -> int:
     return latest[1]
 
 
-def graph_of(t: TurnSpans) -> TurnGraph:
-    """The turn's graph; ``PathError`` names what it lacks (a failed turn has no path)."""
+def graph_of(t: TurnSpans, server: TurnSpans | None = None) -> TurnGraph:
+    """The turn's graph; ``PathError`` names what it lacks (a failed turn has no path). A device's turn
+    (over a transport) needs its server's turn too (``turns.servers_of``: both ends' traces read together):
+    its path crosses the wire twice."""
     a = t.turn.attributes
     where = f"turn {a.get(names.RUN_ID) or '?'} {a.get(names.QUESTION_ID) or '?'} round {_int(a.get(names.ROUND))}" + (
         f" device {_int(a.get(names.DEVICE_INDEX))}" if names.DEVICE_INDEX in a else ""
     )
     if a.get(names.OK) is not True:
         raise PathError(f"{where}: failed ({a.get(names.ERROR_TYPE) or 'not ok'}): a failed turn has no path")
-    if t.first(names.DEVICE) is not None:
-        raise PathError(f"{where}: a device's view (its server's stages are in another turn): not supported yet")
-    speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
-    vad, asr, playback = t.first(names.VAD), t.first(names.ASR), t.first(names.PLAYBACK)
-    calls = sorted(t.spans(names.LLM_CALL), key=lambda s: _int(s.attributes.get(names.CALL_INDEX)))
-    missing = [
-        what
-        for what, found in (
-            (f"the turn's {names.EV_USER_SPEECH_END} event", speech_end),
-            (f"a {names.VAD} span", vad),
-            (f"an {names.ASR} span", asr),
-            (f"an {names.LLM_CALL} span", calls or None),
-            (f"a {names.PLAYBACK} span", playback),
+    device = t.first(names.DEVICE)
+    if device is not None and server is None:
+        raise PathError(
+            f"{where}: a device's view without its server's spans: read the server's traces beside the device's"
         )
-        if found is None
-    ]
-    if missing:
-        raise PathError(f"{where}: no {', no '.join(missing)}: the path needs them")
-    assert speech_end is not None and vad is not None and asr is not None and playback is not None
+    stages = server if server is not None else t
+    speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
+    if speech_end is None:
+        raise PathError(f"{where}: no {names.EV_USER_SPEECH_END} event on the turn: the path starts there")
     b = _Builder(speech_end)
-    endpoint = b.add("end-point", ENDPOINTING, speech_end, vad.end_ns, [(0, HANDOFF)])
-    before_call = b.add("transcript", ASR, asr.start_ns, asr.end_ns, [(endpoint, HANDOFF)])
-    cuts = _calls(b, t, calls, before_call, where)
-    texts = _sentence_texts(t)
-    first_audible, last_played = _speech(b, t, playback, cuts, where)
-    endpoint_text = str(a.get(names.LLM_ENDPOINT) or "")
+    heard = 0
+    if device is not None:
+        arrived = stages.turn.event_ns(names.EV_USER_SPEECH_END)
+        if arrived is None:
+            raise PathError(f"{where}: the server's turn has no {names.EV_USER_SPEECH_END} event")
+        heard = b.add("speech end reaches the server", UPLINK, speech_end, arrived, [(0, HANDOFF)])
+    tts = _server(b, stages, heard, where)
+    playback = t.first(names.PLAYBACK)
+    if playback is None:
+        raise PathError(f"{where}: no {names.PLAYBACK} span: the path ends where the answer plays")
+    if device is None:
+        first_audible, last_played = _played(b, tts, playback, where)
+    else:
+        first_audible, last_played = _over_the_wire(b, stages, device, tts, playback, where)
+    endpoint_text = str(stages.turn.attributes.get(names.LLM_ENDPOINT) or "")
+    calls = stages.spans(names.LLM_CALL)
     remote = any(names.SERVER_ADDRESS in c.attributes for c in calls) or endpoint_text.startswith(
         ("emulated cloud", "http")
     )
@@ -263,9 +269,31 @@ def graph_of(t: TurnSpans) -> TurnGraph:
         first_audible,
         last_played,
         remote,
-        texts,
+        _sentence_texts(stages),
         len(calls),
     )
+
+
+def _server(b: _Builder, t: TurnSpans, heard: int, where: str) -> list[_Tts]:
+    """The server's stages from the end of speech it heard (point ``heard``): end-point, transcript, calls,
+    each sentence's TTS."""
+    vad, asr = t.first(names.VAD), t.first(names.ASR)
+    calls = sorted(t.spans(names.LLM_CALL), key=lambda s: _int(s.attributes.get(names.CALL_INDEX)))
+    missing = [
+        what
+        for what, found in (
+            (f"a {names.VAD} span", vad),
+            (f"an {names.ASR} span", asr),
+            (f"an {names.LLM_CALL} span", calls or None),
+        )
+        if found is None
+    ]
+    if missing:
+        raise PathError(f"{where}: no {', no '.join(missing)}: the path needs them")
+    assert vad is not None and asr is not None
+    endpoint = b.add("end-point", ENDPOINTING, b.at[heard], vad.end_ns, [(heard, HANDOFF)])
+    before_call = b.add("transcript", ASR, asr.start_ns, asr.end_ns, [(endpoint, HANDOFF)])
+    return _synthesised(b, t, _calls(b, t, calls, before_call, where), where)
 
 
 def _calls(b: _Builder, t: TurnSpans, calls: Sequence[SpanRecord], after: int, where: str) -> dict[int, int]:
@@ -308,38 +336,55 @@ def _sentence_texts(t: TurnSpans) -> tuple[str, ...]:
     return tuple(str(s.attributes.get(names.SENTENCE_TEXT) or "") for s in sentences)
 
 
-def _speech(b: _Builder, t: TurnSpans, playback: SpanRecord, cuts: dict[int, int], where: str) -> tuple[int, int]:
-    """Each sentence's TTS and its audio playing; returns (first audible point, last played point)."""
-    tts = sorted(t.spans(names.TTS), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
-    if not tts:
+class _Tts(msgspec.Struct, frozen=True, gc=False):
+    sentence: int
+    first_frame: int  # its point
+    done: int  # its point
+    audio_ms: int
+
+
+def _synthesised(b: _Builder, t: TurnSpans, cuts: dict[int, int], where: str) -> list[_Tts]:
+    """Each sentence's TTS: after its cut and after the previous sentence's TTS (one synthesiser)."""
+    spans = sorted(t.spans(names.TTS), key=lambda s: _int(s.attributes.get(names.SENTENCE_INDEX)))
+    if not spans:
         raise PathError(f"{where}: no {names.TTS} span: the path needs one")
-    starts = {
-        _int(e.attributes.get(names.SENTENCE_INDEX)): e.time_ns
-        for e in playback.events
-        if e.name == names.EV_SENTENCE_AUDIO
-    }
-    previous_tts: int | None = None
-    previous_audio: int | None = None
-    first_audible = -1
-    for n, span in enumerate(tts):
+    out: list[_Tts] = []
+    for span in spans:
         k = _int(span.attributes.get(names.SENTENCE_INDEX))
         if k not in cuts:
             raise PathError(f"{where}: TTS of sentence {k} has no sentence span with its cut")
         frame = span.event_ns(names.EV_FIRST_FRAME)
         if frame is None:
             raise PathError(f"{where}: TTS of sentence {k} has no {names.EV_FIRST_FRAME} event")
-        waits = [(cuts[k], HANDOFF)] + ([(previous_tts, HANDOFF)] if previous_tts is not None else [])
-        first_frame = b.add(f"sentence {k} first frame", TTS_FIRST_FRAME, span.start_ns, frame, waits, sentence=k)
-        previous_tts = b.add(f"sentence {k} synthesised", TTS, frame, span.end_ns, [(first_frame, HANDOFF)], sentence=k)
+        waits = [(cuts[k], HANDOFF)] + ([(out[-1].done, HANDOFF)] if out else [])
+        first = b.add(f"sentence {k} first frame", TTS_FIRST_FRAME, span.start_ns, frame, waits, sentence=k)
+        done = b.add(f"sentence {k} synthesised", TTS, frame, span.end_ns, [(first, HANDOFF)], sentence=k)
+        out.append(_Tts(k, first, done, _int(span.attributes.get(names.AUDIO_MS))))
+    return out
+
+
+def _played(b: _Builder, tts: Sequence[_Tts], playback: SpanRecord, where: str) -> tuple[int, int]:
+    """In one process: each sentence's audio plays after its first frame and after the previous sentence's
+    audio (one speaker); returns (first audible point, last played point)."""
+    starts = {
+        _int(e.attributes.get(names.SENTENCE_INDEX)): e.time_ns
+        for e in playback.events
+        if e.name == names.EV_SENTENCE_AUDIO
+    }
+    previous_audio: int | None = None
+    first_audible = -1
+    for n, s in enumerate(tts):
         last = n == len(tts) - 1
-        plays = playback.start_ns if n == 0 else starts.get(k)
+        plays = playback.start_ns if n == 0 else starts.get(s.sentence)
         if plays is None:  # no start of its own recorded: it played on from the previous sentence's
             continue
-        waits = [(first_frame, DEVICE_BUFFER)] + ([(previous_audio, HANDOFF)] if previous_audio is not None else [])
+        waits = [(s.first_frame, DEVICE_BUFFER)] + ([(previous_audio, HANDOFF)] if previous_audio is not None else [])
         # no work of its own: the wait for the first frame (device_buffer) or the speaker (handoff) is its lag
-        audible = b.add(f"sentence {k} plays", HANDOFF, plays, plays, waits, sentence=k)
-        ends = playback.end_ns if last else plays + _int(span.attributes.get(names.AUDIO_MS)) * 1_000_000
-        previous_audio = b.add(f"sentence {k} played", PLAYBACK, plays, ends, [(audible, HANDOFF)], sentence=k)
+        audible = b.add(f"sentence {s.sentence} plays", HANDOFF, plays, plays, waits, sentence=s.sentence)
+        ends = playback.end_ns if last else plays + s.audio_ms * 1_000_000
+        previous_audio = b.add(
+            f"sentence {s.sentence} played", PLAYBACK, plays, ends, [(audible, HANDOFF)], sentence=s.sentence
+        )
         if n == 0:
             first_audible = audible
     if previous_audio is None or first_audible < 0:
@@ -349,6 +394,48 @@ def _speech(b: _Builder, t: TurnSpans, playback: SpanRecord, cuts: dict[int, int
             "played to the end", PLAYBACK, b.at[previous_audio], playback.end_ns, [(previous_audio, HANDOFF)]
         )
     return first_audible, previous_audio
+
+
+def _over_the_wire(
+    b: _Builder, server: TurnSpans, device: SpanRecord, tts: Sequence[_Tts], playback: SpanRecord, where: str
+) -> tuple[int, int]:
+    """A device's turn: the server sends the first frame once synthesised, it crosses the wire, the device
+    buffers and plays it; the last sample plays once the last frame has come and everything before it
+    has played. Returns (first audible point, last played point)."""
+    downlink = server.first(names.DOWNLINK)
+    received = device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)
+    audible_ns = device.event_ns(names.EV_FIRST_AUDIBLE)
+    last_received = device.event_ns(names.EV_LAST_AUDIO_RECEIVED)
+    missing = [
+        what
+        for what, found in (
+            (f"a server {names.DOWNLINK} span", downlink),
+            (f"the device's {names.EV_FIRST_AUDIO_RECEIVED} event", received),
+            (f"the device's {names.EV_FIRST_AUDIBLE} event", audible_ns),
+            (f"the device's {names.EV_LAST_AUDIO_RECEIVED} event", last_received),
+        )
+        if found is None
+    ]
+    if missing:
+        raise PathError(f"{where}: no {', no '.join(missing)}: a device's path needs them")
+    assert downlink is not None and received is not None and audible_ns is not None and last_received is not None
+    sent = b.add("first frame sent", HANDOFF, downlink.start_ns, downlink.start_ns, [(tts[0].first_frame, HANDOFF)])
+    arrived = b.add("first frame received", DOWNLINK, downlink.start_ns, received, [(sent, HANDOFF)])
+    audible = b.add("first sound", DEVICE_BUFFER, received, audible_ns, [(arrived, HANDOFF)])
+    last_sent = b.add("last frame sent", HANDOFF, downlink.end_ns, downlink.end_ns, [(tts[-1].done, HANDOFF)])
+    last_arrived = b.add("last frame received", DOWNLINK, downlink.end_ns, last_received, [(last_sent, HANDOFF)])
+    audio_ns = _int(playback.attributes.get(names.AUDIO_MS)) * 1_000_000
+    back_to_back = b.add("the answer played", PLAYBACK, audible_ns, audible_ns + audio_ns, [(audible, HANDOFF)])
+    # the last sample plays when everything before it has (gaps: the device waited for audio) or once the
+    # last frame, come late, has played out of the buffer
+    last = b.add(
+        "last sample played",
+        HANDOFF,
+        playback.end_ns,
+        playback.end_ns,
+        [(back_to_back, HANDOFF), (last_arrived, PLAYBACK)],
+    )
+    return audible, last
 
 
 # --- a turn's paths as columns ----------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pathlib import Path
 from pipeline.analysis.path import (
     ASR,
     DEVICE_BUFFER,
+    DOWNLINK,
     ENDPOINTING,
     LLM_FIRST_TOKEN,
     LLM_GENERATION,
@@ -33,6 +34,7 @@ from pipeline.analysis.path import (
     TOOL,
     TTS,
     TTS_FIRST_FRAME,
+    UPLINK,
     Dep,
     PathError,
     Point,
@@ -40,12 +42,13 @@ from pipeline.analysis.path import (
     graph_of,
 )
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.analysis.turns import group_turns
+from pipeline.analysis.turns import group_turns, servers_of
 from pipeline.tracing import names
 
 NETWORK_RTT = "network.rtt"
 # what ``--set`` may name -> the segment it moves (network.rtt: each LLM call's first token)
 SETTABLE = {
+    "uplink": UPLINK,
     "endpointing": ENDPOINTING,
     "asr": ASR,
     "queue": QUEUE,
@@ -54,6 +57,7 @@ SETTABLE = {
     "tool": TOOL,
     "tts.first_frame": TTS_FIRST_FRAME,
     "tts": TTS,
+    "downlink": DOWNLINK,
     "device_buffer": DEVICE_BUFFER,
     NETWORK_RTT: LLM_FIRST_TOKEN,
 }
@@ -269,7 +273,12 @@ def read_graphs(files: Sequence[Path]) -> Graphs:
     problems = ReadProblems()
     spans = [s for f in files for s in read_trace_file(f, problems)]
     out = Graphs([], 0, [], [])
-    for t in group_turns(spans, problems):
+    turns = group_turns(spans, problems)
+    servers = servers_of(turns)  # a device's turn and its server's, both read: one turn, crossing the wire
+    served = {t.turn.span_id for t in servers.values()}
+    for t in turns:
+        if t.turn.span_id in served:
+            continue
         if t.turn.attributes.get(names.WARMUP) is True:
             out.warmup += 1
             continue
@@ -277,7 +286,7 @@ def read_graphs(files: Sequence[Path]) -> Graphs:
             out.failed.append(str(t.turn.attributes.get(names.QUESTION_ID) or "?"))
             continue
         try:
-            out.graphs.append(graph_of(t))
+            out.graphs.append(graph_of(t, servers.get(t.turn.span_id)))
         except PathError as exc:
             raise WhatIfError(f"{', '.join(map(str, files))}: {exc}") from None
     out.problems = problems.messages
