@@ -94,7 +94,7 @@ def _swap_source(text: str, base: Graphs) -> list[TurnGraph]:
     if role != "llm" or not sep or not where:
         raise WhatIfError(f"--swap {text!r}: expected llm=OTHER_TRACES (only the LLM's segments can be swapped)")
     others = _read(Path(where)).graphs
-    same_questions(base.graphs, others)
+    same_questions((g.question_id for g in base.graphs), (g.question_id for g in others))
     return partners(base.graphs, others)
 
 

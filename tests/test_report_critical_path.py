@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pipeline.analysis.numbers import measured, median
+from pipeline.analysis.numbers import median
 from pipeline.analysis.path import SEGMENTS, TurnGraph, critical_path
-from pipeline.analysis.whatif import parse_change, partners, predict
+from pipeline.analysis.whatif import parse_change, partners, predict, read_graphs
 from pipeline.report.build import build
 from pipeline.report.document import Document, Figure, Heading, Paragraph, Table
 from pipeline.report.load import Dataset, load_paths
@@ -31,11 +31,13 @@ def doc(data: Dataset) -> Document:
     return build(data, draw=False)
 
 
+RUNS = {"A": "a1", "B": "b1", "B'": "bp1"}
+
+
 def graphs(data: Dataset, condition: str) -> list[TurnGraph]:
-    """The condition's measured (not warm-up) successful turns' graphs, in the report's turn order."""
-    chosen = [f for f in data.facts if f.row.condition == condition and measured(f.row) and f.row.ok]
-    chosen.sort(key=lambda f: (str(f.row.run_id), f.row.turn_start_ns))
-    return [f.graph for f in chosen if f.graph is not None]
+    """The condition's measured (not warm-up) successful turns' graphs, read here from its trace file
+    directly (the report makes them from each turn's lines when it needs them)."""
+    return read_graphs([EXPERIMENT / "traces" / f"{RUNS[condition]}.jsonl"]).graphs
 
 
 def test_the_section_comes_after_the_segments(doc: Document) -> None:
@@ -96,13 +98,13 @@ def test_a_first_token_100_ms_sooner_moves_each_call_on_the_path(data: Dataset, 
 
 def test_a_change_shorter_than_nothing_is_refused(data: Dataset) -> None:
     w = section.WhatIf("tool -1 s", (parse_change("tool=-1000ms"),))
-    said = section.predictions(graphs(data, "B"), w, {})
+    said = section.predictions(data, section.turns_of(data, Context(data, draw=False).conds["B"]), w, {})
     assert isinstance(said, str) and "it cannot become shorter than nothing" in said
     assert said.startswith("the turn's tool ")
 
 
 def test_without_graphs_the_section_says_so(data: Dataset) -> None:
-    bare = Dataset([msgspec.structs.replace(f, graph=None) for f in data.facts], None, data.runs, data.source)
+    bare = Dataset([msgspec.structs.replace(f, lines=()) for f in data.facts], None, data.runs, data.source)
     blocks = section.section(Context(bare, draw=True))
     assert not [b for b in blocks if isinstance(b, (Table, Figure))]
     assert isinstance(blocks[1], Paragraph) and "No measured successful turn has a critical path" in blocks[1].text
@@ -117,5 +119,14 @@ def test_a_large_condition_is_sampled_evenly_and_says_so() -> None:
     from pipeline.report.sections.critical_path import evenly
 
     graphs = list(range(10))  # any sequence: evenly picks by position
-    assert evenly(graphs, 4) == [0, 2, 5, 7]  # type: ignore[arg-type,comparison-overlap]
-    assert evenly(graphs, 20) == graphs  # type: ignore[arg-type,comparison-overlap]
+    assert evenly(graphs, 4) == [0, 2, 5, 7]
+    assert evenly(graphs, 20) == graphs
+
+
+def test_past_its_most_a_condition_is_a_sample_and_says_so(data: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(section, "MOST", 3)
+    blocks = section.section(Context(data, draw=False))
+    said = [b.text for b in blocks if isinstance(b, Paragraph) and b.text.startswith("Paths and what-ifs from")]
+    assert [t.split(" successful")[0] for t in said] == [f"Paths and what-ifs from 3 of the {n}" for n in (6, 6, 5)]
+    (total,) = [r for r in next(b for b in blocks if isinstance(b, Table)).rows if r[0] == "silence: the whole path"]
+    assert total[3] == "⚠ 3/6"  # the sample counted against every measured turn

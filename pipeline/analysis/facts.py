@@ -19,7 +19,6 @@ import msgspec
 
 from pipeline.analysis.bench_csv import csv_line
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.path import PathError, TurnGraph, graph_of
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import SpanRecord
 from pipeline.analysis.turns import TurnSpans, servers_of
@@ -78,7 +77,6 @@ class TurnFacts(msgspec.Struct, frozen=True, gc=False):
     run: RunAttributes
     queue: tuple[str, ...]  # Q_* of each llm.queue span, in span order
     lines: tuple[LineRef, ...]  # where its spans were read (empty for spans not read from files)
-    graph: TurnGraph | None = None  # its dependency graph (critical paths, what-ifs); None: failed, or no path
 
 
 def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
@@ -166,21 +164,9 @@ def facts_of(
                 same(run_attributes(t.turn, same)),
                 queue_places(t),
                 lines_of(t) if lines_of is not None else (),
-                _graph(t, servers.get(t.turn.span_id), row) if row.ok else None,
             )
         )
     return out, len(served)
-
-
-def _graph(t: TurnSpans, server: TurnSpans | None, row: TurnRow) -> TurnGraph | None:
-    """The turn's graph, or None where its spans give none (a device's turn without its server's; a turn
-    missing a span, which ``python -m pipeline.whatif`` names: a report leaves the turn out of its paths).
-    Its question and run are the row's own text objects, kept once (see ``facts_of``)."""
-    try:
-        graph = graph_of(t, server)
-    except PathError:
-        return None
-    return msgspec.structs.replace(graph, run_id=row.run_id, condition=row.condition, question_id=row.question_id)
 
 
 def facts_of_rows(

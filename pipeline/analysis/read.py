@@ -21,8 +21,9 @@ from pipeline.analysis import parallel
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.facts import LineRef, TurnFacts, facts_of
 from pipeline.analysis.parallel import Piece, ShareResult
+from pipeline.analysis.path import PathError, TurnGraph, graph_of
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_line_at, read_lines, unreadable_message
-from pipeline.analysis.turns import TurnSpans, group_turns
+from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
 from pipeline.tracing import names
 
 
@@ -217,6 +218,21 @@ def _problems(shares: Sequence[Sequence[Piece]], results: Sequence[ShareResult])
             before[piece.path] = before.get(piece.path, 0) + count
     for r in results:
         yield from r.group_problems
+
+
+def reread_graph(facts: TurnFacts) -> TurnGraph | None:
+    """The turn's dependency graph (``analysis.path``), from the lines it was read from: a device's turn
+    with its server's where both were read (the server's turn span is among its lines). None where the
+    spans give none (a failed turn, one missing a span: ``python -m pipeline.whatif`` names what)."""
+    spans = [s for ref in facts.lines for s in read_line_at(Path(ref.path), ref.offset, ref.part)]
+    turns = group_turns(spans, ReadProblems())
+    mine = next((t for t in turns if t.turn.span_id == facts.span_id), None)
+    if mine is None:
+        return None
+    try:
+        return graph_of(mine, servers_of(turns).get(mine.turn.span_id))
+    except PathError:
+        return None
 
 
 def reread_turn(facts: TurnFacts) -> TurnSpans | None:

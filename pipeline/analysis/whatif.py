@@ -19,7 +19,7 @@ another number of calls: their TTS and playback were never measured).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,10 +221,9 @@ def predict(graph: TurnGraph, changes: Sequence[Change] = (), other: TurnGraph |
     )
 
 
-def same_questions(graphs: Sequence[TurnGraph], others: Sequence[TurnGraph]) -> None:
+def same_questions(asked: Iterable[str], other: Iterable[str]) -> None:
     """Refuses two trace sets that asked different questions (a swap pairs them question by question)."""
-    mine = {g.question_id for g in graphs}
-    theirs = {g.question_id for g in others}
+    mine, theirs = set(asked), set(other)
     if mine != theirs:
         only_mine, only_theirs = sorted(mine - theirs), sorted(theirs - mine)
         raise WhatIfError(

@@ -19,10 +19,10 @@ from pathlib import Path
 from pipeline.analysis.bench_csv import csv_line, read_bench_csv
 from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.path import TurnGraph
-from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_turn
+from pipeline.analysis.path import PathError, TurnGraph, graph_of
+from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_graph, reread_turn
 from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
-from pipeline.analysis.turns import TurnSpans, group_turns
+from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
 
 
 class LoadError(ValueError):
@@ -57,6 +57,7 @@ class Dataset:
     notes: list[str] = field(default_factory=list)
     offline_verdicts: list[str] = field(default_factory=list)  # what B' runs' network checks found
     workers: int = 1  # processes that read the trace files
+    _graphs: dict[int, TurnGraph | None] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of_rows(
@@ -105,11 +106,26 @@ class Dataset:
     def from_spans(self) -> bool:
         return self.turns is not None or any(f.span_id for f in self.facts)
 
-    def graphs(self) -> Iterator[TurnGraph]:
-        """The measured (not warm-up, M6) turns' dependency graphs: every successful turn with a path."""
-        for f in self.facts:
-            if f.graph is not None and not f.row.warmup:
-                yield f.graph
+    def graph(self, i: int) -> TurnGraph | None:
+        """Row ``i``'s dependency graph (``analysis.path``), made from its spans when first asked for: read
+        again from their lines, or from the kept turns (then a device's turn with its server's, where both
+        are kept). None where its spans give none. Not made while reading: at 100,000 turns building them
+        all cost as much as reading, and a report re-times a sample (see ``sections.critical_path``)."""
+        if i not in self._graphs:
+            self._graphs[i] = self._graph(i)
+        return self._graphs[i]
+
+    def _graph(self, i: int) -> TurnGraph | None:
+        if self.turns is None:
+            return reread_graph(self.facts[i]) if self.facts[i].lines else None
+        try:
+            return graph_of(self.turns[i], self._servers.get(self.turns[i].turn.span_id))
+        except PathError:
+            return None
+
+    @cached_property
+    def _servers(self) -> dict[str, TurnSpans]:
+        return servers_of(self.turns or [])
 
     def csv_lines(self) -> Iterator[str]:
         """The rows as bench.csv lines: made while reading where they were, else now."""

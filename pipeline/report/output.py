@@ -1,5 +1,4 @@
-"""The files a report leaves: report.md (+ plots/*.png), report.html, rows.csv, the rows it was computed from,
-and paths.csv, each measured successful turn's critical paths (the silence's and the whole turn's, by segment).
+"""The files a report leaves: report.md (+ plots/*.png), report.html, and rows.csv, the rows it was computed from.
 
 rows.csv has bench.csv's columns and format, but its own name: where both ends of a turn were read
 (a device's traces and its server's), the report folds the server's turn into the device's row
@@ -16,13 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import BenchCsv
-from pipeline.analysis.path import paths_csv
 from pipeline.report import html, markdown
 from pipeline.report.document import Document
 from pipeline.report.load import Dataset
 
 ROWS_CSV = "rows.csv"
-PATHS_CSV = "paths.csv"  # every measured successful turn's two critical paths, by segment (analysis.path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,5 +52,4 @@ def write(doc: Document, data: Dataset, out: Path) -> Written:
     tmp.unlink(missing_ok=True)
     BenchCsv(tmp).append_lines(data.csv_lines())
     os.replace(tmp, csv_path)
-    _replace(out / PATHS_CSV, paths_csv(data.graphs()).encode("utf-8"))
     return Written(md, page, csv_path, tuple(plots))

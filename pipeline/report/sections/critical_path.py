@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from pipeline.analysis.numbers import median, quantile
+from pipeline.analysis.numbers import Row, median, quantile
 from pipeline.analysis.path import SEGMENTS, CriticalPath, TurnGraph, critical_path
-from pipeline.analysis.whatif import Change, Prediction, WhatIfError, parse_change, partners, predict, same_questions
+from pipeline.analysis.whatif import Change, Prediction, WhatIfError, parse_change, predict, same_questions
 from pipeline.report import cells, plots
 from pipeline.report.bootstrap import quantile_interval
 from pipeline.report.conditions import Condition, title
@@ -35,6 +36,7 @@ WHOLE = "whole turn: end of speech -> last sample played"
 SWAP_WITH = {"A": "B", "B": "A", "B'": "A"}
 FIRST_TOKEN = "llm.first_token=-100ms"
 RTT = "network.rtt=+100ms"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,22 +46,64 @@ class WhatIf:
     other: str | None = None  # the condition whose LLM is swapped in
 
 
-# Re-timing costs about 200 us a turn for the paths and three what-ifs: past this many turns a condition's are
-# an evenly spaced sample (its medians and P90s then hold to well within their intervals; 100,000 turns would
-# add some 20 s to the report)
-MOST = 2000
+# A turn's graph is made from its spans when asked for (read again from its lines) and re-timed: together
+# about 0.5 ms a turn for the paths and three what-ifs. Past this many turns a condition's are an evenly
+# spaced sample (medians and P90s of 1,000 turns hold to well within their intervals); every turn's paths:
+# ``python -m pipeline.whatif --paths-csv``.
+MOST = 1000
 
 
-def evenly(graphs: Sequence[TurnGraph], most: int) -> list[TurnGraph]:
-    """At most ``most`` of the graphs, evenly spaced (in time order: the turns' order)."""
-    if len(graphs) <= most:
-        return list(graphs)
-    return [graphs[i * len(graphs) // most] for i in range(most)]
+def evenly(items: Sequence[T], most: int) -> list[T]:
+    """At most ``most`` of the items, evenly spaced (in the turns' order: time)."""
+    if len(items) <= most:
+        return list(items)
+    return [items[i * len(items) // most] for i in range(most)]
 
 
-def graphs_of(data: Dataset, cond: Condition) -> list[TurnGraph]:
-    """The graphs of the condition's measured successful turns (warm-up out, M6), where they have one."""
-    return [g for i in cond.ok_index if (g := data.facts[i].graph) is not None]
+Key = tuple[str, int, int]  # question, round, device: a turn's place in its run
+
+
+@dataclass(frozen=True, slots=True)
+class Turns:
+    """A condition's measured successful turns (warm-up out, M6): their questions and places, and the
+    graphs of an evenly spaced sample of them."""
+
+    ok: int
+    sampled: int
+    graphs: list[TurnGraph]
+    questions: frozenset[str]
+    places: dict[Key, int]  # -> the turn's index in the dataset
+    by_question: dict[str, list[int]]
+
+
+def _place(row: Row) -> Key:
+    return (row.question_id, row.round, row.device or 0)
+
+
+def turns_of(data: Dataset, cond: Condition) -> Turns:
+    index = list(cond.ok_index)
+    sample = evenly(index, MOST)
+    graphs = [g for i in sample if (g := data.graph(i)) is not None]
+    places = {_place(data.facts[i].row): i for i in index}
+    by_question: dict[str, list[int]] = {}
+    for i in index:
+        by_question.setdefault(data.facts[i].row.question_id, []).append(i)
+    return Turns(len(index), len(sample), graphs, frozenset(by_question), places, by_question)
+
+
+def partners_in(data: Dataset, graphs: Sequence[TurnGraph], other: Turns) -> list[TurnGraph | None]:
+    """For each graph, the other condition's turn of the same question, round and device (or, without it,
+    that question's turns in order), its graph made when needed: None where it has none."""
+    out: list[TurnGraph | None] = []
+    seen: dict[str, int] = {}
+    for g in graphs:
+        i = other.places.get((g.question_id, g.round, g.device))
+        if i is None:
+            n = seen[g.question_id] = seen.get(g.question_id, -1) + 1
+            pool = other.by_question[g.question_id]
+            i = pool[n % len(pool)]
+        out.append(data.graph(i))
+    return out
 
 
 def _ms(values_ns: Sequence[int]) -> np.ndarray:
@@ -116,31 +160,32 @@ def what_ifs(label: str, labels: Sequence[str]) -> list[WhatIf]:
     return out
 
 
-def predictions(
-    graphs: Sequence[TurnGraph], w: WhatIf, others: dict[str, list[TurnGraph]], whole: Sequence[TurnGraph] = ()
-) -> list[Prediction] | str:
-    """Every turn re-timed, or why not: one turn refused refuses the what-if (a prediction over the turns
-    a change happens to fit would not be the condition's). ``graphs`` may be a sample of ``whole``, the
-    condition's every graph (a swap needs the two conditions to have asked the same questions)."""
-    try:
-        theirs: Sequence[TurnGraph | None] = [None] * len(graphs)
-        if w.other is not None:
-            if not others.get(w.other):
-                return f"{title(w.other)} has no measured successful turn with a path"
-            same_questions(whole, others[w.other])
-            theirs = partners(graphs, others[w.other])
-    except WhatIfError as exc:
-        return _reason(str(exc), w, ())
+def predictions(data: Dataset, mine: Turns, w: WhatIf, others: dict[str, Turns]) -> list[Prediction] | str:
+    """Every sampled turn re-timed, or why not: one turn refused refuses the what-if (a prediction over the
+    turns a change happens to fit would not be the condition's)."""
+    theirs: Sequence[TurnGraph | None] = [None] * len(mine.graphs)
+    if w.other is not None:
+        other = others.get(w.other)
+        if other is None or not other.ok:
+            return f"{title(w.other)} has no measured successful turn"
+        try:
+            same_questions(mine.questions, other.questions)
+        except WhatIfError as exc:
+            return _reason(str(exc), w, ())
+        theirs = partners_in(data, mine.graphs, other)
     out: list[Prediction] = []
     refused: list[tuple[str, str]] = []
-    for g, o in zip(graphs, theirs, strict=True):
+    for g, o in zip(mine.graphs, theirs, strict=True):
+        if w.other is not None and o is None:
+            refused.append((g.turn, f"the other condition's turn of {g.question_id} has no path"))
+            continue
         try:
             out.append(predict(g, w.changes, o))
         except WhatIfError as exc:
             refused.append((g.turn, _reason(str(exc), w, (g.turn, *((o.turn,) if o else ())))))
     if refused:
         turn, reason = refused[0]
-        return f"{reason} ({len(refused)} of {len(graphs)} turn(s) refused; the first: {turn})"
+        return f"{reason} ({len(refused)} of {len(mine.graphs)} turn(s) refused; the first: {turn})"
     return out
 
 
@@ -159,16 +204,11 @@ def _cell(values: np.ndarray, q: float, name: str, turns: int) -> str:
 
 
 def whatif_table(
-    label: str,
-    graphs: Sequence[TurnGraph],
-    turns: int,
-    others: dict[str, list[TurnGraph]],
-    labels: Sequence[str],
-    whole: Sequence[TurnGraph] = (),
+    data: Dataset, label: str, mine: Turns, turns: int, others: dict[str, Turns], labels: Sequence[str]
 ) -> Table:
     rows: list[tuple[str, ...]] = []
     for w in what_ifs(label, labels):
-        found = predictions(graphs, w, others, whole or graphs)
+        found = predictions(data, mine, w, others)
         if isinstance(found, str):
             rows.append((w.name, "refused", "-", f"refused: {found}", "-", PREDICTED))
             continue
@@ -235,8 +275,8 @@ def section(ctx: Context) -> list[Block]:
     out: list[Block] = [Heading(2, HEADING)]
     if ctx.refused(out):
         return out
-    graphs = {label: graphs_of(ctx.data, cond) for label, cond in ctx.conds.items() if cond.measured}
-    if not any(graphs.values()):
+    found = {label: turns_of(ctx.data, cond) for label, cond in ctx.conds.items() if cond.measured}
+    if not any(t.graphs for t in found.values()):
         out.append(
             Paragraph(
                 "No measured successful turn has a critical path (no spans behind these rows, or "
@@ -253,8 +293,8 @@ def section(ctx: Context) -> list[Block]:
         )
     )
     medians: dict[str, dict[str, float]] = {}
-    for label, mine in graphs.items():
-        out.extend(_condition(ctx, label, mine, graphs, medians))
+    for label, mine in found.items():
+        out.extend(_condition(ctx, label, mine, found, medians))
     if ctx.draw and medians:
         out.append(Figure("critical-path", silence_plot(medians),
                           "The silence's critical path per condition: each segment's median over the measured "
@@ -266,27 +306,27 @@ def section(ctx: Context) -> list[Block]:
 def _condition(
     ctx: Context,
     label: str,
-    mine: list[TurnGraph],
-    graphs: dict[str, list[TurnGraph]],
+    mine: Turns,
+    others: dict[str, Turns],
     medians: dict[str, dict[str, float]],
 ) -> list[Block]:
     """One condition's two paths and its what-ifs; the silence's segment medians go into ``medians``."""
     cond = ctx.conds[label]
     out: list[Block] = [Heading(3, title(label))]
-    if not mine:
+    if not mine.graphs:
         return [*out, Paragraph(f"{title(label)}: no measured successful turn has a critical path.", NOTE)]
     turns = len(cond.measured)
-    sample = evenly(mine, MOST)
-    if len(sample) < len(mine):
-        out.append(Paragraph(f"Paths and what-ifs from {len(sample):,} of the {len(mine):,} turns, evenly spaced "
-                             "in time (every turn's paths: paths.csv).", NOTE))  # fmt: skip
-    silence = [critical_path(g, g.first_audible) for g in sample]
+    if mine.sampled < mine.ok:
+        said = f"Paths and what-ifs from {mine.sampled:,} of the {mine.ok:,} successful turns, evenly spaced in time"
+        out.append(Paragraph(f"{said} (every turn's paths: `python -m pipeline.whatif --paths-csv`).", NOTE))
+    silence = [critical_path(g, g.first_audible) for g in mine.graphs]
     out.append(path_table(label, silence, turns, "silence", SILENCE))
-    out.append(path_table(label, [critical_path(g, g.last_played) for g in sample], turns, "whole", WHOLE))
-    if len(mine) < len(cond.ok):
-        out.append(Paragraph(f"{len(cond.ok) - len(mine)} successful turn(s) have no path (their spans lack what a "
-                             "path needs; `python -m pipeline.whatif` names it): left out here.", NOTE))  # fmt: skip
-    out.append(whatif_table(label, sample, turns, graphs, ctx.labels, mine))
+    out.append(path_table(label, [critical_path(g, g.last_played) for g in mine.graphs], turns, "whole", WHOLE))
+    if len(mine.graphs) < mine.sampled:
+        lacking = mine.sampled - len(mine.graphs)
+        why = "their spans lack what a path needs; `python -m pipeline.whatif` names it"
+        out.append(Paragraph(f"{lacking} successful turn(s) have no path ({why}): left out here.", NOTE))
+    out.append(whatif_table(ctx.data, label, mine, turns, others, ctx.labels))
     kinds = [p.by_kind() for p in silence]
     medians[label] = {k: median([b[k] / 1e6 for b in kinds]) for k in SEGMENTS}
     return out
