@@ -10,7 +10,10 @@ to this start, so the graph re-timed without a change gives back every measured 
 nanosecond. A point waits on what the pipeline makes it wait on: ASR on the end-point; a call on
 the transcript, or on the tool round trip before it; a sentence's cut on its call's first token
 (or the previous cut); its TTS on the cut and on the previous sentence's TTS (one synthesiser);
-its audio on its first frame and on the previous sentence's audio ending (one speaker).
+its audio on its first frame and on the previous sentence's audio ending (one speaker). A device's
+turn over a transport, read with its server's, crosses the wire: its end of speech reaches the server
+(uplink), the server's stages run, the first frame is sent, received (downlink) and played (the
+device's buffer); its last sample plays once the last frame has come and all before it has played.
 
 The critical path walks back from a target (the first audible sample: the user's silence; or the
 last sample played: the whole turn) through the dependency each point actually waited for (the
