@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -71,8 +70,8 @@ class PathError(ValueError):
     """A turn whose spans cannot give its path: which span or event is missing, and in which turn."""
 
 
-# msgspec structs: a reader process hands every turn's graph back to the report, and pickle builds a
-# struct in C (a dataclass by calling Python code)
+# msgspec structs, as the reader's records are: a graph is some thirty points, made once a turn, and a
+# struct is built in C
 class Dep(msgspec.Struct, frozen=True, gc=False):
     point: int  # index of the point waited on
     lag_ns: int  # that point done -> this point's work begins (negative: it did not wait for it)
@@ -207,19 +206,23 @@ class _Builder:
             first = min(done)
             start_ns = first[0]
             before = [first]
-        deps = tuple(Dep(i, min(0, start_ns - at) if i != _latest(before) else start_ns - at, k) for at, i, k in done)
-        # the same labels recur in every turn: one string each, so a reader's answer carries each once
-        self.points.append(Point(sys.intern(label), kind, end_ns - start_ns, deps, call, sentence))
+        waited = max(before, key=_done_at)[1]  # the latest done (the first listed of equals)
+        deps = tuple(Dep(i, start_ns - at if i == waited else min(0, start_ns - at), k) for at, i, k in done)
+        self.points.append(Point(label, kind, end_ns - start_ns, deps, call, sentence))
         self.at.append(end_ns)
         return len(self.points) - 1
 
 
-def _latest(done: Sequence[tuple[int, int, str]]) -> int:
-    latest = done[0]
-    for d in done[1:]:
-        if d[0] > latest[0]:
-            latest = d
-    return latest[1]
+def _done_at(dep: tuple[int, int, str]) -> int:
+    return dep[0]
+
+
+def graph_if_any(t: TurnSpans, server: TurnSpans | None = None) -> TurnGraph | None:
+    """``graph_of``, or None where the spans give no graph (a report leaves such a turn out of its paths)."""
+    try:
+        return graph_of(t, server)
+    except PathError:
+        return None
 
 
 def graph_of(t: TurnSpans, server: TurnSpans | None = None) -> TurnGraph:

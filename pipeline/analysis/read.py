@@ -21,7 +21,7 @@ from pipeline.analysis import parallel
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.facts import LineRef, TurnFacts, facts_of
 from pipeline.analysis.parallel import Piece, ShareResult
-from pipeline.analysis.path import PathError, TurnGraph, graph_of
+from pipeline.analysis.path import TurnGraph, graph_if_any
 from pipeline.analysis.traces import ReadProblems, SpanRecord, read_line_at, read_lines, unreadable_message
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
 from pipeline.tracing import names
@@ -227,12 +227,7 @@ def reread_graph(facts: TurnFacts) -> TurnGraph | None:
     spans = [s for ref in facts.lines for s in read_line_at(Path(ref.path), ref.offset, ref.part)]
     turns = group_turns(spans, ReadProblems())
     mine = next((t for t in turns if t.turn.span_id == facts.span_id), None)
-    if mine is None:
-        return None
-    try:
-        return graph_of(mine, servers_of(turns).get(mine.turn.span_id))
-    except PathError:
-        return None
+    return None if mine is None else graph_if_any(mine, servers_of(turns).get(mine.turn.span_id))
 
 
 def reread_turn(facts: TurnFacts) -> TurnSpans | None:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pipeline.analysis.path import (
     ASR,
@@ -45,6 +46,7 @@ from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.analysis.turns import group_turns, servers_of
 from pipeline.tracing import names
 
+T = TypeVar("T")
 NETWORK_RTT = "network.rtt"
 # what ``--set`` may name -> the segment it moves (network.rtt: each LLM call's first token)
 SETTABLE = {
@@ -233,28 +235,39 @@ def same_questions(asked: Iterable[str], other: Iterable[str]) -> None:
         )
 
 
-def partners(graphs: Sequence[TurnGraph], others: Sequence[TurnGraph]) -> list[TurnGraph]:
-    """For each graph, the other run's turn of the same question, round and device (or, without that
-    round, the same question's turns in order). ``graphs`` may be a sample of a run: call
-    ``same_questions`` on the whole runs first."""
-    missing = sorted({g.question_id for g in graphs} - {g.question_id for g in others})
+Place = tuple[str, int, int]  # question, round, device: a turn's place in its run
+
+
+def place(graph: TurnGraph) -> Place:
+    return (graph.question_id, graph.round, graph.device)
+
+
+def paired(wanted: Sequence[Place], places: Sequence[tuple[Place, T]]) -> list[T]:
+    """For each wanted place, the other run's turn at the same place (question, round, device), or without
+    one, that question's turns in order; every wanted question must be among ``places``."""
+    exact = dict(places)
+    by_question: dict[str, list[T]] = {}
+    for (question, _, _), turn in places:
+        by_question.setdefault(question, []).append(turn)
+    missing = sorted({q for q, _, _ in wanted} - by_question.keys())
     if missing:
         raise WhatIfError(f"--swap llm: the other traces never asked {', '.join(missing)}")
-    exact = {(g.question_id, g.round, g.device): g for g in others}
-    by_question: dict[str, list[TurnGraph]] = {}
-    for g in others:
-        by_question.setdefault(g.question_id, []).append(g)
     out = []
     seen: dict[str, int] = {}
-    for g in graphs:
-        found = exact.get((g.question_id, g.round, g.device))
+    for key in wanted:
+        found = exact.get(key)
         if found is None:
-            n = seen.get(g.question_id, 0)
-            seen[g.question_id] = n + 1
-            pool = by_question[g.question_id]
+            n = seen[key[0]] = seen.get(key[0], -1) + 1
+            pool = by_question[key[0]]
             found = pool[n % len(pool)]
         out.append(found)
     return out
+
+
+def partners(graphs: Sequence[TurnGraph], others: Sequence[TurnGraph]) -> list[TurnGraph]:
+    """For each graph, the other run's turn of the same question, round and device (``paired``). ``graphs``
+    may be a sample of a run: call ``same_questions`` on the whole runs first."""
+    return paired([place(g) for g in graphs], [(place(o), o) for o in others])
 
 
 @dataclass

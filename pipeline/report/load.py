@@ -19,7 +19,7 @@ from pathlib import Path
 from pipeline.analysis.bench_csv import csv_line, read_bench_csv
 from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
 from pipeline.analysis.numbers import Row
-from pipeline.analysis.path import PathError, TurnGraph, graph_of
+from pipeline.analysis.path import TurnGraph, graph_if_any
 from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_graph, reread_turn
 from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
@@ -118,10 +118,7 @@ class Dataset:
     def _graph(self, i: int) -> TurnGraph | None:
         if self.turns is None:
             return reread_graph(self.facts[i]) if self.facts[i].lines else None
-        try:
-            return graph_of(self.turns[i], self._servers.get(self.turns[i].turn.span_id))
-        except PathError:
-            return None
+        return graph_if_any(self.turns[i], self._servers.get(self.turns[i].turn.span_id))
 
     @cached_property
     def _servers(self) -> dict[str, TurnSpans]:

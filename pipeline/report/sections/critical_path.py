@@ -20,7 +20,17 @@ import numpy as np
 
 from pipeline.analysis.numbers import Row, median, quantile
 from pipeline.analysis.path import SEGMENTS, CriticalPath, TurnGraph, critical_path
-from pipeline.analysis.whatif import Change, Prediction, WhatIfError, parse_change, predict, same_questions
+from pipeline.analysis.whatif import (
+    Change,
+    Place,
+    Prediction,
+    WhatIfError,
+    paired,
+    parse_change,
+    place,
+    predict,
+    same_questions,
+)
 from pipeline.report import cells, plots
 from pipeline.report.bootstrap import quantile_interval
 from pipeline.report.conditions import Condition, title
@@ -60,9 +70,6 @@ def evenly(items: Sequence[T], most: int) -> list[T]:
     return [items[i * len(items) // most] for i in range(most)]
 
 
-Key = tuple[str, int, int]  # question, round, device: a turn's place in its run
-
-
 @dataclass(frozen=True, slots=True)
 class Turns:
     """A condition's measured successful turns (warm-up out, M6): their questions and places, and the
@@ -71,12 +78,14 @@ class Turns:
     ok: int
     sampled: int
     graphs: list[TurnGraph]
-    questions: frozenset[str]
-    places: dict[Key, int]  # -> the turn's index in the dataset
-    by_question: dict[str, list[int]]
+    places: list[tuple[Place, int]]  # each turn's place in its run, and its index in the dataset
+
+    @property
+    def questions(self) -> set[str]:
+        return {question for (question, _, _), _ in self.places}
 
 
-def _place(row: Row) -> Key:
+def _place(row: Row) -> Place:
     return (row.question_id, row.round, row.device or 0)
 
 
@@ -84,26 +93,14 @@ def turns_of(data: Dataset, cond: Condition) -> Turns:
     index = list(cond.ok_index)
     sample = evenly(index, MOST)
     graphs = [g for i in sample if (g := data.graph(i)) is not None]
-    places = {_place(data.facts[i].row): i for i in index}
-    by_question: dict[str, list[int]] = {}
-    for i in index:
-        by_question.setdefault(data.facts[i].row.question_id, []).append(i)
-    return Turns(len(index), len(sample), graphs, frozenset(by_question), places, by_question)
+    places = [(_place(data.facts[i].row), i) for i in index]
+    return Turns(len(index), len(sample), graphs, places)
 
 
 def partners_in(data: Dataset, graphs: Sequence[TurnGraph], other: Turns) -> list[TurnGraph | None]:
-    """For each graph, the other condition's turn of the same question, round and device (or, without it,
-    that question's turns in order), its graph made when needed: None where it has none."""
-    out: list[TurnGraph | None] = []
-    seen: dict[str, int] = {}
-    for g in graphs:
-        i = other.places.get((g.question_id, g.round, g.device))
-        if i is None:
-            n = seen[g.question_id] = seen.get(g.question_id, -1) + 1
-            pool = other.by_question[g.question_id]
-            i = pool[n % len(pool)]
-        out.append(data.graph(i))
-    return out
+    """For each graph, the other condition's turn at the same place (``whatif.paired``), its graph made
+    when needed: None where it has none."""
+    return [data.graph(i) for i in paired([place(g) for g in graphs], other.places)]
 
 
 def _ms(values_ns: Sequence[int]) -> np.ndarray:
