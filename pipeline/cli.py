@@ -19,8 +19,8 @@ from typing import Any
 from pipeline.analysis.bench_csv import bench_run_ids
 from pipeline.settings.models import default_cache
 from pipeline.tracing.export import OtlpSettings
-from pipeline.transport.codec import PRESETS
-from pipeline.transport.emulator import BARGE_IN_WAYS
+from pipeline.transport.device.settings import BARGE_IN_WAYS
+from pipeline.transport.wire.opus import PRESETS
 
 REPLAY = "replay recorded questions through the voice pipeline"
 

@@ -42,7 +42,7 @@ class XiaozhiServerProfile:
     vote_window: int = 5  # connection.py: deque(maxlen=5)
     vote_needed: int = 3  # silero.py: frame_window_threshold
     silence_ms: int = 200  # config.yaml SileroVAD.min_silence_duration_ms, between arrivals
-    pre_speech_frames: int = 10  # asr/base.py: asr_audio[-10:]
+    pre_speech_frames: int = 10  # asr/base.py: asr_audio[-10:], the device's last 10 packets
     min_utterance_ms: int = 900  # asr/base.py: an utterance must be longer than 15 frames of 1920 bytes
 
     def problem(self) -> str:
@@ -67,12 +67,15 @@ class AudioFrame:
     first frame of the turn arrived; whoever takes frames off a network fills it in. ``None``
     means the frames arrive at audio pace, so audio time stands for arrival time. An end-pointer
     that, like the real xiaozhi-esp32-server, measures silence between arrivals reads it.
+    ``packet_ms`` is the length of the packets the device sent, when frames were cut from packets of
+    another size (a desktop client's 20 ms): the real server keeps its pre-roll in packets.
     """
 
     seq: int
     pcm: bytes
     duration_ms: int = FRAME_MS
     arrival_ms: int | None = None
+    packet_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from pipeline.settings.config import Config, ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing.export import OtlpSettings, Tracing
-from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
 from stages.registry import ROLES
 
 

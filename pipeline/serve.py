@@ -10,20 +10,28 @@ With ``--ota-port`` it also serves the OTA endpoint (``http://HOST:PORT/xiaozhi/
 firmware asks at boot which server to use; the address it and the MQTT hello tell devices is
 ``--public-host``, which a wildcard ``--host`` (0.0.0.0, ::) cannot stand for. With ``--mqtt-port``
 it also is an MQTT server on ``--host`` for MQTT + UDP devices, as the xiaozhi MQTT gateway is
-(``pipeline.transport.mqtt_gateway``); their passwords are checked against the signature key in
+(``pipeline.transport.server.mqtt_front``); their passwords are checked against the signature key in
 the environment variable ``--mqtt-signature-key-env`` names, and the OTA answer then offers MQTT.
+
+It serves devices as xiaozhi-esp32-server does unless told otherwise: its end-pointing (the
+``xiaozhi-server`` VAD profile, 200 ms of silence, under any ``--config`` that names no other), its
+pacing and Opus, its wake-word replies, idle goodbyes and continuous listening
+(``transport.server.settings``), and an ASR told its users' language (``--language``, Chinese
+unless given; ``auto`` has the ASR detect it). Every such setting enters config_id.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.sink import RowSink
@@ -39,42 +47,74 @@ from pipeline.cli import (
 )
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.serving import until_signalled
-from pipeline.run.assembly import SetupError, build_stages, load_engines, open_chat
-from pipeline.run.session import (
-    Run,
-    TraceSink,
-    attach_scheduler,
-    exchange,
-    keep_history,
-    session_attributes,
-    turn_attributes,
-)
-from pipeline.run.turn import ServerStages
+from pipeline.run.assembly import SetupError, load_engines, open_chat
+from pipeline.run.served import ServedTurns
+from pipeline.run.session import Run, TraceSink, attach_scheduler, session_attributes
 from pipeline.settings.config import ConfigError, load_config
-from pipeline.settings.fixtures import AUTO, FixtureError, Question, QuestionSet, load_questions
+from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing.export import Tracing
-from pipeline.tracing.timeline import TurnTimeline
-from pipeline.transport.codec import PRESETS
-from pipeline.transport.gateway import GatewaySettings, start_gateway
-from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings, is_wildcard
-from pipeline.transport.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
-from pipeline.transport.pacing import PACINGS
-from pipeline.transport.session import SessionSettings, TurnRequest
-from stages.llm import Message
+from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard
+from pipeline.transport.server.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
+from pipeline.transport.server.pacing import PACINGS
+from pipeline.transport.server.settings import AUTO_LISTENING, DoorSettings, FloodSettings, SessionSettings, describe
+from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
+from pipeline.transport.wire.opus import PRESETS
+
+# What a server of xiaozhi devices runs under any --config: the real server's end-pointing (a later file
+# that names another [vad] impl, or profile = "lab", says otherwise)
+SERVE_BASE: dict[str, dict[str, Any]] = {"vad": {"impl": "silero", "profile": "xiaozhi-server"}}
+FLOOD, DOOR, SESSION = FloodSettings(), DoorSettings(), SessionSettings()  # the defaults the help shows
+DEFAULT_LANGUAGE = "zh"  # xiaozhi devices' users; a deployment names its own (the real server's config does)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pipeline.serve", description=__doc__.splitlines()[0])
     p.add_argument("fixtures", type=Path, nargs="?", help="fixtures folder whose questions devices may name")
     p.add_argument("--config", type=Path, action="append", help="TOML settings (repeatable)")
-    p.add_argument("--language", default="", help="language of turns that name no known question (default: detect)")
+    p.add_argument(
+        "--language",
+        default=DEFAULT_LANGUAGE,
+        help="the language the ASR hears turns in that name no known question, as a deployment configures its "
+        f"ASR (default: {DEFAULT_LANGUAGE}); auto: the ASR detects it",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
         "--token-env", default="", help="environment variable whose value devices must send as a bearer token"
     )
-    p.add_argument("--protocol-limit", type=float, default=100.0, help="messages a second a connection may send")
+    p.add_argument(
+        "--max-backlog-s",
+        type=float,
+        default=FLOOD.max_backlog_s,
+        help="audio a connection may send ahead of real time, a backlog after a stall (0: not metered; the real "
+        "server meters nothing)",
+    )
+    p.add_argument(
+        "--max-control-per-s",
+        type=float,
+        default=FLOOD.max_control_per_s,
+        help="control messages a second a connection may send on average (0: not metered)",
+    )
+    p.add_argument("--max-connections", type=int, default=DOOR.max_connections, help="open connections at once")
+    p.add_argument(
+        "--auto-listening",
+        choices=AUTO_LISTENING,
+        default=SESSION.auto_listening,
+        help="continuous: the VAD hears every frame in auto mode, as the real server; per-listen: one utterance per "
+        "listen start (the lab before)",
+    )
+    p.add_argument(
+        "--no-wake-reply-cache",
+        action="store_true",
+        help="answer a wake word with an LLM turn (the real server's enable_wakeup_words_response_cache: false)",
+    )
+    p.add_argument(
+        "--idle-goodbye-s",
+        type=float,
+        default=SESSION.idle_goodbye_s,
+        help="no voice this long and the LLM says goodbye, then the connection closes (0: never)",
+    )
     p.add_argument(
         "--pacing",
         choices=tuple(PACINGS),
@@ -106,6 +146,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also serve the OTA endpoint /xiaozhi/ota/ on this port of --host (the real server uses 8003; 0: any)",
     )
     p.add_argument(
+        "--ota-cors-origin",
+        default="",
+        help="the one web origin allowed to read OTA answers (they hold device credentials); default: none",
+    )
+    p.add_argument(
         "--public-host",
         "--udp-public-host",
         default="",
@@ -118,63 +163,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class LabTurns:
-    """Each turn's stages from the run's settings, each connection's history, each finished turn traced."""
-
-    def __init__(
-        self, run: Run, tracing: Tracing, sink: TraceSink, language: str, session: SessionSettings | None = None
-    ) -> None:
-        self.run, self.tracing, self.sink, self.language = run, tracing, sink, language
-        self.session_settings = session or SessionSettings()
-        self.by_id = {q.id: q for q in run.questions.questions}
-        self.history: dict[str, list[Message]] = {}
-        self.count = 0
-
-    def question(self, request: TurnRequest) -> Question:
-        known = self.by_id.get(request.question_id)
-        if known is not None:
-            return known
-        return Question(request.question_id or "live", self.language or AUTO, "", "", Path())
-
-    def stages(self, request: TurnRequest) -> ServerStages:
-        """The turn's stages; a device that speaks MCP (``request.device``) has its own tools offered to
-        the LLM once it has listed them (read when the LLM is asked, not now: the list may be on its way)."""
-        self.count += 1
-        history = tuple(self.history.get(request.session_id, ()))
-        mcp = request.device
-        question = self.question(request)
-        return build_stages(self.run.config, self.run.engines, question, self.count, history, device=mcp)
-
-    def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
-        if timeline.ok:
-            kept = keep_history(
-                self.history.get(request.session_id, []) + exchange(timeline), self.run.config.llm.history_rounds
-            )
-            self.history[request.session_id] = kept
-        settings = self.session_settings
-        note = (
-            f"device session {request.session_id[:8]}, listen mode {request.mode}, started by {request.started_by}, "
-            f"downlink pacing {settings.pacing}, opus {settings.downlink_codec}"
-        )
-        attrs = turn_attributes(self.run, self.question(request), request.round, note, None)
-        self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
-
-
 async def serve_until_stopped(
     run: Run,
-    turns: LabTurns,
-    settings: GatewaySettings,
-    mqtt: MqttGatewaySettings | None = None,
+    turns: ServedTurns,
+    settings: WebSocketSettings,
+    mqtt: MqttFrontSettings | None = None,
     ota: OtaFront | None = None,
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(open_chat(run.config, run.engines, run.api_key, {}))
-        server = await stack.enter_async_context(await start_gateway(settings, turns, run.clock))
+        if settings.session.greeting and settings.session.wake_reply_cache:  # made now, as the real one's file is
+            await turns.cached_reply(settings.session.wake_reply, "")
+        server = await stack.enter_async_context(await start_websocket_server(settings, turns, run.clock))
         port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
         print(f"serving ws://{settings.host}:{port}{settings.path} (run {run.run_id})", flush=True)
         mqtt_endpoint = ""
         if mqtt is not None:
-            gateway = await stack.enter_async_context(MqttGateway(mqtt, turns, run.clock))
+            gateway = await stack.enter_async_context(MqttFrontEnd(mqtt, turns, run.clock))
             (host, mqtt_port), udp_port = gateway.mqtt_address, gateway.udp_address[1]
             mqtt_endpoint = f"{gateway.public_host}:{mqtt_port}"
             told = f"told as {gateway.public_host}"
@@ -196,10 +201,14 @@ class OtaFront:
     token: str = field(default="", repr=False)
     note: Callable[[str], None] = print
 
-    def settings(self, ws: GatewaySettings, ws_port: int, mqtt_endpoint: str = "", mqtt_key: str = "") -> OtaSettings:
+    cors_origin: str = ""
+
+    def settings(self, ws: WebSocketSettings, ws_port: int, mqtt_endpoint: str = "", mqtt_key: str = "") -> OtaSettings:
         offset_min = (time.localtime().tm_gmtoff or 0) // 60  # a device shows the lab machine's local time
         url = server_url(self.public_host, ws_port, ws.path)
-        return OtaSettings(url, ws.host, self.port, self.token, offset_min, mqtt_endpoint, mqtt_key)
+        return OtaSettings(
+            url, ws.host, self.port, self.token, offset_min, mqtt_endpoint, mqtt_key, cors_origin=self.cors_origin
+        )
 
 
 def public_host(host: str, public: str, advertised: bool) -> str:
@@ -246,6 +255,9 @@ class Prepared:
     told: str  # the address devices are told (OTA answer, MQTT hello)
     token: str = field(repr=False)
     mqtt_key: str = field(repr=False)
+    session: SessionSettings = field(default_factory=SessionSettings)
+    door: DoorSettings = field(default_factory=DoorSettings)
+    language: str = AUTO
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Prepared:
@@ -256,8 +268,11 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     told = public_host(args.host, args.public_host, args.mqtt_port is not None or args.ota_port is not None)
     key = mqtt_key(args, env)
     refuse_existing_run(args.out, run_id, append=False)
-    cfg = load_config(args.config, {})
-    questions = load_questions(args.fixtures, args.language) if args.fixtures else QuestionSet(Path("."), ())
+    session, door = server_settings(args, 60.0)
+    cfg = load_config(args.config, {}, base=SERVE_BASE)
+    session = dataclasses.replace(session, turn_timeout_s=cfg.run.turn_timeout_s)
+    language = heard_language(args.language)
+    questions = load_questions(args.fixtures, language) if args.fixtures else QuestionSet(Path("."), ())
     refuse_oracle_without_texts(cfg.asr.impl, questions)
     quiet_native_telemetry(env)
     engines = load_engines(cfg, model_cache(args, env), env)
@@ -266,12 +281,33 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     except BaseException:
         engines.close()  # a llama-server already started must not outlive a refused start
         raise
-    # how the server paces and encodes the answer changes what every device hears (M11)
-    engines.identity["downlink"] = f"pacing {args.pacing}, opus {args.downlink_codec}"
+    # how the server listens, paces, encodes and answers changes what every device hears (M11)
+    engines.identity["xiaozhi_server"] = describe(session, door)
+    engines.identity["language"] = language or "auto"
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     config_id = cfg.config_id(questions.digest(), engines.identity)
     run = Run(run_id, cfg, config_id, questions, RealClock(), engines, api_key)
-    return Prepared(run, bench, told, token, key)
+    return Prepared(run, bench, told, token, key, session, door, language)
+
+
+def heard_language(given: str) -> str:
+    """``--language`` as the ASR is told it: a language code, or ``AUTO`` for "auto" (it detects)."""
+    return AUTO if given.strip().lower() in ("auto", "") else given.strip()
+
+
+def server_settings(args: argparse.Namespace, turn_timeout_s: float) -> tuple[SessionSettings, DoorSettings]:
+    """How the server treats devices, from the command line (a ValueError names a setting out of range)."""
+    flood = FloodSettings(max_backlog_s=args.max_backlog_s, max_control_per_s=args.max_control_per_s)
+    session = SessionSettings(
+        turn_timeout_s=turn_timeout_s,
+        pacing=args.pacing,
+        downlink_codec=args.downlink_codec,
+        auto_listening=args.auto_listening,
+        wake_reply_cache=not args.no_wake_reply_cache,
+        idle_goodbye_s=args.idle_goodbye_s,
+        flood=flood,
+    )
+    return session, DoorSettings(max_connections=args.max_connections)
 
 
 def exposure_warnings(args: argparse.Namespace, p: Prepared) -> list[str]:
@@ -288,20 +324,18 @@ def exposure_warnings(args: argparse.Namespace, p: Prepared) -> list[str]:
 
 def serve(args: argparse.Namespace, p: Prepared, tracing: Tracing, sink: TraceSink) -> None:
     """Serve every front door asked for until SIGINT or SIGTERM; raises what cannot be served."""
-    cfg = p.run.config
-    session = SessionSettings(
-        max_messages_per_s=args.protocol_limit,
-        turn_timeout_s=cfg.run.turn_timeout_s,
-        pacing=args.pacing,
-        downlink_codec=args.downlink_codec,
-    )
-    settings = GatewaySettings(host=args.host, port=args.port, token=p.token, session=session)
+    settings = WebSocketSettings(host=args.host, port=args.port, token=p.token, session=p.session, door=p.door)
     mqtt = None
     if args.mqtt_port is not None:
-        mqtt = MqttGatewaySettings(args.host, args.mqtt_port, args.udp_port, p.told, p.mqtt_key, session=session)
+        mqtt = MqttFrontSettings(
+            args.host, args.mqtt_port, args.udp_port, p.told, p.mqtt_key, session=p.session, door=p.door
+        )
     note = say_nothing if args.quiet else say_on_stderr
-    ota = OtaFront(p.told, args.ota_port, p.token, note) if args.ota_port is not None else None
-    turns = LabTurns(p.run, tracing, sink, args.language, session)
+    ota = None
+    if args.ota_port is not None:
+        ota = OtaFront(p.told, args.ota_port, p.token, note, cors_origin=args.ota_cors_origin)
+    server_note = f"downlink pacing {p.session.pacing}, opus {p.session.downlink_codec}, asr language {args.language}"
+    turns = ServedTurns(p.run, tracing, sink, p.language, server_note)
     run_on_clock(serve_until_stopped(p.run, turns, settings, mqtt, ota), p.run.clock)
 
 

@@ -13,11 +13,7 @@
    N grows until the median over tries of the P99 lateness passes 5 ms (goal: at least 200 devices). The load
    generator sends pre-encoded packets, so its own Opus cost is not the server's.
 4. The skews issue 23 removes, from real runs of ``python -m pipeline.replay --server`` against
-   ``python -m pipeline.serve`` (each its own process, WebSocket on loopback, same fixtures and
-   settings): the device's first audible sample and whole turn (median, P90) with the server's
-   old pacing against the real server's (``--pacing lab-v1`` vs ``xiaozhi-server``, the device
-   holding no frames), and with the device's old jitter hold against none (``--jitter-frames`` 2
-   vs 0, the real server's pacing); each pair as the ratio old / new.
+   ``python -m pipeline.serve`` (``transport_skews``).
 
 Run it on a quiet machine: every figure here is wall-clock time.
 """
@@ -29,29 +25,22 @@ import asyncio
 import functools
 import multiprocessing as mp
 import os
-import re
-import select
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from transport_skews import SkewArgs, skews  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.columns import column  # noqa: E402
 from pipeline.clock import RealClock, run_on_clock  # noqa: E402
-from pipeline.events import FRAME_BYTES, AudioFrame  # noqa: E402
+from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame  # noqa: E402
 from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
 from pipeline.run.device import speech_end_ms  # noqa: E402
 from pipeline.run.session import Ask  # noqa: E402
@@ -61,12 +50,13 @@ from pipeline.settings.config import Config, load_config  # noqa: E402
 from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
 from pipeline.settings.models import default_cache  # noqa: E402
 from pipeline.tracing.timeline import TurnTimeline  # noqa: E402
-from pipeline.transport import protocol  # noqa: E402
-from pipeline.transport.codec import PRESETS, OpusDecoder, OpusEncoder  # noqa: E402
-from pipeline.transport.emulator import DeviceSettings, EmulatedDevice  # noqa: E402
-from pipeline.transport.gateway import GatewaySettings, start_gateway  # noqa: E402
-from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings  # noqa: E402
-from pipeline.transport.session import SessionSettings, TurnRequest  # noqa: E402
+from pipeline.transport.device.device import DeviceSettings, EmulatedDevice  # noqa: E402
+from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings  # noqa: E402
+from pipeline.transport.server.requests import TurnRequest  # noqa: E402
+from pipeline.transport.server.settings import FloodSettings, SessionSettings  # noqa: E402
+from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server  # noqa: E402
+from pipeline.transport.wire.messages import Hello, LabTag, Listen, Tts, decode, encode  # noqa: E402
+from pipeline.transport.wire.opus import PRESETS, OpusDecoder, OpusEncoder  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 SIMULATOR = ROOT / "configs" / "simulator.toml"
@@ -111,6 +101,9 @@ class ScriptedTurns:
     def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
         self.done.append(timeline)
 
+    async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
+        return []  # no device here says a wake word
+
 
 def _ms(a: int | None, b: int | None) -> float:
     return (b - a) / 1e6 if a is not None and b is not None else float("nan")
@@ -133,11 +126,11 @@ async def overhead(turns: int) -> dict[str, tuple[float, float]]:
     runs: dict[str, list[TurnTimeline]] = {"in-process": []}
     for i in range(turns):
         runs["in-process"].append(await run_turn(frames, build_stages(cfg, engines, question, i + 1), clock))
-    server = await start_gateway(GatewaySettings(port=0), ScriptedTurns(cfg, engines, question), clock)
+    server = await start_websocket_server(WebSocketSettings(port=0), ScriptedTurns(cfg, engines, question), clock)
     async with server:
         url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/"
         runs["websocket"] = await _device_turns(url, turns, clock)
-    async with MqttGateway(MqttGatewaySettings(port=0), ScriptedTurns(cfg, engines, question), clock) as mqtt:
+    async with MqttFrontEnd(MqttFrontSettings(port=0), ScriptedTurns(cfg, engines, question), clock) as mqtt:
         runs["mqtt+udp"] = await _device_turns(f"mqtt://127.0.0.1:{mqtt.mqtt_address[1]}", turns, clock)
     out = {}
     for name, timelines in runs.items():
@@ -159,14 +152,13 @@ def serve_forever(port: Any, lateness: Any) -> None:
             arrivals = timeline.vad.frame_arrival_ns
             if arrivals:
                 # each frame against the schedule its earliest frame (relative to pace) sets: never negative
-                offsets = [t / 1e6 - seq * protocol.FRAME_MS for seq, t in arrivals.items()]
+                offsets = [t / 1e6 - seq * FRAME_MS for seq, t in arrivals.items()]
                 lateness.put((timeline.ok, [o - min(offsets) for o in offsets]))
 
     async def main() -> None:
-        server = await start_gateway(
-            GatewaySettings(port=0, session=SessionSettings(max_messages_per_s=1000)),
-            Report(cfg, engines, question),
-            RealClock(),
+        unmetered = SessionSettings(flood=FloodSettings(max_backlog_s=0, max_control_per_s=0))
+        server = await start_websocket_server(
+            WebSocketSettings(port=0, session=unmetered), Report(cfg, engines, question), RealClock()
         )
         async with server:
             port.value = server.sockets[0].getsockname()[1]
@@ -179,22 +171,22 @@ async def lean_device(url: str, packets: list[bytes], delay_s: float, sent_late:
     """A device reduced to its wire behaviour: hello, listen, paced packets, read until tts stop."""
     await asyncio.sleep(delay_s)
     async with connect(url, compression=None) as ws:
-        await ws.send(protocol.dump(protocol.hello()))
-        session = protocol.parse(await ws.recv()).get("session_id", "")
-        listen = {"type": "listen", "state": "start", "mode": "auto", "session_id": session, "lab": {}}
-        await ws.send(protocol.dump(listen))
+        await ws.send(encode(Hello()))
+        answer = decode(await ws.recv())
+        session = answer.session_id if isinstance(answer, Hello) else None
+        await ws.send(encode(Listen("start", mode="auto", session_id=session, lab=LabTag())))
 
         async def until_stop() -> bool:
             while True:
                 message = await ws.recv()
-                if isinstance(message, str) and protocol.parse(message).get("state") == "stop":
+                if isinstance(message, str) and isinstance(stop := decode(message), Tts) and stop.state == "stop":
                     return True
 
         reader = asyncio.create_task(until_stop())
         loop = asyncio.get_running_loop()
         start = loop.time()
         for k, packet in enumerate(packets):
-            due = start + k * protocol.FRAME_MS / 1000
+            due = start + k * FRAME_MS / 1000
             await asyncio.sleep(max(0.0, due - loop.time()))
             sent_late.append((loop.time() - due) * 1000)
             if reader.done():
@@ -209,7 +201,7 @@ def _fleet_once(url: str, packets: list[bytes], n: int, lateness: Any) -> tuple[
     sent_late: list[float] = []
 
     async def fleet() -> list[bool | BaseException]:
-        spread = protocol.FRAME_MS / 1000 / n
+        spread = FRAME_MS / 1000 / n
         jobs = [lean_device(url, packets, i * spread, sent_late) for i in range(n)]
         return await asyncio.gather(*jobs, return_exceptions=True)
 
@@ -258,119 +250,6 @@ def capacity(counts: list[int], tries: int) -> list[tuple[int, bool, list[float]
     finally:
         server.terminate()
         server.join(10)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRun:
-    """One server + device run of the skew comparison: the server's pacing, the device's jitter hold."""
-
-    pacing: str
-    jitter_frames: int
-
-
-OLD_PACING, NEW_PACING = DeviceRun("lab-v1", 0), DeviceRun("xiaozhi-server", 0)
-OLD_JITTER, NEW_JITTER = DeviceRun("xiaozhi-server", 2), DeviceRun("xiaozhi-server", 0)
-SKEWS = (
-    ("pacing lab-v1 / xiaozhi-server (jitter_frames 0)", OLD_PACING, NEW_PACING),
-    ("jitter_frames 2 / 0 (pacing xiaozhi-server)", OLD_JITTER, NEW_JITTER),
-)
-MEASURES = (("first audible sample", "first_audible_ms"), ("whole turn", "whole_turn_ms"))
-SERVING = re.compile(r"serving (ws://\S+)")
-SERVER_START_S = 120.0
-
-
-@dataclass(frozen=True, slots=True)
-class SkewArgs:
-    fixtures: Path
-    configs: tuple[Path, ...]
-    limit: int
-    rounds: int
-    link_profile: str | None
-
-
-def _start_server(run: DeviceRun, args: SkewArgs, out: Path, log: IO[str]) -> tuple[subprocess.Popen[bytes], str]:
-    """``pipeline.serve`` on a free loopback port with this pacing; its URL once it says it serves."""
-    configs = [a for c in args.configs for a in ("--config", str(c))]
-    command = [sys.executable, "-m", "pipeline.serve", str(args.fixtures), *configs, "--port", "0"]
-    command += ["--pacing", run.pacing, "--out", str(out), "--quiet"]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, bufsize=0)
-    assert server.stdout is not None
-    said = b""
-    deadline = time.monotonic() + SERVER_START_S
-    while (left := deadline - time.monotonic()) > 0:
-        readable, _, _ = select.select([server.stdout], [], [], left)
-        chunk = os.read(server.stdout.fileno(), 4096) if readable else b""
-        if not chunk:  # it exited, or said nothing in time
-            break
-        said += chunk
-        found = SERVING.search(said.decode("utf-8", "replace"))
-        if found:
-            return server, found.group(1)
-    _stop_server(server)
-    log.flush()
-    raise SystemExit(f"pipeline.serve --pacing {run.pacing} did not start:\n{Path(log.name).read_text()[-2000:]}")
-
-
-def _stop_server(server: subprocess.Popen[bytes]) -> None:
-    server.send_signal(signal.SIGTERM)
-    try:
-        server.wait(30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-
-
-def device_run(run: DeviceRun, args: SkewArgs, folder: Path) -> dict[str, list[float]]:
-    """One run of replayed questions against a fresh server: each measure over the measured (not warm-up) turns."""
-    name = f"{run.pacing}-jitter{run.jitter_frames}"
-    here = folder / name
-    here.mkdir()
-    with (here / "server.log").open("w", encoding="utf-8") as log:
-        server, url = _start_server(run, args, here / "server", log)
-        try:
-            configs = [a for c in args.configs for a in ("--config", str(c))]
-            command = [sys.executable, "-m", "pipeline.replay", str(args.fixtures), *configs, "--server", url]
-            command += ["--jitter-frames", str(run.jitter_frames), "--limit", str(args.limit)]
-            command += ["--rounds", str(args.rounds), "--out", str(here / "device"), "--quiet"]
-            if args.link_profile:
-                command += ["--link-profile", args.link_profile]
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-        finally:
-            _stop_server(server)
-    if done.returncode != 0:
-        raise SystemExit(
-            f"pipeline.replay against --pacing {run.pacing}: exit {done.returncode}\n{done.stderr[-2000:]}"
-        )
-    rows = [r for r in read_bench_csv(here / "device" / "bench.csv") if not r.warmup]
-    bad = [str(r.error) for r in rows if not r.ok]
-    if bad or not rows:
-        raise SystemExit(f"{name}: failed turns {bad}" if bad else f"{name}: no measured turns")
-    getters = {name: column(name) for _label, name in MEASURES}
-    return {name: [float(v) for r in rows if isinstance(v := get(r), int | float)] for name, get in getters.items()}
-
-
-def skews(args: SkewArgs) -> None:
-    """Print, for the same fixtures, each skew's old and new median and P90, and the ratio old / new."""
-    with tempfile.TemporaryDirectory(prefix="bench-transport-") as tmp:
-        needed = dict.fromkeys(run for _title, old, new in SKEWS for run in (old, new))
-        runs = {run: device_run(run, args, Path(tmp)) for run in needed}
-    turns = min(len(v) for values in runs.values() for v in values.values())
-    print(f"the skews issue 23 removes, the device's view (ms, at least {turns} measured turns a run; old / new):")
-    columns = f"{'median old':>10s} {'new':>8s} {'ratio':>7s}   {'P90 old':>8s} {'new':>8s} {'ratio':>7s}"
-    print(f"  {'':48s} {'':20s} {columns}")
-    for skew, old, new in SKEWS:
-        for i, (label, name) in enumerate(MEASURES):
-            title = skew if i == 0 else ""
-            a, b = runs[old][name], runs[new][name]
-            if not a or not b:
-                print(f"  {title:48s} {label:20s} (no values)")
-                continue
-            med = (statistics.median(a), statistics.median(b))
-            p90 = (float(np.percentile(a, 90)), float(np.percentile(b, 90)))
-            print(
-                f"  {title:48s} {label:20s} {med[0]:10.1f} {med[1]:8.1f} {med[0] / med[1]:6.3f}x   "
-                f"{p90[0]:8.1f} {p90[1]:8.1f} {p90[0] / p90[1]:6.3f}x"
-            )
 
 
 PARTS = ("opus", "overhead", "capacity", "skews")

@@ -8,7 +8,7 @@ import pytest
 import soxr
 
 from pipeline.events import FRAME_BYTES, SAMPLE_RATE
-from pipeline.transport.codec import PRESETS, CodecError, OpusDecoder, OpusEncoder, _Resampler, audible
+from pipeline.transport.wire.opus import PRESETS, CodecError, OpusDecoder, OpusEncoder, _Resampler, audible
 
 TONE_HZ = 440.0
 

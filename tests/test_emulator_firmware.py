@@ -22,12 +22,13 @@ from pipeline.clock import RealClock
 from pipeline.events import AudioFrame
 from pipeline.run.session import Ask
 from pipeline.tracing.timeline import TurnTimeline
-from pipeline.transport import protocol
-from pipeline.transport.codec import OpusDecoder, OpusEncoder
-from pipeline.transport.device_mcp import DeviceMcp
-from pipeline.transport.emulator import NOISE_FLOOR_DBFS, DeviceSettings, EmulatedDevice, NoiseFloor
+from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
+from pipeline.transport.device.microphone import NOISE_FLOOR_DBFS, NoiseFloor
+from pipeline.transport.device.tools import EmulatedTools
+from pipeline.transport.wire.opus import OpusDecoder, OpusEncoder
 from tests.scenario import TONE, utterance
 from tests.test_transport_ws import real
+from tests.wire_helpers import dump, hello, parse
 
 CLOCK = RealClock()
 CLIP = utterance(lead_frames=1, speech_frames=3, tail_frames=1)  # 300 ms: silence, tone, silence
@@ -53,7 +54,7 @@ class Conn:
 
     async def read(self) -> dict[str, Any] | bytes:
         message = await self.ws.recv()
-        item: dict[str, Any] | bytes = protocol.parse(message) if isinstance(message, str) else message
+        item: dict[str, Any] | bytes = parse(message) if isinstance(message, str) else message
         self.log.append((CLOCK.now_ns(), item))
         return item
 
@@ -76,7 +77,7 @@ class Conn:
 
     async def send(self, message: dict[str, Any]) -> None:
         self.sent.append((CLOCK.now_ns(), f"{message['type']}/{message.get('state', '')}"))
-        await self.ws.send(protocol.dump({**message, "session_id": self.session_id}))
+        await self.ws.send(dump({**message, "session_id": self.session_id}))
 
     async def frames(self, count: int, gap_s: float = 0.0) -> None:
         for packet in PACKETS[:count]:
@@ -127,7 +128,7 @@ async def scripted(script: Script) -> AsyncIterator[tuple[str, list[Conn]]]:
         conn = Conn(ws, len(conns))
         conns.append(conn)
         conn.hello = await conn.next_json("hello")
-        await ws.send(protocol.dump(protocol.hello(session_id=conn.session_id)))
+        await ws.send(dump(hello(session_id=conn.session_id)))
         with contextlib.suppress(ConnectionClosed):
             await script(conn)
 
@@ -263,7 +264,7 @@ def test_mcp_is_answered_as_the_firmware_does_before_and_during_a_turn() -> None
 
 
 def test_the_mcp_server_pages_and_refuses_as_the_firmware() -> None:
-    mcp = DeviceMcp()
+    mcp = EmulatedTools()
     assert mcp.handle({"jsonrpc": "1.0", "id": 1, "method": "initialize"}) is None
     assert mcp.handle({"jsonrpc": "2.0", "id": "1", "method": "initialize"}) is None  # the id must be a number
     assert mcp.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": []}) is None

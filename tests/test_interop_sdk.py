@@ -29,7 +29,7 @@ import pytest
 
 from pipeline.events import FRAME_MS
 from pipeline.settings.config import load_config
-from pipeline.transport.codec import OpusDecoder, OpusEncoder
+from pipeline.transport.wire.opus import OpusDecoder, OpusEncoder
 from stages.tts.stub import speech_duration_ms
 from tests.sdk_device import SAMPLE_RATE, Answer, SdkDevice, connected, sdk
 

@@ -1,4 +1,4 @@
-"""The server's MCP client (pipeline.transport.mcp) against a device that answers as mcp_server.cc does,
+"""The server's MCP client (pipeline.transport.server.device_tools) against a device that answers as mcp_server.cc does,
 and a device tool call measured as part of the turn: its own span and the row's ``device_tool_ms``.
 
 Everything runs on the virtual clock, so the listing's one-second pause, a call's round trip and
@@ -26,8 +26,9 @@ from pipeline.settings.fixtures import Question
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
-from pipeline.transport.device_mcp import DeviceMcp as FirmwareMcp
-from pipeline.transport.mcp import DeviceMcp, McpError, McpSettings
+from pipeline.transport.device.tools import EmulatedTools
+from pipeline.transport.server.device_tools import DeviceToolsClient, McpError, McpSettings
+from pipeline.transport.wire.messages import Mcp
 from tests.scenario import utterance
 
 SID = "s-1"
@@ -37,27 +38,26 @@ T = TypeVar("T")
 class FakeDevice:
     """A device's MCP end: the emulator's firmware answers (mcp_server.cc), after a delay, or never."""
 
-    def __init__(self, delay_s: float = 0.0, silent: bool = False, firmware: FirmwareMcp | None = None) -> None:
-        self.firmware = firmware or FirmwareMcp()
+    def __init__(self, delay_s: float = 0.0, silent: bool = False, firmware: EmulatedTools | None = None) -> None:
+        self.firmware = firmware or EmulatedTools()
         self.sent: list[tuple[int, dict[str, Any]]] = []  # (virtual µs, payload) of each server message
         self.delay_s, self.silent = delay_s, silent
-        self.client = DeviceMcp(self.send, SID)
+        self.client = DeviceToolsClient(self.send, SID)
 
-    def connect(self, settings: McpSettings) -> DeviceMcp:
-        self.client = DeviceMcp(self.send, SID, settings)
+    def connect(self, settings: McpSettings) -> DeviceToolsClient:
+        self.client = DeviceToolsClient(self.send, SID, settings)
         return self.client
 
-    async def send(self, message: dict[str, Any]) -> None:
-        assert set(message) == {"type", "session_id", "payload"}
-        assert (message["type"], message["session_id"]) == ("mcp", SID)
-        payload = message["payload"]
+    async def send(self, message: Mcp) -> None:
+        assert message.session_id == SID
+        payload = message.payload
         loop = asyncio.get_running_loop()
         self.sent.append((round(loop.time() * 1e6), payload))
         if self.silent and payload.get("method") == "tools/call":
             return
         reply = self.firmware.handle(payload)
         if reply is not None:
-            loop.call_later(self.delay_s, self.client.handle, {"type": "mcp", "session_id": SID, "payload": reply})
+            loop.call_later(self.delay_s, self.client.handle, Mcp(payload=reply, session_id=SID))
 
     def methods(self) -> list[tuple[int, Any, str]]:
         """(virtual ms, id, method) of what the server sent."""
@@ -68,7 +68,7 @@ def virtual(coro: Coroutine[Any, Any, T]) -> T:
     return run_on_clock(coro, VirtualClock())
 
 
-async def listed(device: FakeDevice, settings: McpSettings | None = None) -> DeviceMcp:
+async def listed(device: FakeDevice, settings: McpSettings | None = None) -> DeviceToolsClient:
     client = device.connect(settings or McpSettings())
     await client.start()
     await asyncio.wait_for(client.ready.wait(), 5)
@@ -110,7 +110,7 @@ def test_a_paged_tool_list_is_asked_for_page_by_page_by_id_2_with_the_cursor() -
         "b": {"tools": [{"name": "self.b", "description": "B", "inputSchema": {"type": "object"}}]},
     }
 
-    class Paging(FirmwareMcp):
+    class Paging(EmulatedTools):
         def handle(self, payload: object) -> dict[str, Any] | None:
             assert isinstance(payload, dict)
             if payload.get("method") != "tools/list":
@@ -126,7 +126,7 @@ def test_a_paged_tool_list_is_asked_for_page_by_page_by_id_2_with_the_cursor() -
 
 
 def test_a_failed_listing_leaves_the_device_without_tools() -> None:
-    class Refusing(FirmwareMcp):
+    class Refusing(EmulatedTools):
         def handle(self, payload: object) -> dict[str, Any] | None:
             assert isinstance(payload, dict)
             if payload.get("method") == "tools/list":
@@ -339,8 +339,8 @@ def test_without_device_tools_the_turn_is_todays() -> None:
 
 def test_a_call_the_link_cannot_carry_fails_as_the_devices_own_failure() -> None:
     class Gone(FakeDevice):
-        async def send(self, message: dict[str, Any]) -> None:
-            if message["payload"].get("method") == "tools/call":
+        async def send(self, message: Mcp) -> None:
+            if message.payload.get("method") == "tools/call":
                 raise ConnectionError("the device's link is closed")
             await super().send(message)
 

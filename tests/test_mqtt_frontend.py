@@ -1,7 +1,7 @@
 """The lab's MQTT front end as a stock firmware meets it, and the emulator's MQTT link as the gateway meets it.
 
 Real loopback connections throughout: an aiomqtt client or a raw socket (for what a firmware must not
-do) against ``MqttGateway``, and the emulator's ``MqttUdpLink`` against a recording server built on
+do) against ``MqttFrontEnd``, and the emulator's ``MqttUdpLink`` against a recording server built on
 the same packet codec, so that what it sends is seen byte for byte.
 """
 
@@ -20,27 +20,30 @@ import pytest
 
 from pipeline.clock import RealClock
 from pipeline.run.session import Ask
-from pipeline.transport import mqtt_auth, protocol
-from pipeline.transport import mqtt_packets as mp
-from pipeline.transport.codec import OpusEncoder
-from pipeline.transport.device_links import LinkSettings, MqttUdpLink, stable_client_id
-from pipeline.transport.emulator import DeviceError, DeviceSettings, EmulatedDevice
-from pipeline.transport.mqtt_gateway import MqttGateway, MqttGatewaySettings
-from pipeline.transport.ota import OtaServer, OtaSettings
-from pipeline.transport.udp import PacketCrypto
+from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.device.mqtt_udp_link import MqttUdpLink
+from pipeline.transport.device.settings import LinkSettings, stable_client_id
+from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings
+from pipeline.transport.server.ota import OtaServer, OtaSettings
+from pipeline.transport.wire import mqtt_identity
+from pipeline.transport.wire import mqtt_packets as mp
+from pipeline.transport.wire.messages import Listen
+from pipeline.transport.wire.opus import OpusEncoder
+from pipeline.transport.wire.udp import PacketCrypto
+from tests.wire_helpers import FIRMWARE_AUDIO
 from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, real
 
 KEY = "Lab-signature-Key9"  # a test's own key, never a real one
 MAC = "02:00:00:00:00:07"
 UUID = "36c98363-3656-43cb-a00f-8bced2391a90"
-CONFIG = mqtt_auth.device_config("127.0.0.1:1883", MAC, UUID, KEY)
-HELLO = {"type": "hello", "version": 3, "transport": "udp", "audio_params": protocol.AUDIO_PARAMS}
+CONFIG = mqtt_identity.device_config("127.0.0.1:1883", MAC, UUID, KEY)
+HELLO = {"type": "hello", "version": 3, "transport": "udp", "audio_params": FIRMWARE_AUDIO}
 
 
 @contextlib.asynccontextmanager
-async def front_end(turns: ScriptedTurns | None = None, **changes: Any) -> AsyncIterator[MqttGateway]:
-    settings = MqttGatewaySettings(port=0, **{"signature_key": KEY, **changes})
-    async with MqttGateway(settings, turns or ScriptedTurns(), RealClock()) as gateway:
+async def front_end(turns: ScriptedTurns | None = None, **changes: Any) -> AsyncIterator[MqttFrontEnd]:
+    settings = MqttFrontSettings(port=0, **{"signature_key": KEY, **changes})
+    async with MqttFrontEnd(settings, turns or ScriptedTurns(), RealClock()) as gateway:
         yield gateway
 
 
@@ -51,7 +54,7 @@ class RawDevice:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def to(cls, gateway: MqttGateway) -> RawDevice:
+    async def to(cls, gateway: MqttFrontEnd) -> RawDevice:
         return cls(*await asyncio.open_connection(*gateway.mqtt_address))
 
     async def send(self, data: bytes) -> None:
@@ -65,13 +68,13 @@ class RawDevice:
         packet = await self.packet()
         return -1 if packet is None else packet.body[1]
 
-    async def packet(self, within_s: float = 5.0) -> mp.Packet | None:
+    async def packet(self, within_s: float = 5.0) -> mp.MqttPacket | None:
         async with asyncio.timeout(within_s):
             with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
                 return await mp.read_packet(self.reader, 1 << 20)
         return None
 
-    async def publish(self, message: dict[str, Any], topic: str = mqtt_auth.PUBLISH_TOPIC, qos: int = 0) -> None:
+    async def publish(self, message: dict[str, Any], topic: str = mqtt_identity.PUBLISH_TOPIC, qos: int = 0) -> None:
         await self.send(mp.publish(topic, json.dumps(message).encode(), qos))
 
     async def message(self, within_s: float = 5.0) -> tuple[str, dict[str, Any]]:
@@ -97,7 +100,7 @@ class RawDevice:
 
 
 @contextlib.asynccontextmanager
-async def raw(gateway: MqttGateway) -> AsyncIterator[RawDevice]:
+async def raw(gateway: MqttFrontEnd) -> AsyncIterator[RawDevice]:
     device = await RawDevice.to(gateway)
     try:
         yield device
@@ -164,7 +167,8 @@ def test_a_firmware_like_client_is_answered_on_its_p2p_topic_without_subscribing
     assert kinds[-1] == ("tts", "stop")
     assert played > 0  # the answer's audio came back over UDP
     _, server = turns.done[0]
-    assert server.ok and server.packets is not None and server.packets.received == len(clip())
+    # the turn's packets are those up to its end-point, 600 ms after the speech; the rest went to the next listener
+    assert server.ok and server.packets is not None and server.packets.received >= 3 + 10 + 600 // 60
 
 
 class _Collect(asyncio.DatagramProtocol):
@@ -199,7 +203,7 @@ def test_a_connect_the_gateway_would_refuse_is_refused_with_the_connack_code_tha
 
 
 def test_credentials_are_checked_only_with_a_key_and_a_legacy_client_id_needs_a_mac() -> None:
-    user = mqtt_auth.username({})
+    user = mqtt_identity.username({})
 
     async def scenario() -> list[int]:
         codes = []
@@ -213,9 +217,9 @@ def test_credentials_are_checked_only_with_a_key_and_a_legacy_client_id_needs_a_
                     codes.append(await device.connect(client, user, password=password))
         async with front_end() as lab, raw(lab) as device:  # with a key, a legacy id is signed too
             legacy = "GID_test@@@02_00_00_00_00_09"
-            codes.append(await device.connect(legacy, user, password=mqtt_auth.password(legacy, user, KEY)))
+            codes.append(await device.connect(legacy, user, password=mqtt_identity.password(legacy, user, KEY)))
         async with front_end() as lab, raw(lab) as device:
-            bad_user = mqtt_auth.password(CONFIG.client_id, "not-base64-json", KEY)
+            bad_user = mqtt_identity.password(CONFIG.client_id, "not-base64-json", KEY)
             codes.append(await device.connect(CONFIG.client_id, "not-base64-json", password=bad_user))
         return codes
 
@@ -247,7 +251,7 @@ def test_what_the_gateway_closes_a_connection_for_closes_it(misbehaviour: str) -
 
 
 def test_a_subscribe_is_acknowledged_and_replies_still_come_on_the_p2p_topic() -> None:
-    async def scenario() -> tuple[mp.Packet | None, str]:
+    async def scenario() -> tuple[mp.MqttPacket | None, str]:
         async with front_end() as lab, raw(lab) as device:
             await device.connect()
             await device.send(mp.subscribe(77, "some/topic"))
@@ -335,12 +339,15 @@ def test_every_goodbye_names_the_session_a_protocol_error_ended() -> None:
             await device.connect()
             await device.publish(HELLO)
             _, hello = await device.message()
-            await device.publish({"type": "listen", "state": "start", "mode": "telepathy"})
-            return hello, (await device.message())[1]
+            for _ in range(300):  # at once: a flood, past the control bucket's burst of 200
+                await device.publish({"type": "listen", "state": "start", "mode": "auto"})
+            while (message := (await device.message())[1])["type"] != "goodbye":
+                pass
+            return hello, message
 
     hello, goodbye = real(scenario)
     assert goodbye["type"] == "goodbye" and goodbye["session_id"] == hello["session_id"]
-    assert goodbye["code"] == 1002 and "telepathy" in goodbye["reason"]
+    assert goodbye["code"] == 1008 and "control messages" in goodbye["reason"]
 
 
 def test_a_second_connection_with_the_same_client_id_replaces_the_first() -> None:
@@ -369,9 +376,9 @@ def test_the_hello_advertises_the_public_host_and_a_wildcard_is_refused() -> Non
     assert hello["udp"]["server"] == "lab.example.test" and hello["udp"]["port"] == udp_port
     for wildcard in ("0.0.0.0", "::"):
         with pytest.raises(ValueError, match="--public-host"):
-            MqttGateway(MqttGatewaySettings(host=wildcard), ScriptedTurns(), RealClock())
-    on_all = MqttGatewaySettings(host="0.0.0.0", udp_public_host="192.0.2.7")
-    assert MqttGateway(on_all, ScriptedTurns(), RealClock()).public_host == "192.0.2.7"
+            MqttFrontEnd(MqttFrontSettings(host=wildcard), ScriptedTurns(), RealClock())
+    on_all = MqttFrontSettings(host="0.0.0.0", udp_public_host="192.0.2.7")
+    assert MqttFrontEnd(on_all, ScriptedTurns(), RealClock()).public_host == "192.0.2.7"
 
 
 # --- the emulator's link, as the gateway sees it --------------------------------------------------
@@ -423,7 +430,7 @@ async def _recorded(url_of: Any, *, key: str = KEY, ota: bool = False) -> Record
             url = url_of(port)
         link = MqttUdpLink(LinkSettings(url, device_id=MAC, mqtt_signature_key=key), RealClock())
         await link.open()
-        await link.send_json({"type": "listen", "state": "start", "mode": "auto", "session_id": link.session_id})
+        await link.send(Listen("start", mode="auto", session_id=link.session_id))
         await link.close()
     return recorder
 
@@ -434,8 +441,8 @@ def test_the_emulators_link_connects_signed_publishes_to_one_topic_and_never_sub
     uuid = stable_client_id(MAC)
     assert connect.client_id == f"GID_test@@@02_00_00_00_00_07@@@{uuid}"
     assert json.loads(base64.b64decode(connect.username)) == {}
-    assert connect.password == mqtt_auth.password(connect.client_id, connect.username, KEY)
-    assert mqtt_auth.check(connect.client_id, connect.username, connect.password, KEY).uuid == uuid
+    assert connect.password == mqtt_identity.password(connect.client_id, connect.username, KEY)
+    assert mqtt_identity.check(connect.client_id, connect.username, connect.password, KEY).uuid == uuid
     assert set(recorder.topics) == {"device-server"}
     assert mp.SUBSCRIBE not in recorder.other_packets  # nor anything but pings and the closing DISCONNECT
     assert set(recorder.other_packets) <= {mp.PINGREQ, mp.DISCONNECT}
@@ -454,7 +461,7 @@ def test_the_emulators_link_takes_a_topic_and_group_from_its_url() -> None:
 def test_the_emulators_link_connects_with_what_an_ota_endpoint_tells_it() -> None:
     recorder = real(lambda: _recorded(lambda port: f"http://127.0.0.1:{port}/xiaozhi/ota/", key="", ota=True))
     (connect,) = recorder.connects
-    identity = mqtt_auth.check(connect.client_id, connect.username, connect.password, KEY)
+    identity = mqtt_identity.check(connect.client_id, connect.username, connect.password, KEY)
     assert (identity.group, identity.mac, identity.uuid) == ("GID_test", MAC, stable_client_id(MAC))
     assert identity.user_data == {"ip": "127.0.0.1"}  # the OTA's user data: the device's address
     assert set(recorder.topics) == {"device-server"}
@@ -480,8 +487,8 @@ def test_the_ota_answer_offers_the_mqtt_section_the_gateways_ota_makes() -> None
     assert mqtt["endpoint"] == "192.0.2.7:1883" and mqtt["port"] == 1883
     assert mqtt["client_id"] == f"GID_test@@@02_00_00_00_00_07@@@{UUID}"
     assert (mqtt["publish_topic"], mqtt["subscribe_topic"]) == ("device-server", "null")
-    assert mqtt_auth.check(mqtt["client_id"], mqtt["username"], mqtt["password"], KEY).user_data == {"ip": "127.0.0.1"}
-    assert answer["websocket"]["url"] == "ws://lab/xiaozhi/v1/"  # as before
+    assert mqtt_identity.check(mqtt["client_id"], mqtt["username"], mqtt["password"], KEY).user_data == {"ip": "127.0.0.1"}
+    assert "websocket" not in answer  # one protocol or the other, as the real server (ota_handler.py handle_post)
 
 
 def test_the_emulator_with_the_wrong_key_is_refused_by_the_front_end() -> None:

@@ -24,12 +24,13 @@ from pipeline.clock import RealClock, run_on_clock
 from pipeline.events import FRAME_SAMPLES, LatencyProfile
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.timeline import TurnTimeline
-from pipeline.transport import protocol
-from pipeline.transport.gateway import GatewaySettings, start_gateway
-from pipeline.transport.session import SessionSettings, TurnRequest
+from pipeline.transport.server.requests import TurnRequest
+from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from stages.asr.oracle import OracleAsr
 from stages.llm.scripted import ScriptedReply
 from tests.scenario import SILENCE, TONE, stages
+from tests.wire_helpers import ToneReply, dump, parse
 
 pytestmark = pytest.mark.transport
 
@@ -37,7 +38,7 @@ REPLY = ScriptedReply("Fine, thank you. The weather is sunny today.")
 CLIP = [SILENCE] * 3 + [TONE] * 10 + [SILENCE] * 12  # 60 ms frames; the VAD end-points 600 ms after the tone
 
 
-class Turns:
+class Turns(ToneReply):
     """Scripted stages behind the gateway; each finished turn kept with its request."""
 
     def __init__(self, empty_first: bool = False) -> None:
@@ -48,7 +49,7 @@ class Turns:
     def stages(self, request: TurnRequest) -> ServerStages:
         self.built += 1
         built = stages(REPLY, asr_ms=40, ttft_ms=40, per_token_ms=5, tts_first_ms=20, rtf=0.1)
-        if self.empty_first and not self.done:  # the first utterance is recognised as nothing
+        if self.empty_first and self.built == 1:  # the first utterance is recognised as nothing
             built = ServerStages(
                 built.vad, OracleAsr("", "en", LatencyProfile(40)), built.llm, built.sentences, built.tts
             )
@@ -75,7 +76,7 @@ class Device:
     async def _read(self) -> None:
         with contextlib.suppress(Exception):
             async for message in self.ws:
-                item = protocol.parse(message) if isinstance(message, str) else message
+                item = parse(message) if isinstance(message, str) else message
                 self.received.append((time.monotonic(), item))
 
     def messages(self, kind: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
@@ -97,13 +98,13 @@ class Device:
                 await asyncio.sleep(0.01)
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.ws.send(protocol.dump({**message, "session_id": self.session_id}))
+        await self.ws.send(dump({**message, "session_id": self.session_id}))
 
     async def hello(self, frame_ms: int = 60, **extra: Any) -> dict[str, Any]:
         params = {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": frame_ms}
         count = len(self.messages("hello"))
         await self.ws.send(
-            protocol.dump({"type": "hello", "version": 1, "transport": "websocket", "audio_params": params, **extra})
+            dump({"type": "hello", "version": 1, "transport": "websocket", "audio_params": params, **extra})
         )
         await self.until(lambda: len(self.messages("hello")) > count)
         answer = self.messages("hello")[-1]
@@ -128,8 +129,8 @@ class Device:
 
 @contextlib.asynccontextmanager
 async def device(turns: Turns, **session: Any) -> AsyncIterator[Device]:
-    settings = GatewaySettings(port=0, session=SessionSettings(**session))
-    server = await start_gateway(settings, turns, RealClock())
+    settings = WebSocketSettings(port=0, session=SessionSettings(**session))
+    server = await start_websocket_server(settings, turns, RealClock())
     async with server:
         port = server.sockets[0].getsockname()[1]
         async with connect(f"ws://127.0.0.1:{port}/xiaozhi/v1/", compression=None) as ws:
@@ -217,7 +218,7 @@ def test_a_frame_size_the_firmware_never_sends_is_refused_at_hello() -> None:
     async def scenario() -> tuple[int | None, str]:
         async with device(Turns()) as dev:
             params = {"format": "opus", "sample_rate": 16000, "channels": 1, "frame_duration": 100}
-            await dev.ws.send(protocol.dump({"type": "hello", "transport": "websocket", "audio_params": params}))
+            await dev.ws.send(dump({"type": "hello", "transport": "websocket", "audio_params": params}))
             await dev.until(lambda: dev.reader.done())
             return dev.ws.close_code, dev.ws.close_reason or ""
 
@@ -299,7 +300,9 @@ def test_manual_mode_is_ended_by_listen_stop_not_by_the_vad() -> None:
     assert timeline.vad.speech_start_offset_ms == 0 and timeline.vad.speech_end_offset_ms == (len(CLIP) + 20) * 60
 
 
-def test_listen_detect_is_a_typed_question_and_a_wake_word_gets_the_greeting() -> None:
+def test_listen_detect_is_a_typed_question_and_a_wake_word_gets_the_cached_reply() -> None:
+    """The real server answers a wake word from its cache: tts start, the reply's sentence and audio, tts stop;
+    no stt, no LLM, no turn (helloHandle.py checkWakeupWords). Its punctuation does not hide the word."""
     turns = Turns()
 
     async def scenario() -> Device:
@@ -307,15 +310,45 @@ def test_listen_detect_is_a_typed_question_and_a_wake_word_gets_the_greeting() -
             await dev.hello()
             await dev.send({"type": "listen", "state": "detect", "text": "what time is it"})
             await dev.until(lambda: len(dev.messages("tts", "stop")) == 1)
-            await dev.send({"type": "listen", "state": "detect", "text": "你好小智"})
+            await dev.send({"type": "listen", "state": "detect", "text": "你好，小智！"})
             await dev.until(lambda: len(dev.messages("tts", "stop")) == 2)
-            await turns.settled(2)
+            await turns.settled(1)
             return dev
 
     dev = real(scenario)
-    assert [m["text"] for m in dev.messages("stt")] == ["what time is it", "嘿，你好呀"]
-    assert [(r.started_by, tl.ok) for r, tl in turns.done] == [("text", True), ("wake", True)]
-    assert turns.done[0][1].stages["asr"].impl == "typed" and any(isinstance(m, bytes) for _, m in dev.received)
+    assert [m["text"] for m in dev.messages("stt")] == ["what time is it"]
+    assert [(r.started_by, tl.ok) for r, tl in turns.done] == [("text", True)]
+    assert turns.done[0][1].stages["asr"].impl == "typed"
+    after_wake = dev.received[[m for _, m in dev.received].index(dev.messages("tts", "stop")[0]) + 1 :]
+    kinds = [m["state"] if isinstance(m, dict) else "audio" for _, m in after_wake]
+    assert kinds == ["start", "sentence_start", *["audio"] * 5, "stop"]
+    assert dev.messages("tts", "sentence_start")[-1]["text"] == "我在这里哦！"
+
+
+@pytest.mark.parametrize(
+    ("session", "said"),
+    [
+        ({"wake_reply_cache": False}, ["stt", "tts:start", "llm", "tts:sentence_start"]),  # an LLM turn on the greeting
+        ({"greeting": False}, ["stt", "tts:start", "tts:stop"]),  # enable_greeting false: acknowledged
+    ],
+)
+def test_a_wake_word_without_the_reply_cache_or_the_greeting_is_answered_as_the_real_server(
+    session: dict[str, Any], said: list[str]
+) -> None:
+    turns = Turns()
+
+    async def scenario() -> Device:
+        async with device(turns, **session) as dev:
+            await dev.hello()
+            await dev.send({"type": "listen", "state": "detect", "text": "小冰小冰"})  # one of the real eleven
+            await dev.until(lambda: len(dev.messages("tts", "stop")) == 1)
+            return dev
+
+    dev = real(scenario)
+    heard = [f"{m['type']}:{m['state']}" if "state" in m else m["type"] for m in dev.messages()]
+    assert heard[1 : 1 + len(said)] == said  # after our hello
+    stt = dev.messages("stt")[0]["text"]
+    assert stt == ("嘿，你好呀" if "wake_reply_cache" in session else "小冰小冰")
 
 
 def test_bad_packets_and_text_are_dropped_and_counted_and_the_turn_goes_on() -> None:
@@ -334,26 +367,28 @@ def test_bad_packets_and_text_are_dropped_and_counted_and_the_turn_goes_on() -> 
     real(scenario)
     ((_, timeline),) = turns.done
     assert timeline.ok, timeline.error_message
-    assert timeline.dropped == {"undecodable packet": 1, "text that is not a JSON message": 1}
+    assert timeline.dropped == {"undecodable packet": 1, "malformed JSON": 1}
 
 
-def test_a_repeated_hello_opens_a_new_session_on_the_same_connection() -> None:
+def test_a_repeated_hello_is_answered_alike_and_stops_nothing() -> None:
+    """The real server answers every hello with the same session (helloHandle.py): a turn under way goes on."""
     turns = Turns()
 
     async def scenario() -> tuple[str, str]:
         async with device(turns) as dev:
             first = (await dev.hello())["session_id"]
-            second = (await dev.hello())["session_id"]
             await dev.send({"type": "listen", "state": "start", "mode": "auto"})
-            await dev.speak(CLIP)
+            await dev.speak(CLIP[:12])
+            second = (await dev.hello())["session_id"]
+            await dev.speak(CLIP[12:])
             await dev.until(lambda: bool(dev.messages("tts", "stop")))
             await turns.settled(1)
             return first, second
 
     first, second = real(scenario)
-    assert first != second
+    assert first == second
     ((request, timeline),) = turns.done
-    assert request.session_id == second and timeline.ok
+    assert request.session_id == first and timeline.ok, timeline.error_message
 
 
 def test_after_an_empty_turn_in_auto_mode_the_next_utterance_is_heard_without_a_listen_start() -> None:

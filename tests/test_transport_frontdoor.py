@@ -21,11 +21,12 @@ from pipeline import serve
 from pipeline.clock import RealClock
 from pipeline.run.session import Ask
 from pipeline.settings.fixtures import Question, QuestionSet
-from pipeline.transport import protocol
-from pipeline.transport.emulator import DeviceSettings, EmulatedDevice
-from pipeline.transport.gateway import GatewaySettings, start_gateway
-from pipeline.transport.ota import OTA_PATH, OtaServer, OtaSettings, server_url
+from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
+from pipeline.transport.device.websocket_link import WebSocketLink
+from pipeline.transport.server.ota import OTA_PATH, OtaServer, OtaSettings, server_url
+from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, gateway, real
+from tests.wire_helpers import dump, hello, parse
 
 TOKEN = "s3cret"
 NOW_NS = 1_767_225_600_123_456_789
@@ -40,8 +41,8 @@ class FixedClock:
 
 async def _hello_over(url: str, **kwargs: Any) -> dict[str, Any]:
     async with connect(url, **kwargs) as ws:
-        await ws.send(protocol.dump(protocol.hello()))
-        return protocol.parse(await ws.recv())
+        await ws.send(dump(hello()))
+        return parse(await ws.recv())
 
 
 # --- WebSocket handshake ---------------------------------------------------------------------
@@ -80,9 +81,9 @@ def test_device_client_and_authorization_query_parameters_stand_in_for_missing_h
     """A browser page cannot set headers: it puts them in the query (xs test page xiaoZhiConnect.js)."""
 
     async def scenario() -> tuple[list[str], list[str], list[dict[str, str]]]:
-        settings = GatewaySettings(port=0, token=TOKEN)
+        settings = WebSocketSettings(port=0, token=TOKEN)
         seen: list[dict[str, str]] = []
-        server = await start_gateway(settings, ScriptedTurns(), RealClock())
+        server = await start_websocket_server(settings, ScriptedTurns(), RealClock())
         async with server:
             base = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/"
             accepted, refused = [], []
@@ -91,8 +92,8 @@ def test_device_client_and_authorization_query_parameters_stand_in_for_missing_h
                 "?authorization=Bearer+s3cret&device-id=02:00:00:00:00:09&client-id=web-1",
             ):
                 async with connect(base + query) as ws:
-                    await ws.send(protocol.dump(protocol.hello()))
-                    accepted.append(protocol.parse(await ws.recv())["type"])
+                    await ws.send(dump(hello()))
+                    accepted.append(parse(await ws.recv())["type"])
                     seen.append(_open_headers(server))
             for query, headers in (
                 ("?authorization=Bearer%20wrong&device-id=d", None),  # a wrong token
@@ -113,12 +114,12 @@ def test_device_client_and_authorization_query_parameters_stand_in_for_missing_h
 
 def test_headers_win_over_query_parameters() -> None:
     async def scenario() -> dict[str, str]:
-        server = await start_gateway(GatewaySettings(port=0, token=TOKEN), ScriptedTurns(), RealClock())
+        server = await start_websocket_server(WebSocketSettings(port=0, token=TOKEN), ScriptedTurns(), RealClock())
         async with server:
             url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/xiaozhi/v1/?device-id=from-query"
             headers = {"Device-Id": "from-header", "Authorization": f"Bearer {TOKEN}"}
             async with connect(url, additional_headers=headers) as ws:
-                await ws.send(protocol.dump(protocol.hello()))
+                await ws.send(dump(hello()))
                 await ws.recv()
                 return {"Device-Id": _open_headers(server)["Device-Id"]}
 
@@ -134,8 +135,9 @@ def test_a_200_kib_text_message_is_read_and_the_session_goes_on() -> None:
     async def scenario() -> bool:
         async with gateway(turns) as url, EmulatedDevice(DeviceSettings(url=url), RealClock()) as device:
             big = {"type": "iot", "session_id": device.session_id, "descriptors": descriptors}
-            assert len(protocol.dump(big)) > 200 * 1024
-            await device.link.send_json(big)
+            assert len(dump(big)) > 200 * 1024
+            assert isinstance(device.link, WebSocketLink) and device.link.ws is not None
+            await device.link.ws.send(dump(big))
             return (await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))).ok
 
     assert real(scenario)
@@ -223,7 +225,7 @@ SDK_BODY = {
 @contextlib.asynccontextmanager
 async def _front(token: str = TOKEN) -> AsyncIterator[tuple[str, str]]:
     """The lab's WebSocket gateway and its OTA endpoint; yields the OTA URL and the WebSocket URL it tells."""
-    server = await start_gateway(GatewaySettings(port=0, token=token), ScriptedTurns(), RealClock())
+    server = await start_websocket_server(WebSocketSettings(port=0, token=token), ScriptedTurns(), RealClock())
     async with server:
         ws_url = server_url("127.0.0.1", server.sockets[0].getsockname()[1], "/xiaozhi/v1/")
         settings = OtaSettings(ws_url, "127.0.0.1", 0, token, timezone_offset_min=480)
@@ -240,26 +242,47 @@ def _expected(version: str, ws_url: str, token: str = TOKEN) -> dict[str, Any]:
 
 
 @pytest.mark.transport
-def test_the_ota_answer_to_a_firmware_post_and_get_opens_a_session_with_the_emulator() -> None:
-    async def scenario() -> tuple[list[dict[str, Any]], str, bool]:
-        answers = []
+def test_the_ota_answer_to_a_firmware_post_opens_a_session_with_the_emulator_and_a_get_tells_no_token() -> None:
+    async def scenario() -> tuple[dict[str, Any], str, str, bool]:
         async with _front() as (ota_url, ws_url), aiohttp.ClientSession() as http:
             async with http.post(ota_url, headers=FIRMWARE_HEADERS, data=json.dumps(FIRMWARE_BODY)) as response:
                 assert response.status == 200 and response.content_type == "application/json"
-                answers.append(await response.json())
+                answer = await response.json()
             async with http.get(ota_url, headers={k: FIRMWARE_HEADERS[k] for k in ("Device-Id", "Client-Id")}) as r:
-                assert r.status == 200
-                answers.append(await r.json())
-            told = answers[0]["websocket"]
+                assert r.status == 200 and r.content_type == "text/plain"  # as the real server's handle_get
+                get = await r.text()
+            told = answer["websocket"]
             settings = DeviceSettings(url=told["url"], token=told["token"], device_id=FIRMWARE_HEADERS["Device-Id"])
             async with EmulatedDevice(settings, RealClock()) as device:
                 ok = (await device.turn(Ask(clip(), SPEECH_END_MS, "q", 1, ""))).ok
-        return answers, ws_url, ok
+        return answer, get, ws_url, ok
 
-    (post, get), ws_url, ok = real(scenario)
+    post, get, ws_url, ok = real(scenario)
     assert post == _expected("1.6.2", ws_url)  # the device's own version: no update offered
-    assert get == _expected("0.0.0", ws_url)
+    assert ws_url in get and TOKEN not in get
     assert ok
+
+
+def test_no_web_page_may_read_the_ota_answer_unless_its_origin_is_named() -> None:
+    """The answer holds the device's credentials (the bearer token, a signed MQTT password): a page the user
+    opens elsewhere must not read it off a lab on localhost. The real server allows every origin."""
+
+    async def answer(origin: str) -> tuple[dict[str, str], dict[str, str]]:
+        settings = OtaSettings("ws://127.0.0.1:1/xiaozhi/v1/", "127.0.0.1", 0, TOKEN, cors_origin=origin)
+        async with OtaServer(settings, FixedClock()) as ota, aiohttp.ClientSession() as http:
+            url = server_url("127.0.0.1", ota.port, OTA_PATH, "http")
+            page = {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+            async with http.options(url, headers=page) as preflight:
+                allowed = {k: v for k, v in preflight.headers.items() if k.startswith("Access-Control")}
+            async with http.post(url, headers={**FIRMWARE_HEADERS, "Origin": "https://evil.example"}, json={}) as r:
+                read = {k: v for k, v in r.headers.items() if k.startswith("Access-Control")}
+        return allowed, read
+
+    allowed, read = real(lambda: answer(""))
+    assert allowed == {} and read == {}
+    allowed, read = real(lambda: answer("https://console.example"))
+    assert read["Access-Control-Allow-Origin"] == "https://console.example"
+    assert allowed["Access-Control-Allow-Origin"] == "https://console.example"
 
 
 def test_xiaozhi_sdks_ota_request_is_answered_and_a_lab_without_token_tells_an_empty_one() -> None:
@@ -304,7 +327,8 @@ def test_a_bad_ota_request_is_answered_400_and_the_endpoint_goes_on() -> None:
 
 def test_serve_tells_devices_the_public_host_not_the_bind_address() -> None:
     front = serve.OtaFront("192.0.2.7", 0, TOKEN)
-    settings = front.settings(GatewaySettings(host="0.0.0.0", port=0), 8123)
+    settings = front.settings(WebSocketSettings(host="0.0.0.0", port=0), 8123)
+    assert settings.cors_origin == ""
     assert settings.websocket_url == "ws://192.0.2.7:8123/xiaozhi/v1/"
     assert (settings.host, settings.token) == ("0.0.0.0", TOKEN)
     assert server_url("fd00::7", 8000, "/xiaozhi/v1/") == "ws://[fd00::7]:8000/xiaozhi/v1/"

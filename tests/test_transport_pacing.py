@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.transport.pacing import PACINGS, DownlinkPacer, pacing
+from pipeline.transport.server.pacing import PACINGS, DownlinkPacer, pacing
 
 FRAME_MS = 60
 # The firmware keeps at most this many packets waiting to be decoded and drops the rest

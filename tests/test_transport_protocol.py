@@ -1,4 +1,4 @@
-"""The xiaozhi protocol's messages and framing, from transcripts of what firmware and servers send."""
+"""The wire: typed messages and framing, from transcripts of what firmware and servers send."""
 
 from __future__ import annotations
 
@@ -9,9 +9,25 @@ from pathlib import Path
 import pytest
 
 from pipeline.events import FRAME_BYTES
-from pipeline.transport import protocol
-from pipeline.transport.codec import CodecError, OpusDecoder, OpusEncoder, audible
-from pipeline.transport.protocol import ProtocolError
+from pipeline.transport.wire import framing, messages
+from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.messages import (
+    AudioParams,
+    Features,
+    Hello,
+    LabTag,
+    Listen,
+    Llm,
+    Mcp,
+    Other,
+    Stt,
+    Tts,
+    UdpParams,
+    check_audio_params,
+    decode,
+    encode,
+)
+from pipeline.transport.wire.opus import CodecError, OpusDecoder, OpusEncoder, audible
 from tests.scenario import TONE
 
 # What a device sends (firmware 1.x, docs/websocket.md), fields we do not use included.
@@ -36,18 +52,18 @@ SERVER_TRANSCRIPT = [
 ]
 
 
-@pytest.mark.parametrize("version", protocol.VERSIONS)
+@pytest.mark.parametrize("version", framing.VERSIONS)
 def test_audio_framing_round_trips_in_every_version(version: int) -> None:
-    packet = protocol.unpack(version, protocol.pack(version, b"opus-bytes", timestamp_ms=1234))
+    packet = framing.unpack(version, framing.pack(version, b"opus-bytes", timestamp_ms=1234))
     assert packet.payload == b"opus-bytes"
-    assert packet.kind == protocol.TYPE_OPUS
+    assert packet.kind == framing.TYPE_OPUS
     assert packet.timestamp_ms == (1234 if version == 2 else 0)
 
 
 def test_the_headers_are_the_documented_layouts() -> None:
-    assert protocol.pack(2, b"ab", 7) == struct.pack(">HHIII", 2, 0, 0, 7, 2) + b"ab"
-    assert protocol.pack(3, b"ab") == bytes([0, 0, 0, 2]) + b"ab"
-    assert protocol.pack(1, b"ab") == b"ab"
+    assert framing.pack(2, b"ab", 7) == struct.pack(">HHIII", 2, 0, 0, 7, 2) + b"ab"
+    assert framing.pack(3, b"ab") == bytes([0, 0, 0, 2]) + b"ab"
+    assert framing.pack(1, b"ab") == b"ab"
 
 
 @pytest.mark.parametrize(
@@ -61,28 +77,78 @@ def test_the_headers_are_the_documented_layouts() -> None:
 )
 def test_a_header_that_disagrees_with_its_data_is_named(version: int, data: bytes, problem: str) -> None:
     with pytest.raises(ProtocolError, match=problem):
-        protocol.unpack(version, data)
+        framing.unpack(version, data)
 
 
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("{not json", "malformed JSON"), ("[1, 2]", "JSON object"), ('{"state": "start"}', "string 'type'")],
+    [
+        ("{not json", "malformed JSON"),
+        ("[1, 2]", "not a JSON object with a string 'type'"),
+        ('{"state": "start"}', "string 'type'"),
+        ('{"type": 5}', "string 'type'"),
+        ('{"type": "listen"}', "a listen message that does not read"),  # no state
+        ('{"type": "listen", "state": "start", "mode": 3}', "a listen message that does not read"),
+        ("[" * 100_000, "not a JSON object"),  # deeper than any decoder follows: no RecursionError gets out
+        ('{"type": "mcp", "payload": ' + "[" * 100_000 + "]" * 100_000 + "}", "malformed JSON"),
+    ],
 )
 def test_malformed_control_messages_are_protocol_errors(text: str, problem: str) -> None:
     with pytest.raises(ProtocolError, match=problem):
-        protocol.parse(text)
+        decode(text)
+    assert isinstance(messages.read(text), messages.Malformed)
 
 
 def test_the_firmware_hello_is_accepted_with_fields_we_do_not_use() -> None:
-    message = protocol.parse(json.dumps(FIRMWARE_HELLO))
-    protocol.check_audio_params(message)
-    assert message["features"] == {"mcp": True}
+    message = decode(json.dumps(FIRMWARE_HELLO))
+    assert isinstance(message, Hello)
+    assert check_audio_params(message) == AudioParams()
+    assert message.features == Features(mcp=True)
 
 
 def test_audio_we_cannot_decode_is_refused_at_hello() -> None:
     hello = {**FIRMWARE_HELLO, "audio_params": {**FIRMWARE_HELLO["audio_params"], "sample_rate": 24000}}  # type: ignore[dict-item]
+    message = decode(json.dumps(hello))
+    assert isinstance(message, Hello)
     with pytest.raises(ProtocolError, match="sample_rate = 24000"):
-        protocol.check_audio_params(hello)
+        check_audio_params(message)
+
+
+def test_a_servers_transcript_decodes_to_its_messages_and_unknown_types_are_tolerated() -> None:
+    decoded = [decode(json.dumps(m, ensure_ascii=False)) for m in SERVER_TRANSCRIPT]
+    assert [type(m) for m in decoded] == [Hello, Stt, Llm, Tts, Mcp, Tts, Other, Tts, Tts]
+    assert decoded[1] == Stt(text="打开客厅的灯", session_id="abc")
+    assert decoded[3] == Tts("start", session_id="abc")  # sample_rate: a field we do not use
+    assert decoded[6] == Other("alert")
+    assert isinstance(decoded[4], Mcp) and decoded[4].payload["method"] == "tools/list"
+
+
+def test_what_the_lab_sends_is_what_the_real_parts_send() -> None:
+    """Field names and values as the firmware and server write them; a field the lab leaves unset is absent."""
+    listen = Listen("start", mode="auto", session_id="s", lab=LabTag("en01", 2))
+    assert json.loads(encode(listen)) == {
+        "type": "listen",
+        "state": "start",
+        "mode": "auto",
+        "session_id": "s",
+        "lab": {"question_id": "en01", "round": 2},
+    }
+    assert encode(Stt(text="你好", session_id="s")) == '{"type":"stt","text":"你好","session_id":"s"}'
+    hello = Hello(
+        version=3,
+        transport="udp",
+        audio_params=AudioParams(),
+        session_id="s",
+        udp=UdpParams(server="127.0.0.1", port=9, key="00", nonce="01"),
+    )
+    assert json.loads(encode(hello))["udp"] == {
+        "server": "127.0.0.1",
+        "port": 9,
+        "encryption": "aes-128-ctr",
+        "key": "00",
+        "nonce": "01",
+    }
+    assert json.loads(encode(Tts("stop", session_id=""))) == {"type": "tts", "state": "stop", "session_id": ""}
 
 
 def test_opus_round_trip_keeps_the_frame_and_its_loudness() -> None:

@@ -21,7 +21,11 @@ def push_to_talk(stages: ServerStages) -> ServerStages:
     return dataclasses.replace(stages, vad=ManualEndpoint())
 
 
+def written_language(text: str) -> str:
+    """The language a text's characters are written in: Chinese when any is a CJK ideograph, else English."""
+    return "zh" if any("\u3400" <= ch <= "\u9fff" for ch in text) else "en"
+
+
 def typed(stages: ServerStages, text: str) -> ServerStages:
     """A typed question: its text is the transcript, in the language its characters are written in."""
-    language = "zh" if any("\u3400" <= ch <= "\u9fff" for ch in text) else "en"
-    return dataclasses.replace(stages, vad=NoAudio(), asr=TypedText(text, language))
+    return dataclasses.replace(stages, vad=NoAudio(), asr=TypedText(text, written_language(text)))

@@ -300,10 +300,15 @@ def _layer(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(paths: Path | list[Path] | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
-    """Settings from TOML files (later ones override earlier ones), then command-line overrides."""
+def load_config(
+    paths: Path | list[Path] | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    base: dict[str, dict[str, Any]] | None = None,
+) -> Config:
+    """Settings from ``base`` (an entry point's own defaults), then TOML files (later ones override earlier
+    ones), then command-line overrides."""
     files = [paths] if isinstance(paths, Path) else list(paths or [])
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = _layer({}, base or {})
     for path in files:
         try:
             data = _layer(data, tomllib.loads(path.read_text(encoding="utf-8")))

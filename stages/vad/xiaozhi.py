@@ -11,7 +11,9 @@ Followed (xiaozhi-esp32-server, ``xiaozhi-server/``):
 - ``config.yaml`` section ``SileroVAD`` (lines 605-610): thresholds 0.5 / 0.3, silence 200 ms; the
   window of 5 and the vote of 3 are ``connection.py:149`` and ``silero.py:37``.
 - ``core/providers/asr/base.py`` ``receive_audio`` (lines 61-80): before speech only the last 10
-  frames are kept (the pre-roll handed to ASR); an utterance of no more than 15 frames of 60 ms
+  packets are kept (the pre-roll handed to ASR: 600 ms from the firmware's 60 ms packets, 200 ms from
+  a desktop client's 20 ms ones, which arrive here cut into 60 ms frames, ``AudioFrame.packet_ms``);
+  an utterance of no more than 15 frames of 60 ms
   (900 ms, pre-roll included) is dropped and listening goes on, with every VAD state cleared
   (``connection.py:1688-1701`` ``reset_audio_states``), the half-filled chunk included. That is the
   path of the real server's non-streaming ASRs (its default FunASR, like the lab's ASRs).
@@ -25,6 +27,7 @@ it for the whole connection).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
@@ -48,6 +51,22 @@ class ChunkClassifier(Protocol):
 
 def _ms(samples: int) -> int:
     return samples * 1000 // SAMPLE_RATE
+
+
+def _pre_roll(held: list[AudioFrame], packets: int) -> list[AudioFrame]:
+    """The audio of the device's last ``packets`` packets (asr_audio[-10:]): whole frames when the packets
+    were 60 ms, else the oldest frame cut so that ``packets`` x ``packet_ms`` of audio stay."""
+    if not held:
+        return held
+    packet_ms = held[-1].packet_ms or held[-1].duration_ms
+    keep = packets * packet_ms * SAMPLE_RATE // 1000 * 2  # bytes
+    total = sum(len(f.pcm) for f in held)
+    while held and total - len(held[0].pcm) >= keep:
+        total -= len(held.pop(0).pcm)
+    if held and total > keep:
+        first, cut = held[0], total - keep
+        held[0] = dataclasses.replace(first, pcm=first.pcm[cut:], duration_ms=_ms((len(first.pcm) - cut) // 2))
+    return held
 
 
 class _Decision:
@@ -164,7 +183,7 @@ class XiaozhiServerVad:
             else:
                 held.append(event)
                 if not decision.have_voice:
-                    del held[: max(0, len(held) - self.profile.pre_speech_frames)]
+                    held = _pre_roll(held, self.profile.pre_speech_frames)
                     continue
                 if not self._long_enough(held):
                     if decision.voice_stop:  # too short to recognise: dropped, and listening goes on

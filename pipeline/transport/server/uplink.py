@@ -9,16 +9,18 @@ profile counts its silence in.
 
 from __future__ import annotations
 
-from pipeline.events import FRAME_BYTES, AudioFrame
+from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame
 
 
 class Reframer:
-    """PCM of any length in, 60 ms frames out, numbered from 0 for one turn.
+    """PCM of any length in, 60 ms frames out, numbered from 0 for one turn; each frame says how long
+    the device's packets were (``AudioFrame.packet_ms``) when they were not 60 ms.
 
     A remainder under 60 ms when the uplink closes is dropped: at most two 20 ms packets of the
     tail, after the VAD's end-point or ``listen stop``."""
 
-    def __init__(self) -> None:
+    def __init__(self, packet_ms: int = FRAME_MS) -> None:
+        self.packet_ms = packet_ms if packet_ms != FRAME_MS else None
         self.pending = b""
         self.seq = 0
         self.first_arrival_ns: int | None = None
@@ -32,6 +34,6 @@ class Reframer:
         frames = []
         while len(self.pending) >= FRAME_BYTES:
             chunk, self.pending = self.pending[:FRAME_BYTES], self.pending[FRAME_BYTES:]
-            frames.append(AudioFrame(seq=self.seq, pcm=chunk, arrival_ms=arrival_ms))
+            frames.append(AudioFrame(seq=self.seq, pcm=chunk, arrival_ms=arrival_ms, packet_ms=self.packet_ms))
             self.seq += 1
         return frames

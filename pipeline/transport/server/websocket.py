@@ -6,16 +6,19 @@ The handshake checks the path (its query string aside), the bearer token and the
 cannot set headers (a browser page) may send ``device-id``, ``client-id`` and
 ``authorization`` as query parameters instead, and the MQTT gateway's
 ``?from=mqtt_gateway`` is allowed. A message over the size limit is closed by websockets
-itself (1009).
+itself (1009), and a client that stops reading holds at most its queue (websockets'
+``max_queue``) before TCP stops it. What the real server has no limit for, the lab's front door
+has as ``DoorSettings``: open connections (over the cap, 503), and a send that cannot go out
+within ``write_timeout_s`` (the connection is dropped).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -25,18 +28,23 @@ from websockets.http11 import Request, Response
 
 from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
-from pipeline.transport import protocol
-from pipeline.transport.protocol import ChannelGone
-from pipeline.transport.session import DeviceSession, SessionSettings, TurnRequest, Turns
-
-__all__ = ["GatewaySettings", "TurnRequest", "Turns", "WebSocketChannel", "start_gateway"]
+from pipeline.transport.server.flood import FloodGuard
+from pipeline.transport.server.requests import Turns
+from pipeline.transport.server.session import DeviceSession
+from pipeline.transport.server.settings import DoorSettings, SessionSettings
+from pipeline.transport.wire import framing
+from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.inbound import Inbound, from_websocket
+from pipeline.transport.wire.messages import Hello, Message, encode
 
 # headers a client may send as query parameters instead (xs/core/websocket_server.py:83-106)
 QUERY_FALLBACKS = ("Device-Id", "Client-Id", "Authorization")
 
 
 @dataclass(frozen=True, slots=True)
-class GatewaySettings:
+class WebSocketSettings:
+    """Where the WebSocket front door listens and what it asks of a device."""
+
     host: str = "127.0.0.1"
     port: int = 8000
     path: str = "/xiaozhi/v1/"
@@ -44,6 +52,7 @@ class GatewaySettings:
     # websockets' default, as the real server runs: an MCP tools/list reply runs to tens of KiB
     max_message_bytes: int = 2**20
     session: SessionSettings = field(default_factory=SessionSettings)
+    door: DoorSettings = field(default_factory=DoorSettings)
 
 
 class WebSocketChannel:
@@ -51,34 +60,39 @@ class WebSocketChannel:
 
     transport = "websocket"
 
-    def __init__(self, ws: ServerConnection) -> None:
-        self.ws = ws
+    def __init__(self, ws: ServerConnection, settings: WebSocketSettings, clock: Clock) -> None:
+        self.ws, self.write_timeout_s = ws, settings.door.write_timeout_s
         self.version = _version(ws.request.headers if ws.request else Headers())
+        self.guard = FloodGuard(settings.session.flood, clock)
 
-    async def incoming(self) -> AsyncIterator[str | protocol.Packet]:
+    async def incoming(self) -> AsyncIterator[Inbound]:
         try:
             async for message in self.ws:
-                yield message if isinstance(message, str) else protocol.unpack(self.version, message)
+                yield from_websocket(self.version, message)
         except ConnectionClosed:
             return
 
-    async def send_json(self, message: dict[str, Any]) -> None:
-        try:
-            await self.ws.send(protocol.dump(message))
-        except ConnectionClosed as exc:
-            raise ChannelGone(str(exc)) from None
+    async def send(self, message: Message) -> None:
+        await self._send(encode(message))
 
     async def send_audio(self, opus: bytes, timestamp_ms: int) -> None:
+        await self._send(framing.pack(self.version, opus, timestamp_ms))
+
+    async def _send(self, data: str | bytes) -> None:
         try:
-            await self.ws.send(protocol.pack(self.version, opus, timestamp_ms))
+            async with asyncio.timeout(self.write_timeout_s):
+                await self.ws.send(data)
         except ConnectionClosed as exc:
             raise ChannelGone(str(exc)) from None
+        except TimeoutError:  # the device stopped reading: it holds nothing of ours any longer
+            self.ws.transport.abort()
+            raise ChannelGone(f"a send could not go out within {self.write_timeout_s:g} s") from None
 
     async def close(self, code: int, reason: str) -> None:
         await self.ws.close(code, reason)
 
-    def hello_extra(self, session_id: str) -> dict[str, Any]:
-        return {}
+    def answer_hello(self, answer: Hello) -> Hello:
+        return answer
 
     def turn_started(self) -> None:
         pass
@@ -89,13 +103,27 @@ class WebSocketChannel:
 
 def _version(headers: Headers) -> int:
     raw = headers.get("Protocol-Version", "1")
-    return int(raw) if raw.isdigit() and int(raw) in protocol.VERSIONS else 0
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) in framing.VERSIONS else 0
 
 
-def _refuse(settings: GatewaySettings) -> Any:
-    """The handshake's checks: path, token and protocol version, answered with an HTTP status."""
+def _full(connection: ServerConnection, door: DoorSettings) -> str:
+    """Why the door is full for this connection, "" when it is not (it counts itself among the open ones)."""
+    open_now = connection.server.connections
+    if len(open_now) >= door.max_connections:
+        return f"{door.max_connections} connections are open, the most this server takes"
+    address = connection.remote_address[0] if connection.remote_address else ""
+    if door.max_per_address and sum(1 for c in open_now if c.remote_address[0] == address) >= door.max_per_address:
+        return f"{door.max_per_address} connections from {address} are open, the most from one address"
+    return ""
+
+
+def _refuse(settings: WebSocketSettings) -> Callable[[ServerConnection, Request], Response | None]:
+    """The handshake's checks: room, path, token and protocol version, answered with an HTTP status."""
 
     def check(connection: ServerConnection, request: Request) -> Response | None:
+        full = _full(connection, settings.door)
+        if full:
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, full + "\n")
         parts = urlsplit(request.path)
         if parts.path.rstrip("/") != settings.path.rstrip("/"):
             return connection.respond(HTTPStatus.NOT_FOUND, f"no xiaozhi endpoint at {parts.path}\n")
@@ -103,7 +131,7 @@ def _refuse(settings: GatewaySettings) -> Any:
         if settings.token and not _token_ok(request.headers.get("Authorization", ""), settings.token):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
         if not _version(request.headers):
-            versions = ", ".join(map(str, protocol.VERSIONS))
+            versions = ", ".join(map(str, framing.VERSIONS))
             return connection.respond(HTTPStatus.BAD_REQUEST, f"Protocol-Version must be one of {versions}\n")
         return None
 
@@ -125,11 +153,11 @@ def _token_ok(authorization: str, token: str) -> bool:
     return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
-async def start_gateway(settings: GatewaySettings, turns: Turns, clock: Clock) -> Server:
+async def start_websocket_server(settings: WebSocketSettings, turns: Turns, clock: Clock) -> Server:
     """Listen for devices; the returned server is closed by the caller (``async with`` or ``close()``)."""
 
     async def handler(ws: ServerConnection) -> None:
-        await DeviceSession(WebSocketChannel(ws), settings.session, turns, clock).serve()
+        await DeviceSession(WebSocketChannel(ws, settings, clock), settings.session, turns, clock).serve()
 
     return await serve(
         handler,

@@ -3,7 +3,7 @@
 A firmware (``mqtt_protocol.cc``) sends CONNECT, PUBLISH at QoS 0, PINGREQ and DISCONNECT; it
 never subscribes, though an MQTT client library may. Its server answers CONNACK, PUBLISH,
 SUBACK and PINGRESP. That is all the xiaozhi MQTT gateway itself parses (``mqtt-protocol.js``),
-and all this module knows: the lab's MQTT front end (``mqtt_gateway``) and the tests' recording
+and all this module knows: the lab's MQTT front end (``server.mqtt_front``) and the tests' recording
 server build on it. Every packet is bounded by ``max_bytes`` before it is read, as the gateway's
 ``max_mqtt_payload_size`` bounds the whole packet.
 """
@@ -22,8 +22,8 @@ PINGREQ, PINGRESP, DISCONNECT = 12, 13, 14
 ACCEPTED = 0
 UNACCEPTABLE_PROTOCOL = 1
 IDENTIFIER_REJECTED = 2
+SERVER_UNAVAILABLE = 3  # the front end has no room for another connection
 BAD_CREDENTIALS = 4
-NOT_AUTHORIZED = 5
 
 
 class PacketProblem(ValueError):
@@ -31,7 +31,9 @@ class PacketProblem(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Packet:
+class MqttPacket:
+    """One MQTT packet as read: its type, the fixed header's flags, and the rest."""
+
     kind: int  # the fixed header's packet type
     flags: int  # its low four bits (a PUBLISH's DUP, QoS and RETAIN)
     body: bytes  # everything after the fixed header
@@ -55,7 +57,7 @@ class Publish:
     packet_id: int | None = None
 
 
-async def read_packet(reader: asyncio.StreamReader, max_bytes: int) -> Packet | None:
+async def read_packet(reader: asyncio.StreamReader, max_bytes: int) -> MqttPacket | None:
     """The next packet, or None at a clean end of stream; a packet over ``max_bytes`` in all is refused
     from its length alone, before its body is read."""
     first = await reader.read(1)
@@ -73,7 +75,7 @@ async def read_packet(reader: asyncio.StreamReader, max_bytes: int) -> Packet | 
     if 1 + size_bytes + length > max_bytes:
         raise PacketProblem(f"a packet of {1 + size_bytes + length} bytes is over the {max_bytes}-byte limit")
     body = await reader.readexactly(length) if length else b""
-    return Packet(first[0] >> 4, first[0] & 0x0F, body)
+    return MqttPacket(first[0] >> 4, first[0] & 0x0F, body)
 
 
 def encode(kind: int, flags: int, body: bytes) -> bytes:
@@ -117,7 +119,7 @@ class _Reader:
         return self.take(len(self.body) - self.at)
 
 
-def parse_connect(packet: Packet) -> Connect:
+def parse_connect(packet: MqttPacket) -> Connect:
     r = _Reader(packet.body)
     r.text()  # "MQTT" (3.1.1) or "MQIsdp" (3.1): the level tells them apart
     level, flags, keep_alive = r.u8(), r.u8(), r.u16()
@@ -130,7 +132,7 @@ def parse_connect(packet: Packet) -> Connect:
     return Connect(level, keep_alive, client_id, username, password, bool(flags & 0x02))
 
 
-def parse_publish(packet: Packet) -> Publish:
+def parse_publish(packet: MqttPacket) -> Publish:
     qos = packet.flags >> 1 & 0x03
     r = _Reader(packet.body)
     topic = r.text()
@@ -138,7 +140,7 @@ def parse_publish(packet: Packet) -> Publish:
     return Publish(topic, r.rest(), qos, packet_id)
 
 
-def parse_subscribe(packet: Packet) -> tuple[int, list[tuple[str, int]]]:
+def parse_subscribe(packet: MqttPacket) -> tuple[int, list[tuple[str, int]]]:
     """The packet id and each topic filter with the QoS asked for."""
     r = _Reader(packet.body)
     packet_id, filters = r.u16(), []
@@ -182,4 +184,3 @@ def suback(packet_id: int, granted: list[int]) -> bytes:
 
 PINGREQ_PACKET = encode(PINGREQ, 0, b"")
 PINGRESP_PACKET = encode(PINGRESP, 0, b"")
-DISCONNECT_PACKET = encode(DISCONNECT, 0, b"")

@@ -64,30 +64,50 @@ def ssrc_of(datagram: bytes) -> int | None:
     return struct.unpack_from(">I", datagram, 4)[0] if len(datagram) >= HEADER.size else None
 
 
+# A packet further ahead of the newest than this is no audio that was lost but a forged or broken header:
+# 4,096 packets are four minutes of 60 ms audio, more than any stall a session survives
+MAX_GAP = 1 << 12
+# how far below the newest packet a late one is still told from a duplicate (a bit per packet)
+WINDOW = 256
+_WINDOW_MASK = (1 << WINDOW) - 1
+
+
 @dataclass(slots=True)
 class SequenceCheck:
-    """Counts what a turn's packets did: received, lost (never came), late (came after a newer one)."""
+    """Counts what a turn's packets did: received, lost (never came), late (came after a newer one),
+    duplicate, stale (older than the window, so neither), implausible (too far ahead: dropped, and it
+    moves nothing). Memory and time per packet are bounded whatever the sequence numbers say."""
 
     received: int = 0
     lost: int = 0
     late: int = 0
     duplicate: int = 0
+    stale: int = 0
+    implausible: int = 0
     _expected: int | None = None
-    _missing: set[int] | None = None
+    _missing: int = 0  # bit i: sequence ``_expected - 1 - i`` has not come
 
     def accept(self, sequence: int) -> bool:
-        """Whether to play this packet: only the newest so far is."""
-        missing = self._missing if self._missing is not None else set()
-        self._missing = missing
-        if self._expected is None or sequence >= self._expected:
-            if self._expected is not None and sequence > self._expected:
-                missing.update(range(self._expected, sequence))
-                self.lost += sequence - self._expected
+        """Whether to play this packet: only the newest so far is (the firmware's rule)."""
+        if self._expected is None:
             self._expected = sequence + 1
             self.received += 1
             return True
-        if sequence in missing:  # it was counted lost; it is late instead, and still not played
-            missing.discard(sequence)
+        gap = sequence - self._expected
+        if gap > MAX_GAP:
+            self.implausible += 1
+            return False
+        if gap >= 0:
+            self.lost += gap
+            self._missing = ((self._missing << (gap + 1)) | (((1 << gap) - 1) << 1)) & _WINDOW_MASK
+            self._expected = sequence + 1
+            self.received += 1
+            return True
+        behind = -gap - 1  # bit index of this sequence
+        if behind >= WINDOW:
+            self.stale += 1
+        elif self._missing >> behind & 1:  # it was counted lost; it is late instead, and still not played
+            self._missing &= ~(1 << behind)
             self.lost -= 1
             self.late += 1
         else:
@@ -96,4 +116,4 @@ class SequenceCheck:
 
     def next_turn(self) -> SequenceCheck:
         """Fresh counts for the next turn; the order carries on (sequence numbers run across turns)."""
-        return SequenceCheck(_expected=self._expected)
+        return SequenceCheck(_expected=self._expected, _missing=self._missing)

@@ -5,91 +5,41 @@ outputs become the protocol's messages (``stt``, ``tts start``, ``llm``, ``sente
 before each sentence's audio, paced Opus frames, ``tts stop``). The session decides when a
 turn starts and what stops it; the turn tells the session when it heard speech, end-pointed
 and recognised an utterance, because continuous listening and barge-in hang on those moments.
+A turn that fails before the device was told ``tts start`` tells it nothing, as the real server
+sends nothing for an utterance it could not recognise (asr/base.py); one that fails after ends
+with ``tts stop``, so the device is never left speaking.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from pipeline.clock import Clock
-from pipeline.events import AudioOut, Event, Sentence, SpeechEnd, SpeechStart, TokenDelta, Transcript, TurnEnd
+from pipeline.events import (
+    FRAME_MS,
+    AudioOut,
+    Event,
+    Sentence,
+    SpeechEnd,
+    SpeechStart,
+    TokenDelta,
+    Transcript,
+    TurnEnd,
+)
 from pipeline.run.device import close, drain
 from pipeline.run.recorder import TurnRecorder
 from pipeline.run.turn import ServerStages, check_complete, serve_turn, supervise
 from pipeline.tracing.timeline import PacketCounts, TurnTimeline
-from pipeline.transport import protocol
-from pipeline.transport.codec import OpusEncoder
-from pipeline.transport.pacing import DownlinkPacer, pacing
-from pipeline.transport.protocol import ChannelGone
-from pipeline.transport.uplink import Reframer
-
-_CODEC_THREADS = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="opus")
-
-# How a turn began: a listen start, speech heard while the session listens on, typed text
-# (listen detect), or a wake word the server answers with a greeting.
-STARTED_BY = ("listen", "speech", "text", "wake")
-
-
-class ServerChannel(Protocol):
-    """One device's link to the server, as a session uses it."""
-
-    transport: str  # what the hello says: "websocket", "udp"
-
-    def incoming(self) -> AsyncIterator[str | protocol.Packet]: ...
-
-    async def send_json(self, message: dict[str, Any]) -> None: ...
-
-    async def send_audio(self, opus: bytes, timestamp_ms: int) -> None: ...
-
-    async def close(self, code: int, reason: str) -> None: ...
-
-    def hello_extra(self, session_id: str) -> dict[str, Any]: ...
-
-    def turn_started(self) -> None:
-        """A turn begins: a lossy channel starts counting its packets afresh."""
-
-    def packet_counts(self) -> PacketCounts | None:
-        """The turn's incoming packets, for a lossy channel (UDP); None for a reliable one."""
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    max_messages_per_s: float = 100.0  # a device sends ~17 audio messages a second at 60 ms, ~50 at 20 ms
-    hello_timeout_s: float = 10.0
-    turn_timeout_s: float = 60.0
-    pacing: str = "xiaozhi-server"  # downlink pacing (pacing.PACINGS); "lab-v1" is the lab's pacing before it
-    downlink_codec: str = (
-        "xiaozhi-server"  # the server's Opus encoder preset (codec.PRESETS): 24 kHz, as the real server
-    )
-    # xiaozhi-esp32-server's config.yaml: wakeup_words, enable_greeting, and the text it chats with on a wake word
-    wake_words: tuple[str, ...] = ("你好小智", "嘿你好呀", "你好小志", "小爱同学", "你好小鑫", "你好小新", "小美同学")
-    greeting: str = "嘿，你好呀"  # "" = enable_greeting false: a wake word is acknowledged, not answered
-    wake_mute_s: float = 2.0  # the real server ignores audio this long after a detect (receiveAudioHandle.py)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """What started a turn; ``question_id`` and ``round`` are our emulator's extra fields."""
-
-    session_id: str
-    mode: str
-    question_id: str = ""
-    round: int = 0
-    traceparent: str = ""  # W3C trace context of the device's turn, when the device sent one
-    started_by: str = "listen"  # one of STARTED_BY
-    text: str = ""  # a text or wake turn's input
-    device: Any = field(default=None, compare=False, repr=False)  # the session's DeviceMcp, when the device has one
-
-    @property
-    def typed(self) -> bool:
-        """A turn with no audio: its input is text (``listen detect``, or a wake word's greeting)."""
-        return self.started_by in ("text", "wake")
+from pipeline.transport.server.channel import ServerChannel, tell
+from pipeline.transport.server.pacing import DownlinkPacer, pacing
+from pipeline.transport.server.requests import TurnRequest
+from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.texts import stt_text
+from pipeline.transport.server.uplink import Reframer
+from pipeline.transport.wire.messages import Llm, Message, Stt, Tts
+from pipeline.transport.wire.opus import OpusEncoder, codec_threads
 
 
 class TurnWatcher(Protocol):
@@ -111,13 +61,15 @@ class ServerTurn:
         settings: SessionSettings,
         clock: Clock,
         watcher: TurnWatcher,
+        packet_ms: int = FRAME_MS,
     ) -> None:
         self.channel, self.request, self.settings, self.watcher = channel, request, settings, watcher
         self.up: asyncio.Queue[object] = asyncio.Queue()
-        self.outbox: asyncio.Queue[object] = asyncio.Queue()
-        self.reframer = Reframer()
+        self.outbox: asyncio.Queue[Message | AudioOut | TurnEnd] = asyncio.Queue()
+        self.reframer = Reframer(packet_ms)
         self.encoder = OpusEncoder(preset=settings.downlink_codec)
         self.uplink_open = True
+        self.packets: PacketCounts | None = None  # the uplink's packets, counted while it was open (UDP)
         self.aborted = False
         self.work: list[asyncio.Task[None]] = []
         self.stage_tasks: list[asyncio.Task[None]] = []
@@ -127,10 +79,9 @@ class ServerTurn:
         # ``tts stop`` for this turn's answer has gone out: the abort handler sent it, or a newer turn's answer
         # took the device's speaker; either way this turn tells the device nothing more
         self.stop_sent = False
-        # a turn started by speech heard while listening on is only a turn once the VAD hears speech
-        self.candidate = request.started_by == "speech" or (
-            request.started_by == "listen" and request.mode == "realtime"
-        )
+        # a listener (speech heard while listening on, or a listen start outside manual mode) is only a turn
+        # once the VAD hears speech: the real server keeps listening to silence without a word or a limit
+        self.candidate = request.started_by == "speech" or (request.started_by == "listen" and request.mode != "manual")
         self.speech = asyncio.Event()
         self.recorder = TurnRecorder(clock, observer=self.observe)
 
@@ -158,13 +109,14 @@ class ServerTurn:
         elif role == "asr" and isinstance(event, Transcript):
             self.speech.set()
             self.watcher.recognised(self)
-            self.outbox.put_nowait({"type": "stt", "text": event.text, "session_id": sid})
-            self.outbox.put_nowait({"type": "tts", "state": "start", "session_id": sid})
+            if self.request.tells_stt:
+                self.outbox.put_nowait(Stt(text=stt_text(event.text), session_id=sid))
+            self.outbox.put_nowait(Tts("start", session_id=sid))
             self.told_start = True
         elif role == "llm" and isinstance(event, TokenDelta) and event.text.strip() and not self.llm_told:
             self.llm_told = True
             # the real server's default emotion (textUtils.py) when the text names none
-            self.outbox.put_nowait({"type": "llm", "text": "🙂", "emotion": "happy", "session_id": sid})
+            self.outbox.put_nowait(Llm(text="🙂", emotion="happy", session_id=sid))
         elif role == "sentences" and isinstance(event, Sentence):
             self.texts[event.index] = event.text
 
@@ -180,6 +132,8 @@ class ServerTurn:
     def close_uplink(self) -> None:
         if self.uplink_open:
             self.uplink_open = False
+            if not self.request.typed:  # the channel counts afresh for the next listener: these are this turn's
+                self.packets = self.channel.packet_counts()
             close(self.up)
 
     def abort(self, error_type: str, message: str) -> None:
@@ -190,10 +144,10 @@ class ServerTurn:
         for task in self.work:
             task.cancel()
 
-    def tell_stop(self) -> dict[str, Any]:
+    def tell_stop(self) -> Tts:
         """The ``tts stop`` that ends this turn's answer on the device; it is not to be sent twice."""
         self.stop_sent = True
-        return {"type": "tts", "state": "stop", "session_id": self.request.session_id}
+        return Tts("stop", session_id=self.request.session_id)
 
 
 async def run_server_turn(turn: ServerTurn, stages: ServerStages) -> TurnTimeline | None:
@@ -219,9 +173,8 @@ async def run_server_turn(turn: ServerTurn, stages: ServerStages) -> TurnTimelin
             raise
     if not turn.aborted:
         check_complete(recorder, played=False, spoken=not turn.request.typed)
-    if not recorder.timeline.ok and not turn.stop_sent:
-        # the firmware ignores a stop while it is not speaking; our emulator learns from it that the turn failed
-        await tell(turn.channel, turn.tell_stop())
+    if not recorder.timeline.ok and turn.told_start and not turn.stop_sent:
+        await tell(turn.channel, turn.tell_stop())  # the device is speaking this answer: it ends here
     return recorder.finish()
 
 
@@ -239,12 +192,6 @@ async def _speech_or_end(turn: ServerTurn) -> bool:
     return any(t.done() and not t.cancelled() and t.exception() is not None for t in turn.work)
 
 
-async def tell(channel: ServerChannel, message: dict[str, Any]) -> None:
-    """Send a message the device may no longer be there to hear: a channel gone is no error here."""
-    with contextlib.suppress(ChannelGone):
-        await channel.send_json(message)
-
-
 async def _send(turn: ServerTurn) -> None:
     """The turn's downlink, in order: control messages, and Opus frames paced as the real server paces them."""
     loop = asyncio.get_running_loop()
@@ -252,24 +199,21 @@ async def _send(turn: ServerTurn) -> None:
     sentence, frames = -1, 0
     while True:
         item = await turn.outbox.get()
-        if isinstance(item, dict):
-            await turn.channel.send_json(item)
-        elif isinstance(item, TurnEnd):
+        if isinstance(item, TurnEnd):
             await pacer.before_stop()  # the device plays out what it holds before it hears stop
-            await turn.channel.send_json(turn.tell_stop())
+            await turn.channel.send(turn.tell_stop())
             return
-        elif isinstance(item, AudioOut):
-            if item.sentence_index != sentence:
-                sentence = item.sentence_index
-                text = turn.texts.get(sentence, "")
-                sid = turn.request.session_id
-                await turn.channel.send_json(
-                    {"type": "tts", "state": "sentence_start", "text": text, "session_id": sid}
-                )
-            await pacer.before_frame()
-            # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
-            packet = await loop.run_in_executor(_CODEC_THREADS, turn.encoder.encode, item.pcm)
-            turn.recorder.sent()  # handed to the transport now: the device may have it before send_audio returns
-            await turn.channel.send_audio(packet, timestamp_ms=frames * protocol.FRAME_MS)
-            pacer.sent()
-            frames += 1
+        if not isinstance(item, AudioOut):
+            await turn.channel.send(item)
+            continue
+        if item.sentence_index != sentence:
+            sentence = item.sentence_index
+            text = turn.texts.get(sentence, "")
+            await turn.channel.send(Tts("sentence_start", text=text, session_id=turn.request.session_id))
+        await pacer.before_frame()
+        # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
+        packet = await loop.run_in_executor(codec_threads(), turn.encoder.encode, item.pcm)
+        turn.recorder.sent()  # handed to the transport now: the device may have it before send_audio returns
+        await turn.channel.send_audio(packet, timestamp_ms=frames * FRAME_MS)
+        pacer.sent()
+        frames += 1

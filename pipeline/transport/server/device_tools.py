@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.events import ToolFailed, ToolResult, ToolSpec
+from pipeline.transport.wire.messages import Mcp
 
-__all__ = ["DeviceMcp", "McpError", "McpSettings", "llm_name"]
+__all__ = ["DeviceToolsClient", "McpError", "McpSettings", "llm_name"]
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[Mcp], Awaitable[None]]
 
 PROTOCOL_VERSION = "2024-11-05"  # what mcp_handler.py sends
 INITIALIZE_ID = 1  # mcp_handler.py mcpInitializeID
@@ -59,7 +60,7 @@ def llm_name(name: str) -> str:
     return _NOT_IN_A_NAME.sub("_", name)
 
 
-class DeviceMcp:
+class DeviceToolsClient:
     """The server's MCP client for one device session, and the tool executor of its turns."""
 
     def __init__(self, send: Send, session_id: str, settings: McpSettings | None = None) -> None:
@@ -88,9 +89,9 @@ class DeviceMcp:
         }
         await self._rpc({"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize", "params": params})
 
-    def handle(self, message: dict[str, Any]) -> None:
+    def handle(self, message: Mcp) -> None:
         """One ``mcp`` message from the device: an answer to what we asked, or something we ignore."""
-        payload = message.get("payload")
+        payload = message.payload
         rid = payload.get("id") if isinstance(payload, dict) else None
         if not isinstance(payload, dict) or not isinstance(rid, int) or isinstance(rid, bool):
             return  # a request or notification from the device, or no JSON-RPC: the real server logs it
@@ -110,7 +111,7 @@ class DeviceMcp:
         """The device's tools as the LLM is offered them; none until the whole list has come."""
         return () if self.closed else self._tools
 
-    def executor(self) -> DeviceMcp:
+    def executor(self) -> DeviceToolsClient:
         """The executor of the device's tools: this client, which calls them over the device's link."""
         return self
 
@@ -229,7 +230,7 @@ class DeviceMcp:
     # --- the link --------------------------------------------------------------
 
     async def _rpc(self, payload: dict[str, Any]) -> None:
-        await self._send({"type": "mcp", "session_id": self.session_id, "payload": payload})
+        await self._send(Mcp(payload=payload, session_id=self.session_id))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)

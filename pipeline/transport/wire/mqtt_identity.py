@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.transport import mqtt_packets
+from pipeline.transport.wire import mqtt_packets
 
 GROUP = "GID_test"  # the gateway's own example group (mqtt_config_v2.js); the gateway accepts any
 PUBLISH_TOPIC = "device-server"

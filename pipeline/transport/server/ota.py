@@ -6,11 +6,16 @@ the server time, whether a firmware update is offered, and its protocol: with a 
 section (``url``, ``token``) it connects there over WebSocket (firmware ``main/ota.cc``
 ``CheckVersion``, ``application.cc`` ``InitializeProtocol``). This endpoint answers as
 xiaozhi-esp32-server's does (``core/api/ota_handler.py`` ``handle_post``): no update (the
-device's own version echoed, no URL), and the lab's WebSocket URL and bearer token. When the lab's
-MQTT front end runs, the answer also has the ``mqtt`` section the xiaozhi MQTT gateway's OTA gives
+device's own version echoed, no URL), and either the lab's WebSocket URL and bearer token or, when
+the lab's MQTT front end runs, the ``mqtt`` section the xiaozhi MQTT gateway's OTA gives
 (``generateMqttConfig``: endpoint, a client id from the request's Device-Id and Client-Id, a username
-naming the device's IP, the password signed with the front end's key, the topics); firmware prefers
-MQTT when the section is there (``application.cc`` ``InitializeProtocol``).
+naming the device's IP, the password signed with the front end's key, the topics), never both, as the
+real server. A GET, which a person sends to check the endpoint, is told the WebSocket URL in a line of
+text and no credential, as the real server tells it.
+
+The answer carries a device's credentials, so no other web page may read it: the lab sends no
+``Access-Control-Allow-Origin`` unless one origin is named (``cors_origin``). The real server allows
+every origin (``base_handler.py``), which lets any page a user opens read a lab's token off localhost.
 
 It is served over HTTP by aiohttp on a port of its own, as the real server serves it beside its
 WebSocket port: websockets' HTTP parser takes only GET requests without a body.
@@ -27,17 +32,13 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.clock import Clock
-from pipeline.transport import mqtt_auth
+from pipeline.transport.wire import mqtt_identity
 
 OTA_PATH = "/xiaozhi/ota/"
 UNKNOWN_VERSION = "0.0.0"  # what the real server echoes when a device names no version
 MAX_BODY_BYTES = 64 * 1024  # a firmware's system information is 1-2 KiB
-# the headers a browser page may send across origins, as the real server allows (core/api/base_handler.py)
-CORS = {
-    "Access-Control-Allow-Headers": "client-id, content-type, device-id, authorization",
-    "Access-Control-Allow-Credentials": "true",
-    "Access-Control-Allow-Origin": "*",
-}
+# the headers a page of the named origin may send, as the real server allows (core/api/base_handler.py)
+CORS_HEADERS = "client-id, content-type, device-id, authorization"
 
 
 class OtaError(RuntimeError):
@@ -53,7 +54,8 @@ class OtaSettings:
     timezone_offset_min: int = 0  # added by firmware to server_time.timestamp to set its local clock
     mqtt_endpoint: str = ""  # HOST:PORT of the lab's MQTT front end; "": no mqtt section
     mqtt_signature_key: str = field(default="", repr=False)  # signs each device's password; "": none checked
-    mqtt_group: str = mqtt_auth.GROUP
+    mqtt_group: str = mqtt_identity.GROUP
+    cors_origin: str = ""  # the one web origin that may read answers (a console of the user's); "": none
 
 
 def server_url(host: str, port: int, path: str, scheme: str = "ws") -> str:
@@ -68,6 +70,7 @@ class OtaServer:
     def __init__(self, settings: OtaSettings, clock: Clock, note: Callable[[str], None] | None = None) -> None:
         self.settings, self.clock = settings, clock
         self.note = note or (lambda _message: None)
+        self.cors = _cors(settings.cors_origin)
         self.port = settings.port
         self._runner: web.AppRunner | None = None
 
@@ -99,23 +102,24 @@ class OtaServer:
     async def _post(self, request: web.Request) -> web.Response:
         missing = [name for name in ("Device-Id", "Client-Id") if not request.headers.get(name)]
         if missing:  # the real server refuses these too (ota_handler.py handle_post)
-            return _refusal(f"the {' and '.join(missing)} header(s) are missing")
+            return self._refusal(f"the {' and '.join(missing)} header(s) are missing")
         raw = await request.read()
         try:
             body = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return _refusal("the body is not JSON (a device sends its system information as a JSON object)")
+        except (ValueError, RecursionError):
+            return self._refusal("the body is not JSON (a device sends its system information as a JSON object)")
         if not isinstance(body, dict):
-            return _refusal("the body is not a JSON object")
+            return self._refusal("the body is not a JSON object")
         device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
-        told = self.settings.websocket_url + (f" and mqtt {self.settings.mqtt_endpoint}" if self.mqtt else "")
+        told = f"mqtt {self.settings.mqtt_endpoint}" if self.mqtt else self.settings.websocket_url
         self.note(f"OTA: {device} is told {told}")
         return self._answer(_version(body), self._mqtt_section(request))
 
     async def _get(self, request: web.Request) -> web.Response:
-        # firmware GETs when it has no system information to send (ota.cc CheckVersion); a person checks
-        # the endpoint this way too. The real server answers GET with a line of text, which firmware cannot parse.
-        return self._answer(UNKNOWN_VERSION, self._mqtt_section(request))
+        """A person checking the endpoint: a line of text as the real server's (ota_handler.py handle_get),
+        naming where devices are sent and no credential."""
+        text = f"OTA接口运行正常，向设备发送的websocket地址是：{self.settings.websocket_url}"
+        return web.Response(text=text, headers=self.cors)
 
     @property
     def mqtt(self) -> bool:
@@ -128,22 +132,28 @@ class OtaServer:
             return None
         s = self.settings
         user_data = {"ip": request.remote or ""}  # what the gateway's OTA puts there: the device's address
-        config = mqtt_auth.device_config(s.mqtt_endpoint, mac, uuid, s.mqtt_signature_key, s.mqtt_group, user_data)
+        config = mqtt_identity.device_config(s.mqtt_endpoint, mac, uuid, s.mqtt_signature_key, s.mqtt_group, user_data)
         return config.section(int(s.mqtt_endpoint.rpartition(":")[2]))
 
     async def _options(self, request: web.Request) -> web.Response:
-        return web.Response(headers={**CORS, "Access-Control-Allow-Methods": "GET, POST, OPTIONS"})
+        methods = {"Access-Control-Allow-Methods": "GET, POST, OPTIONS"} if self.cors else {}
+        return web.Response(headers={**self.cors, **methods})
 
     def _answer(self, version: str, mqtt: dict[str, Any] | None = None) -> web.Response:
         s = self.settings
         answer: dict[str, Any] = {
             "server_time": {"timestamp": self.clock.now_ns() // 1_000_000, "timezone_offset": s.timezone_offset_min},
             "firmware": {"version": version, "url": ""},  # the device's own version: no update offered
-            "websocket": {"url": s.websocket_url, "token": s.token},
         }
-        if mqtt is not None:
+        if mqtt is not None:  # one protocol or the other, as the real server (ota_handler.py handle_post)
             answer["mqtt"] = mqtt
-        return web.json_response(answer, headers=CORS, dumps=_compact)
+        else:
+            answer["websocket"] = {"url": s.websocket_url, "token": s.token}
+        return web.json_response(answer, headers=self.cors, dumps=_compact)
+
+    def _refusal(self, message: str) -> web.Response:
+        body = {"success": False, "message": message}
+        return web.json_response(body, status=HTTPStatus.BAD_REQUEST, headers=self.cors, dumps=_compact)
 
 
 def _version(body: dict[str, Any]) -> str:
@@ -152,9 +162,16 @@ def _version(body: dict[str, Any]) -> str:
     return version if isinstance(version, str) and version else UNKNOWN_VERSION
 
 
-def _refusal(message: str) -> web.Response:
-    body = {"success": False, "message": message}
-    return web.json_response(body, status=HTTPStatus.BAD_REQUEST, headers=CORS, dumps=_compact)
+def _cors(origin: str) -> dict[str, str]:
+    """The CORS headers for the one origin allowed to read answers; none when none is."""
+    if not origin:
+        return {}
+    return {
+        "Access-Control-Allow-Headers": CORS_HEADERS,
+        "Access-Control-Allow-Credentials": "true",
+        "Access-Control-Allow-Origin": origin,
+        "Vary": "Origin",
+    }
 
 
 def _compact(value: Any) -> str:

@@ -7,6 +7,8 @@ or the real server's downlink (24 kHz). A decoder takes any of those streams bac
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -159,6 +161,18 @@ class OpusDecoder:
             return bytes(self._decoder.decode(packet, self._most))
         except self._opus.OpusError as exc:
             raise CodecError(f"undecodable Opus packet of {len(packet)} bytes: {exc}") from None
+
+
+_threads: ThreadPoolExecutor | None = None
+
+
+def codec_threads() -> ThreadPoolExecutor:
+    """The threads that encode beside an event loop (libopus runs without the GIL), made on first use:
+    importing the codec starts nothing."""
+    global _threads
+    if _threads is None:
+        _threads = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="opus")
+    return _threads
 
 
 def audible(pcm: bytes, threshold: int = 64) -> bool:

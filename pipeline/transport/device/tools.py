@@ -19,7 +19,7 @@ SERVER_NAME = "voice-latency-lab-emulator"  # the firmware sends its BOARD_NAME
 SERVER_VERSION = "1.0.0"  # the firmware sends its app version
 MAX_LIST_PAYLOAD = 8000  # mcp_server.cc GetToolsList: one tools/list answer stays below this many bytes
 
-__all__ = ["DeviceMcp", "DeviceState", "McpArgumentError"]
+__all__ = ["DeviceState", "EmulatedTools", "McpArgumentError"]
 
 
 class McpArgumentError(ValueError):
@@ -97,8 +97,8 @@ class DeviceState:
         }
 
 
-class DeviceMcp:
-    """Answers one MCP request payload as the firmware does; keeps the device's state across calls."""
+class EmulatedTools:
+    """The device's MCP server: answers one request payload as the firmware does, keeping the device's state."""
 
     def __init__(self, state: DeviceState | None = None) -> None:
         self.state = state if state is not None else DeviceState()

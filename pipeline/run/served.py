@@ -1,0 +1,108 @@
+"""The run behind a server: each device turn's stages, each connection's history, each finished turn traced.
+
+A server (``pipeline.serve``, the xiaozhi front doors) asks for a turn's stages when a device
+starts one and hands back the timeline when it ends; this is what answers, from the run's
+settings and engines. It knows a turn's request only by the fields it reads (``ServedRequest``),
+so the run never imports the transport that serves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Protocol
+
+from pipeline.events import AudioOut, Event, Sentence
+from pipeline.run.assembly import build_stages
+from pipeline.run.inputs import written_language
+from pipeline.run.session import Run, TraceSink, exchange, keep_history, turn_attributes
+from pipeline.run.turn import ServerStages
+from pipeline.settings.fixtures import AUTO, Question
+from pipeline.tracing.export import Tracing
+from pipeline.tracing.timeline import TurnTimeline
+from stages.llm import Message
+from stages.llm.backend import ToolSource
+
+
+class ServedRequest(Protocol):
+    """What the run reads of a device's turn request."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def question_id(self) -> str: ...
+    @property
+    def round(self) -> int: ...
+    @property
+    def traceparent(self) -> str: ...
+    @property
+    def started_by(self) -> str: ...
+    @property
+    def device(self) -> ToolSource | None: ...
+
+
+class ServedTurns:
+    """Each turn's stages from the run's settings, each connection's history, each finished turn traced.
+
+    ``language`` is what a turn that names no known question is heard in (``AUTO``: detected);
+    ``note`` says how the server behaves, written on every turn's span.
+    """
+
+    def __init__(self, run: Run, tracing: Tracing, sink: TraceSink, language: str, note: str = "") -> None:
+        self.run, self.tracing, self.sink, self.language, self.note = run, tracing, sink, language, note
+        self.by_id = {q.id: q for q in run.questions.questions}
+        self.history: dict[str, list[Message]] = {}
+        self.replies: dict[str, list[bytes]] = {}
+        self.count = 0
+
+    def question(self, request: ServedRequest) -> Question:
+        known = self.by_id.get(request.question_id)
+        if known is not None:
+            return known
+        return Question(request.question_id or "live", self.language or AUTO, "", "", Path())
+
+    def stages(self, request: ServedRequest) -> ServerStages:
+        """The turn's stages; a device that speaks MCP (``request.device``) has its own tools offered to
+        the LLM once it has listed them (read when the LLM is asked, not now: the list may be on its way)."""
+        self.count += 1
+        history = tuple(self.history.get(request.session_id, ()))
+        return build_stages(
+            self.run.config, self.run.engines, self.question(request), self.count, history, request.device
+        )
+
+    def finished(self, request: ServedRequest, timeline: TurnTimeline) -> None:
+        if timeline.ok:
+            kept = keep_history(
+                self.history.get(request.session_id, []) + exchange(timeline), self.run.config.llm.history_rounds
+            )
+            self.history[request.session_id] = kept
+        note = (
+            f"device session {request.session_id[:8]}, listen mode {request.mode}, started by {request.started_by}"
+            + (f"; {self.note}" if self.note else "")
+        )
+        attrs = turn_attributes(self.run, self.question(request), request.round, note, None)
+        self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
+
+    async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
+        """``text`` spoken once by the run's TTS and kept, as 60 ms frames; the session's history gets it."""
+        if text not in self.replies:
+            self.replies[text] = await self.speak(text)
+        if self.run.config.llm.history_rounds:
+            self.history.setdefault(session_id, []).append(Message("assistant", text))
+        return self.replies[text]
+
+    async def speak(self, text: str) -> list[bytes]:
+        """``text`` through the run's TTS, untimed: audio the server has ready before anyone asks."""
+        question = Question("reply", written_language(text), "", text, Path())
+        tts = build_stages(self.run.config, self.run.engines, question, 0).tts
+        frames: list[bytes] = []
+        async for event in tts.run(_one(Sentence(0, text, 0, 0))):
+            if isinstance(event, AudioOut):
+                frames.append(event.pcm)
+        return frames
+
+
+async def _one(event: Event) -> AsyncIterator[Event]:
+    yield event

@@ -1,0 +1,181 @@
+"""A xiaozhi device over WebSocket or MQTT + UDP: it replays a clip as Opus at real-time pace and plays the answer.
+
+It behaves as the firmware (xiaozhi-esp32 main/application.cc) does where that shows on the wire
+or in the figures: audio is played only between ``tts start`` and ``tts stop`` and played as it
+arrives; in realtime mode one ``listen start`` opens a microphone that streams for the whole
+connection; barge-in follows the firmware's wake-word or button path; MCP requests are answered
+whenever they come; a connection the server closed while the device was idle is opened again. Each
+question is a ``turn.DeviceTurn``; its rows come from what crossed the wire, whichever server answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pipeline.clock import Clock
+from pipeline.run.session import Ask
+from pipeline.run.turn import supervise
+from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport.device.dial import open_link
+from pipeline.transport.device.link import DeviceError, DeviceLink
+from pipeline.transport.device.microphone import Microphone, NoiseFloor
+from pipeline.transport.device.settings import DeviceSettings
+from pipeline.transport.device.tools import EmulatedTools
+from pipeline.transport.device.turn import DeviceTurn, abandon, check_answered
+from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.messages import LabTag, Listen, Mcp
+
+__all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
+
+
+class EmulatedDevice:
+    """One device session: ``async with`` connects and says hello; ``turn`` runs one question."""
+
+    def __init__(self, settings: DeviceSettings, clock: Clock) -> None:
+        self.settings, self.clock = settings, clock
+        self.link_settings = settings.link()
+        self.tools = EmulatedTools()  # the device's state outlives its connections
+        self.noise = NoiseFloor(settings.device_id)
+        self.link = self._new_link()
+        self.label = self.link.label
+        self.mic: Microphone | None = None
+        self.reconnects = 0
+        self._listed = asyncio.Event()
+        self._pending: DeviceTurn | None = None  # a turn the user started by barging in, not yet asked for
+
+    @property
+    def session_id(self) -> str:
+        return self.link.session_id
+
+    @property
+    def realtime(self) -> bool:
+        return self.settings.listen_mode == "realtime"
+
+    def _new_link(self) -> DeviceLink:
+        link = open_link(self.link_settings, self.clock)
+
+        async def answer(message: Mcp) -> None:
+            await self._answer_mcp(link, message)
+
+        link.on_mcp = answer
+        return link
+
+    async def __aenter__(self) -> EmulatedDevice:
+        await self._connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._pending is not None:
+            await self._pending.stop()
+            self._pending = None
+        await self._disconnect()
+
+    async def _connect(self) -> None:
+        self._listed = asyncio.Event()
+        await self.link.open()
+        if self.realtime:  # application.cc: one listen start on entering Listening; the processor keeps running
+            await self.link.send(self.listen_message(None))
+            self.mic = Microphone(self.link, self.settings, self.noise, self.clock)
+        # The real server asks for tools/list about a second after the device answered initialize
+        # (mcp_handler.py sleeps 1 s): a question asked at once would reach a server that does not know
+        # the device's tools yet. A server that never asks costs this wait once per connection.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.mcp_wait_s):
+                await self._listed.wait()
+
+    async def _disconnect(self) -> None:
+        if self.mic is not None:
+            await self.mic.stop()
+            self.mic = None
+        await self.link.close()
+
+    async def _reconnect(self) -> None:
+        """application.cc: the next wake opens the audio channel again (connect, hello)."""
+        await self._disconnect()
+        self.link = self._new_link()
+        await self._connect()
+        self.reconnects += 1
+
+    async def _answer_mcp(self, link: DeviceLink, message: Mcp) -> None:
+        payload = message.payload
+        reply = self.tools.handle(payload)
+        if reply is None:
+            return
+        with contextlib.suppress(ChannelGone):
+            await link.send(Mcp(payload=reply, session_id=link.session_id))
+        if isinstance(payload, dict) and payload.get("method") == "tools/list" and "result" in reply:
+            self._listed.set()
+
+    async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline:
+        """Ask one question; the device's timeline of it, failures recorded on it (M7).
+
+        ``ask.traceparent`` (W3C) goes with ``listen`` (realtime: with the ``lab`` message): a server of
+        ours makes its spans children of it. ``then``: the next question, which a user barging in
+        starts mid-answer; its turn is then already under way when ``turn`` is called for it."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.ask == ask:
+            turn = pending
+            self.link.turn_started(drain=False)  # the old answer has stopped: what comes now is this turn's
+            return await self._finish(turn, then)
+        if pending is not None:  # started for a question that is not the one asked now
+            await pending.stop()
+        reconnected = 0
+        if not self.link.is_open:  # the server closed it while the device was idle: open it again
+            try:
+                await self._reconnect()
+                reconnected = 1
+            except DeviceError as exc:
+                failed = DeviceTurn(self, ask)
+                failed.recorder.fail("disconnected", str(exc))
+                return failed.recorder.finish()
+        turn = DeviceTurn(self, ask)
+        turn.timing.reconnects = reconnected
+        try:
+            await turn.start()
+        except ChannelGone as exc:
+            turn.recorder.fail("disconnected", str(exc))
+            return turn.recorder.finish()
+        return await self._finish(turn, then)
+
+    async def _finish(self, turn: DeviceTurn, then: Ask | None) -> TurnTimeline:
+        recorder, tl = turn.recorder, turn.recorder.timeline
+        others = [turn.sending] if turn.sending is not None else []
+        after = self.settings.barge_in_after_ms
+        speech = self.settings.barge_in_with == "speech"
+        if after is not None and (not speech or then is not None):  # speech: the last question has no next one
+            others.append(asyncio.create_task(turn.interrupt(after, then)))
+        work = [asyncio.create_task(turn.receive()), asyncio.create_task(turn.play())]
+        await supervise(recorder, work, others, self.settings.turn_timeout_s)
+        turn.drained.set()  # whatever was left unplayed is gone with the turn
+        if self.mic is not None:
+            self.mic.release(turn)
+        tl.packets = self.link.packet_counts()
+        check_answered(recorder)
+        if not tl.ok and self.link.is_open:
+            if self._pending is not None:
+                await self._pending.stop()
+                self._pending = None
+            await abandon(self.link, self.session_id)
+        return recorder.finish()
+
+    def barge_in(self, then: Ask, after: asyncio.Event | None, listen: bool) -> None:
+        """The user starts the next question now: its turn begins while the old answer stops.
+
+        ``after``: what ``listen start`` waits for (the old answer played out); ``listen``: whether
+        the device says ``listen start`` at all (realtime speech: it is listening already)."""
+        turn = DeviceTurn(self, then)
+        turn.sending = asyncio.create_task(turn.start_speaking(after, listen))
+        self._pending = turn
+
+    def listen_message(self, ask: Ask | None) -> Listen:
+        """``listen start`` in the device's mode; with ``ask``, naming the question for a server of ours."""
+        if ask is None:
+            return Listen("start", mode=self.settings.listen_mode, session_id=self.session_id)
+        return Listen(
+            "start",
+            mode=self.settings.listen_mode,
+            session_id=self.session_id,
+            lab=LabTag(ask.question_id, ask.round_no),  # real servers ignore it
+            traceparent=ask.traceparent or None,
+        )
