@@ -22,7 +22,7 @@ from pipeline.run.endpoints import ENDPOINTS, LlmEndpoint, SetupError
 from pipeline.run.turn import ServerStages
 from pipeline.settings.config import Config
 from pipeline.settings.fixtures import AUTO, Question
-from pipeline.settings.models import REGISTRY, resolve
+from pipeline.settings.models import CacheModels
 from stages.catalog import registry
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
 from stages.llm.backend import ToolSource
@@ -41,23 +41,6 @@ __all__ = [
     "load_engines",
     "open_chat",
 ]
-
-
-class CacheModels:
-    """Models from the registry, assembled into a cache folder, or a user's own paths."""
-
-    def __init__(self, cache: Path) -> None:
-        self.cache = cache
-
-    def resolve(self, name: str) -> Path:
-        return resolve(name, self.cache)
-
-    def identity(self, name: str, path: Path) -> str:
-        """A model's identity for config_id: its registry name, or its file name and size."""
-        if name in REGISTRY:
-            return f"{name}@{REGISTRY[name].sha256[:12]}"
-        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
-        return f"{path.name}:{sum(p.stat().st_size for p in files)}"
 
 
 def implementation(cfg: Config, role: str) -> Implementation:
