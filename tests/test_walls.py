@@ -195,6 +195,15 @@ def test_only_the_run_the_settings_and_the_services_open_the_catalogue() -> None
     assert {part(m) for m in users} <= {"run", "settings", "speech", "entry"}, sorted(users)
 
 
+@pytest.mark.parametrize("path", [p for p in MODULES if not module_name(p).startswith("stages.")], ids=module_name)
+def test_outside_stages_a_role_is_reached_through_its_package_never_one_of_its_modules(path: Path) -> None:
+    """``stages.llm``, ``stages.vad``... (and the registry, the catalogue) are what the rest may name; a module
+    inside a role (``stages.llm.llama``, ``stages.asr.typed``) is an implementation's or the role's own business,
+    so the run reaches implementations through the registry alone."""
+    inside = sorted(m for m in our_imports(path) if m.startswith("stages.") and m.count(".") > 1)
+    assert not inside, f"{module_name(path)} imports {inside}: import from the role's package instead"
+
+
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS - {"pipeline.cli"}))
 def test_no_entry_point_imports_another(entry: str) -> None:
     """An entry point is a command, not a library: what two of them share lives in ``pipeline.cli``."""

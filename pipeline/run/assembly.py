@@ -24,10 +24,17 @@ from pipeline.settings.config import Config
 from pipeline.settings.fixtures import AUTO, Question
 from pipeline.settings.models import CacheModels
 from stages.catalog import registry
-from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
-from stages.llm.backend import ToolSource
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, system_prompt
-from stages.llm.scripted import ScriptedTools
+from stages.llm import (
+    DEVICE_TOOLS,
+    SYSTEM_PROMPTS,
+    ChatBackend,
+    LlmSettings,
+    LlmStage,
+    Message,
+    ScriptedTools,
+    ToolSource,
+    system_prompt,
+)
 from stages.registry import ROLES, Implementation, Loaded, TurnInputs
 from stages.sentences import SentenceSplitter, SplitRules
 
@@ -44,6 +51,7 @@ __all__ = [
 
 
 def implementation(cfg: Config, role: str) -> Implementation:
+    """The implementation ``[role] impl`` names."""
     return registry().get(role, getattr(cfg, role).impl)
 
 
@@ -85,7 +93,7 @@ def load_engines(
         llm = implementation(cfg, "llm")
         engines.endpoint = llm.label if "llm" in roles else ""
         if llm.endpoint and "llm" in roles:
-            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, models, env or {})
+            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, llm, engines.loaded.get("llm"), env or {})
             engines.identity.update(engines.llm_endpoint.identity)
             engines.endpoint = engines.llm_endpoint.label
     except BaseException:
@@ -156,6 +164,8 @@ def _llm(
         mode=cfg.llm.mode,  # type: ignore[arg-type]
         max_tokens=cfg.llm.max_tokens,
         max_calls=cfg.llm.max_calls,
+        temperature=cfg.llm.temperature,
+        seed=cfg.llm.seed,
         system_prompt=system_prompt(turn.language),
         # a question of unknown language: the prompt follows the language the ASR detected
         system_prompts=() if turn.language else tuple(SYSTEM_PROMPTS.items()),
