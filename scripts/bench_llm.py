@@ -41,8 +41,11 @@ from pipeline.settings.models import default_cache, resolve  # noqa: E402
 from pipeline.tracing.timeline import CallTiming  # noqa: E402
 from stages.llm import LlmSettings, LlmStage  # noqa: E402
 from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS  # noqa: E402
-from stages.llm.scripted import ScriptedTools  # noqa: E402
+from stages.llm.prompts import (  # noqa: E402
+    DEVICE_TOOLS,
+    SYSTEM_PROMPTS,
+    ScriptedTools,
+)
 
 FIXTURES = ROOT / "audio_fixtures"
 MAX_TOKENS = 48

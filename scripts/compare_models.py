@@ -37,8 +37,11 @@ from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
 from pipeline.settings.models import REGISTRY, default_cache, resolve  # noqa: E402
 from stages.llm import LlmSettings, LlmStage  # noqa: E402
 from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS  # noqa: E402
-from stages.llm.scripted import ScriptedTools  # noqa: E402
+from stages.llm.prompts import (  # noqa: E402
+    DEVICE_TOOLS,
+    SYSTEM_PROMPTS,
+    ScriptedTools,
+)
 
 CACHE = default_cache(os.environ)
 

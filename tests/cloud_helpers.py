@@ -24,7 +24,7 @@ from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from stages.asr.oracle import OracleAsr
 from stages.llm import ChatBackend, LlmSettings, LlmStage, Mode, ToolSpec
-from stages.llm.scripted import ScriptedTools
+from stages.llm.prompts import ScriptedTools
 from stages.sentences import SentenceSplitter, SplitRules
 from stages.tts.stub import StubTts
 from stages.vad.endpointer import FrameVad

@@ -11,8 +11,8 @@ from pipeline.run.turn import ServerStages, run_turn
 from pipeline.tracing.timeline import TurnTimeline
 from stages.asr.oracle import OracleAsr
 from stages.llm import LlmSettings, LlmStage, Mode
-from stages.llm.prompts import DEVICE_TOOLS
-from stages.llm.scripted import ScriptedBackend, ScriptedReply, ScriptedTools
+from stages.llm.prompts import DEVICE_TOOLS, ScriptedTools
+from stages.llm.scripted import ScriptedBackend, ScriptedReply
 from stages.sentences import SentenceSplitter, SplitRules
 from stages.tts.stub import StubTts
 from stages.vad.endpointer import FrameVad

@@ -271,7 +271,7 @@ def test_serve_endpoint_refuses_unknown_profiles_before_starting(emulator: str, 
 
 
 def test_the_entry_point_serves_until_stopped_and_refuses_unknown_profiles() -> None:
-    command = [sys.executable, "-m", "pipeline.cloud_emulator_main", "--port", "0", "--profile", "instant"]
+    command = [sys.executable, "-m", "pipeline.endpoints.cloud", "--port", "0", "--profile", "instant"]
     bad = subprocess.run([*command, "--network", "wan"], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert bad.returncode == 2 and "unknown network profile 'wan'; known: loopback" in bad.stderr
     proc = subprocess.Popen([*command, "--network", "lan"], stdout=subprocess.PIPE, text=True, cwd=ROOT)

@@ -47,7 +47,8 @@ from pipeline.tracing.spans import Attributes
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.whatif import main
 from stages.llm import LlmStage
-from stages.llm.scripted import ScriptedReply, ScriptedTools, scripted_tokens
+from stages.llm.prompts import ScriptedTools
+from stages.llm.scripted import ScriptedReply, scripted_tokens
 from stages.tts.stub import speech_duration_ms
 from tests.scenario import run_virtual, stages, utterance
 

@@ -12,25 +12,31 @@ does not decide the test while counting the wrong event (a whole generation) sti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from pipeline.clock import RealClock
+from pipeline.endpoints.cloud import EmulatedCloud, get_compute_profile
 from pipeline.endpoints.llama_server import LlamaServer
 from pipeline.events import CallEnd, LatencyProfile, ToolCall, Transcript
-from pipeline.run.endpoints import llama_server_settings
-from pipeline.settings.config import load_config
+from pipeline.run import endpoints
+from pipeline.run.assembly import load_engines, open_chat
+from pipeline.run.endpoints import client_settings
+from pipeline.settings.config import Config, load_config
 from pipeline.settings.models import resolve
-from stages.llm import LlmSettings, LlmStage
-from stages.llm.openai import OpenAIChatBackend
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
-from stages.llm.scripted import ScriptedTools
+from stages.catalog import registry
+from stages.llm import ChatBackend, LlmSettings, LlmStage
+from stages.llm.openai import OpenAIChatBackend, OpenAISettings
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, ScriptedTools
+from stages.registry import Served
 from tests.harness import StageRun, stage_run
 from tests.real_models import CACHE, ROOT
 
@@ -41,11 +47,19 @@ CALL_MARGIN_MS = 100.0
 QUESTIONS = ["What is the capital of France?", "Why is the sky blue?", "Name a fruit.", "How many legs has a cat?"]
 
 
+def client(cfg: Config, server: LlamaServer) -> contextlib.AbstractAsyncContextManager[ChatBackend]:
+    """The ``server`` implementation's own client on ``server``, as a run opens it."""
+    served = Served(server.base_url, server.api_key, client_settings(cfg.cloud))
+    open_client = registry().get("llm", "server").open
+    assert open_client is not None
+    return open_client(cfg.llm.settings, served)
+
+
 async def gaps(server: LlamaServer) -> list[tuple[float, float]]:
     """(client first token ms, server prompt ms) per call."""
     cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "max_tokens": 16}})
     out = []
-    async with OpenAIChatBackend(llama_server_settings(cfg, server.base_url), server.api_key) as backend:
+    async with client(cfg, server) as backend:
         for question in QUESTIONS:
             stage = LlmStage(backend, LlmSettings(max_tokens=16, system_prompt=SYSTEM_PROMPTS["en"]), scripted=False)
             run = await stage_run(stage, [Transcript(question, "en")], RealClock())
@@ -73,7 +87,7 @@ def test_client_first_token_matches_the_servers_own_timings(server: LlamaServer)
 
 async def tool_turn(server: LlamaServer, prompt_cache: str) -> StageRun:
     cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "prompt_cache": prompt_cache}})
-    async with OpenAIChatBackend(llama_server_settings(cfg, server.base_url), server.api_key) as backend:
+    async with client(cfg, server) as backend:
         stage = LlmStage(
             backend,
             LlmSettings(max_tokens=48, system_prompt=SYSTEM_PROMPTS["en"]),
@@ -129,3 +143,44 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
         time.sleep(0.1)
     alive = Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
     assert not alive, f"llama-server {pid} outlived its parent"
+
+
+class _Started:
+    """Stands in for ``LlamaServer``: records what the run started it with, serves from the emulated cloud."""
+
+    asked: ClassVar[dict[str, object]] = {}
+    base_url: ClassVar[str] = ""
+    api_key: ClassVar[str | None] = None
+
+    def __init__(self, path: Path, threads: int, n_ctx: int, seed: int, env: object) -> None:
+        _Started.asked = {"path": path, "threads": threads, "n_ctx": n_ctx, "seed": seed}
+
+    def start(self) -> _Started:
+        return self
+
+    def stop(self) -> None:
+        _Started.asked["stopped"] = True
+
+
+def test_the_run_starts_llama_server_on_the_model_the_implementation_checked_with_its_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ``server`` implementation's own keys reach the process and its client, through the registry only."""
+    monkeypatch.setattr(endpoints, "LlamaServer", _Started)
+    llm = {"impl": "server", "threads": 3, "n_ctx": 1024, "seed": 7, "prompt_cache": "off"}
+    cfg = load_config(None, {"llm": llm, "vad": {"impl": "energy"}, "asr": {"impl": "oracle"}, "tts": {"impl": "stub"}})
+    engines = load_engines(cfg, CACHE)
+    assert _Started.asked == {"path": resolve("qwen2.5-0.5b", CACHE), "threads": 3, "n_ctx": 1024, "seed": 7}
+    assert engines.identity["llm"].endswith(" Q4_K_M")  # the checked GGUF's quantisation, in config_id
+
+    async def settings() -> OpenAISettings:
+        async with EmulatedCloud(get_compute_profile("instant")) as cloud:
+            _Started.base_url = cloud.base_url
+            async with open_chat(cfg, engines, None, {}):
+                assert isinstance(engines.chat, OpenAIChatBackend)
+                return engines.chat.settings
+
+    opened = asyncio.run(settings())
+    assert (opened.model, opened.keepalive_s, opened.cache_prompt) == ("qwen2.5-0.5b", 0.0, False)
+    engines.close()
+    assert _Started.asked["stopped"]

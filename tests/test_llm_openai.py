@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -43,10 +44,14 @@ def test_request_maps_messages_tools_and_stream_options() -> None:
         ),
         max_tokens=32,
         tools=(ToolSpec("set_light", "Light.", '{"type":"object"}'),),
+        temperature=0.0,
+        seed=7,
     )
-    b = request_body(settings("http://h/v1", seed=7), request)
+    b = request_body(settings("http://h/v1"), request)
     assert b["stream"] is True and b["stream_options"] == {"include_usage": True}
     assert (b["model"], b["max_tokens"], b["temperature"], b["seed"]) == ("emulated", 32, 0.0, 7)
+    unasked = request_body(settings("http://h/v1"), dataclasses.replace(request, temperature=None, seed=None))
+    assert "temperature" not in unasked and "seed" not in unasked  # the endpoint's own, when the run asks none
     call = b["messages"][2]["tool_calls"][0]
     assert call["function"] == {"name": "set_light", "arguments": '{"on": true}'}
     assert b["messages"][3] == {"role": "tool", "tool_call_id": call["id"], "content": '{"ok": true}'}

@@ -14,8 +14,7 @@ from pipeline.tracing.timeline import CallTiming
 from stages.llm import ChatRequest, LlmSettings, LlmStage, Message
 from stages.llm.llama import LlamaBackend, LlamaEngine
 from stages.llm.llama.cache import PromptCache
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
-from stages.llm.scripted import ScriptedTools
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, ScriptedTools
 from tests import real_models as models
 from tests.harness import run_stage
 

@@ -28,8 +28,7 @@ from stages.asr.funasr import FunAsrEngine
 from stages.asr.whisper import WhisperAsr
 from stages.llm import LlmSettings, LlmStage
 from stages.llm.llama import LlamaBackend
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS
-from stages.llm.scripted import ScriptedTools
+from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, ScriptedTools
 from stages.tts.espeak import EspeakTts
 from stages.tts.piper import PiperTts
 from stages.vad.endpointer import FrameVad

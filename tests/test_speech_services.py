@@ -32,8 +32,8 @@ from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
 from pipeline.clock import RealClock
 from pipeline.endpoints.speech import SpeechServices, SpeechStages
 from pipeline.events import LatencyProfile
-from pipeline.run.assembly import CacheModels
 from pipeline.settings.config import AsrConfig, Config, TtsConfig
+from pipeline.settings.models import CacheModels
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from tests import real_models

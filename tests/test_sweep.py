@@ -7,6 +7,7 @@ of each segment is chosen.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from pipeline.sweep.__main__ import main, run_sweep
 from pipeline.sweep.plan import Plan, Point, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import new_record
 from pipeline.sweep.runner import RunOptions
-from pipeline.sweep.variables import MODEL_SIZES, SweepError, get_variable, overrides
+from pipeline.sweep.variables import MODEL_SIZES, SweepError, get_variable, overrides, warnings
 from pipeline.tracing import names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +94,24 @@ def test_a_network_sweep_holds_the_emulated_cloud_and_varies_only_the_profile() 
     assert {k: v for k, v in internet.items() if k != "network"} == {k: v for k, v in lan.items() if k != "network"}
     cloud = Config(llm=LlmConfig(impl="openai"), cloud=base.cloud.__class__(emulator="busy"))
     assert overrides(variable, "lan", cloud) == {"network": {"profile": "lan"}}
+
+
+def test_a_sweep_of_one_backends_setting_warns_before_running_on_another_backend() -> None:
+    scripted, local = load_config(SIMULATOR), load_config(ROOT / "configs" / "local.toml")
+    [refused] = warnings(get_variable("threads"), scripted)
+    assert "[llm] impl = 'scripted' has no threads (another backend's setting): every point will be refused" in refused
+    assert warnings(get_variable("threads"), local) == warnings(get_variable("max_tokens"), scripted) == []
+    assert "changes only a label" in warnings(get_variable("model"), scripted)[0]
+
+
+def test_condition_points_may_differ_in_any_backends_own_settings_never_in_the_llm_roles() -> None:
+    may = get_variable("condition").settings
+
+    def allowed(key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in may)
+
+    assert all(map(allowed, ("llm.impl", "llm.model", "llm.n_ctx", "llm.prompt_cache", "llm.latency.first_ms")))
+    assert not any(map(allowed, ("llm.max_tokens", "llm.mode", "llm.temperature", "llm.tool_latency.first_ms")))
 
 
 def test_condition_points_a_b_and_offline() -> None:

@@ -17,7 +17,7 @@ ENTRY_POINTS = {
     "pipeline.analyze",
     "pipeline.whatif",
     "pipeline.experiment",
-    "pipeline.cloud_emulator_main",
+    "pipeline.endpoints.cloud.__main__",
     "pipeline.report.__main__",
     "pipeline.offline.__main__",
     "pipeline.serve",
@@ -59,13 +59,12 @@ ENTRY_MAY_USE = {
     "pipeline.report.__main__": {"report", "analysis"},
     "pipeline.offline.__main__": {"offline"},
     "pipeline.experiment": {"analysis"},
-    "pipeline.cloud_emulator_main": {"endpoints"},
+    "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings", "tracing", "analysis", "transport"},
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
         "settings",
-        "run",
         "tracing",
         "names",
         "clock",
@@ -194,6 +193,15 @@ def test_only_the_run_the_settings_and_the_services_open_the_catalogue() -> None
     users = {module_name(p) for p in MODULES if "stages.catalog" in our_imports(p)}
     assert users, "nothing opens the catalogue: the check would see nothing"
     assert {part(m) for m in users} <= {"run", "settings", "speech", "entry"}, sorted(users)
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if not module_name(p).startswith("stages.")], ids=module_name)
+def test_outside_stages_a_role_is_reached_through_its_package_never_one_of_its_modules(path: Path) -> None:
+    """``stages.llm``, ``stages.vad``... (and the registry, the catalogue) are what the rest may name; a module
+    inside a role (``stages.llm.llama``, ``stages.asr.typed``) is an implementation's or the role's own business,
+    so the run reaches implementations through the registry alone."""
+    inside = sorted(m for m in our_imports(path) if m.startswith("stages.") and m.count(".") > 1)
+    assert not inside, f"{module_name(path)} imports {inside}: import from the role's package instead"
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS - {"pipeline.cli"}))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pipeline.clock import Clock
 from pipeline.events import CallEnd, QueueWait, TokenDelta
 from pipeline.tracing.timeline import JobTimeline, QueueTiming
-from stages.llm.backend import ChatBackend, ChatRequest, LlmError, Message
+from stages.llm import ChatBackend, ChatRequest, LlmError, Message
 
 NOTES = (
     "09:10 kitchen light on. 09:12 kettle started, 3 minutes. 09:20 front door opened and closed. "
@@ -54,11 +54,14 @@ class BackgroundLoad:
         backend: Callable[[int], ChatBackend],
         clock: Clock,
         on_job: JobSink,
+        temperature: float | None = None,  # asked of every job's call, as of the turns' (``[llm]``)
+        seed: int | None = None,
     ) -> None:
         if kind not in JOBS:
             raise ValueError(f"background job {kind!r}: {', '.join(JOBS)}")
         self.kind, self.period_ms, self.max_tokens = kind, period_ms, max_tokens
         self.backend, self.clock, self.on_job = backend, clock, on_job
+        self.temperature, self.seed = temperature, seed
 
     async def run(self) -> None:
         """Start jobs at their times until cancelled; jobs still running then are stopped and recorded."""
@@ -79,7 +82,8 @@ class BackgroundLoad:
     async def _job(self, index: int) -> None:
         system, prompt = JOBS[self.kind]
         job = JobTimeline(index=index, kind=self.kind, start_ns=self.clock.now_ns(), input_chars=len(prompt))
-        request = ChatRequest((Message("system", system), Message("user", prompt)), self.max_tokens)
+        messages = (Message("system", system), Message("user", prompt))
+        request = ChatRequest(messages, self.max_tokens, temperature=self.temperature, seed=self.seed)
         try:
             await self._stream(job, self.backend(index), request)
         except asyncio.CancelledError:

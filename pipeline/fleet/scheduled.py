@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from pipeline.events import CallEnd, QueueWait
 from pipeline.fleet.scheduler import Scheduler
-from stages.llm.backend import ChatBackend, ChatRequest, Chunk
+from stages.llm import ChatBackend, ChatRequest, Chunk
 
 
 class ScheduledBackend:

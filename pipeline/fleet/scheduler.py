@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from pipeline.clock import Clock
-from stages.llm.backend import LlmError
+from stages.llm import LlmError
 
 INTERACTIVE = "interactive"
 BACKGROUND = "background"
@@ -41,6 +41,8 @@ class Grant:
 
 @dataclass(slots=True)
 class SchedulerCounts:
+    """What the scheduler did over a run: calls let through, calls refused, the longest queue."""
+
     granted: int = 0
     rejected: int = 0
     max_waiting: int = 0  # the longest the queue grew

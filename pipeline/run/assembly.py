@@ -22,12 +22,19 @@ from pipeline.run.endpoints import ENDPOINTS, LlmEndpoint, SetupError
 from pipeline.run.turn import ServerStages
 from pipeline.settings.config import Config
 from pipeline.settings.fixtures import AUTO, Question
-from pipeline.settings.models import REGISTRY, resolve
+from pipeline.settings.models import CacheModels
 from stages.catalog import registry
-from stages.llm import ChatBackend, LlmSettings, LlmStage, Message
-from stages.llm.backend import ToolSource
-from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, system_prompt
-from stages.llm.scripted import ScriptedTools
+from stages.llm import (
+    DEVICE_TOOLS,
+    SYSTEM_PROMPTS,
+    ChatBackend,
+    LlmSettings,
+    LlmStage,
+    Message,
+    ScriptedTools,
+    ToolSource,
+    system_prompt,
+)
 from stages.registry import ROLES, Implementation, Loaded, TurnInputs
 from stages.sentences import SentenceSplitter, SplitRules
 
@@ -43,24 +50,8 @@ __all__ = [
 ]
 
 
-class CacheModels:
-    """Models from the registry, assembled into a cache folder, or a user's own paths."""
-
-    def __init__(self, cache: Path) -> None:
-        self.cache = cache
-
-    def resolve(self, name: str) -> Path:
-        return resolve(name, self.cache)
-
-    def identity(self, name: str, path: Path) -> str:
-        """A model's identity for config_id: its registry name, or its file name and size."""
-        if name in REGISTRY:
-            return f"{name}@{REGISTRY[name].sha256[:12]}"
-        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
-        return f"{path.name}:{sum(p.stat().st_size for p in files)}"
-
-
 def implementation(cfg: Config, role: str) -> Implementation:
+    """The implementation ``[role] impl`` names."""
     return registry().get(role, getattr(cfg, role).impl)
 
 
@@ -102,7 +93,7 @@ def load_engines(
         llm = implementation(cfg, "llm")
         engines.endpoint = llm.label if "llm" in roles else ""
         if llm.endpoint and "llm" in roles:
-            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, models, env or {})
+            engines.llm_endpoint = ENDPOINTS[llm.endpoint](cfg, llm, engines.loaded.get("llm"), env or {})
             engines.identity.update(engines.llm_endpoint.identity)
             engines.endpoint = engines.llm_endpoint.label
     except BaseException:
@@ -173,6 +164,8 @@ def _llm(
         mode=cfg.llm.mode,  # type: ignore[arg-type]
         max_tokens=cfg.llm.max_tokens,
         max_calls=cfg.llm.max_calls,
+        temperature=cfg.llm.temperature,
+        seed=cfg.llm.seed,
         system_prompt=system_prompt(turn.language),
         # a question of unknown language: the prompt follows the language the ASR detected
         system_prompts=() if turn.language else tuple(SYSTEM_PROMPTS.items()),

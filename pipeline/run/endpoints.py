@@ -3,7 +3,9 @@
 An implementation registered with an ``endpoint`` (``stages.llm.served``) talks to an
 OpenAI-compatible server; which server is the condition's business: llama.cpp's own
 ``llama-server`` as a local process (``llama-server``), or a real or emulated cloud behind
-an optional emulated network (``cloud``). Each names itself for the rows and for config_id.
+an optional emulated network (``cloud``). Each names itself for the rows and for config_id;
+the implementation opens its own client on it (``Implementation.open``), so nothing here
+names a backend's module.
 """
 
 from __future__ import annotations
@@ -12,16 +14,15 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from pipeline.endpoints.cloud import get_compute_profile, serve_endpoint
 from pipeline.endpoints.link import get_profile
 from pipeline.endpoints.llama_server import LlamaServer
-from pipeline.settings.config import Config, public_url
+from pipeline.settings.config import CloudConfig, Config, public_url
 from stages.llm import ChatBackend
-from stages.llm.llama import check_chat_model
-from stages.llm.openai import OpenAIChatBackend, OpenAISettings
-from stages.registry import Models
+from stages.registry import Implementation, Loaded, Served
 
 
 class SetupError(ValueError):
@@ -29,6 +30,8 @@ class SetupError(ValueError):
 
 
 class LlmEndpoint(Protocol):
+    """An endpoint started for the run: what rows and config_id say of it, and its client for the run."""
+
     label: str  # what rows say the LLM endpoint is
     identity: dict[str, str]  # what config_id records of it
     scripted: bool  # its latencies are data (an emulated cloud), not measurements
@@ -41,49 +44,48 @@ class LlmEndpoint(Protocol):
     def close(self) -> None: ...
 
 
-def openai_settings(cfg: Config, base_url: str) -> OpenAISettings:
-    return OpenAISettings(
-        base_url=base_url,
-        model=cfg.llm.model,
-        api_key_env=cfg.cloud.api_key_env,
-        connect_timeout_s=cfg.cloud.connect_timeout_s,
-        read_timeout_s=cfg.cloud.read_timeout_s,
-        retries=cfg.cloud.retries,
-        retry_backoff_ms=cfg.cloud.retry_backoff_ms,
-        temperature=cfg.llm.temperature,
-        seed=cfg.llm.seed,
-        stream_usage=cfg.cloud.stream_usage,
-        sentence_stops=tuple(s for s in cfg.cloud.sentence_stops.split("|") if s),
-        continuation=cfg.cloud.continuation,  # type: ignore[arg-type]
-        keepalive_s=cfg.cloud.keepalive_s,
-    )
+def client_settings(cloud: CloudConfig) -> dict[str, Any]:
+    """``[cloud]``'s settings of the OpenAI-compatible client, by their names there (``Served.client``)."""
+    return {
+        "api_key_env": cloud.api_key_env,
+        "connect_timeout_s": cloud.connect_timeout_s,
+        "read_timeout_s": cloud.read_timeout_s,
+        "retries": cloud.retries,
+        "retry_backoff_ms": cloud.retry_backoff_ms,
+        "stream_usage": cloud.stream_usage,
+        "sentence_stops": tuple(s for s in cloud.sentence_stops.split("|") if s),
+        "continuation": cloud.continuation,
+        "keepalive_s": cloud.keepalive_s,
+    }
 
 
-def llama_server_settings(cfg: Config, base_url: str) -> OpenAISettings:
-    """llama-server drops idle kept-alive connections between streamed answers (seen here as
-    ServerDisconnected on the next call), so each call opens its own: on loopback that costs
-    well under a millisecond."""
-    cache = cfg.llm.prompt_cache != "off"  # prefix and carry: llama-server keeps prompts in its own cache
-    return dataclasses.replace(openai_settings(cfg, base_url), keepalive_s=0.0, cache_prompt=cache)
+def _open(impl: Implementation, settings: object, served: Served) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The implementation's client on ``served``."""
+    if impl.open is None:
+        raise SetupError(f"[llm] impl = {impl.name!r} names the endpoint {impl.endpoint!r} but opens no client on it")
+    return impl.open(settings, served)
 
 
 class LlamaServerEndpoint:
-    """llama.cpp's own server, started as a local process on 127.0.0.1 for the run."""
+    """llama.cpp's own server, started as a local process on 127.0.0.1 for the run, on the model the
+    implementation loaded (checked to be a chat model) with its ``threads`` and ``n_ctx``."""
 
     scripted = False
 
-    def __init__(self, cfg: Config, models: Models, env: Mapping[str, str]) -> None:
-        path = models.resolve(cfg.llm.model)
-        info = check_chat_model(path)
-        self.cfg = cfg
-        self.server = LlamaServer(path, cfg.llm.threads, cfg.llm.n_ctx, cfg.llm.seed, env=env).start()
-        self.identity = {"llm": f"{models.identity(cfg.llm.model, path)} {info.quantisation}"}
-        self.label = f"llama.cpp server (local process), {cfg.llm.model}"
+    def __init__(self, cfg: Config, impl: Implementation, loaded: Loaded | None, env: Mapping[str, str]) -> None:
+        if loaded is None or not isinstance(loaded.engine, Path):
+            raise SetupError(f"[llm] impl = {impl.name!r}: llama-server needs the model file its load found")
+        self.cfg, self.impl = cfg, impl
+        self.settings = impl.settings_from(cfg.llm)
+        threads, n_ctx = self.settings.threads, self.settings.n_ctx  # llama.cpp's knobs, its server's arguments
+        self.server = LlamaServer(loaded.engine, threads, n_ctx, cfg.llm.seed, env=env).start()
+        self.identity: dict[str, str] = {}  # the model's is its load's
+        self.label = f"llama.cpp server (local process), {self.settings.model}"
 
     @contextlib.asynccontextmanager
     async def open(self, api_key: str | None, answers: Mapping[str, str]) -> AsyncIterator[ChatBackend]:
-        settings = llama_server_settings(self.cfg, self.server.base_url)
-        async with OpenAIChatBackend(settings, self.server.api_key) as client:
+        served = Served(self.server.base_url, self.server.api_key, client_settings(self.cfg.cloud))
+        async with _open(self.impl, self.settings, served) as client:
             yield client
 
     def close(self) -> None:
@@ -96,8 +98,9 @@ class CloudEndpoint:
     Unknown profile names fail here, before the run.
     """
 
-    def __init__(self, cfg: Config, _models: Models, _env: Mapping[str, str]) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: Config, impl: Implementation, _loaded: Loaded | None, _env: Mapping[str, str]) -> None:
+        self.cfg, self.impl = cfg, impl
+        self.settings = impl.settings_from(cfg.llm)
         try:
             network = get_profile(cfg.network.profile).as_dict() if cfg.network.profile != "none" else {}
             compute = get_compute_profile(cfg.cloud.emulator) if cfg.cloud.emulator else None
@@ -109,7 +112,7 @@ class CloudEndpoint:
             self.identity["llm"] = json.dumps(dataclasses.asdict(compute), sort_keys=True)
             self.label = f"emulated cloud, profile {compute.name}"
         else:
-            self.identity["llm"] = f"{public_url(cfg.cloud.base_url)} {cfg.llm.model}"
+            self.identity["llm"] = f"{public_url(cfg.cloud.base_url)} {self.settings.model}"
             self.label = f"cloud {public_url(cfg.cloud.base_url)}"
         if cfg.network.profile != "none":
             self.label += f"; network {cfg.network.profile}"
@@ -118,15 +121,15 @@ class CloudEndpoint:
     async def open(self, api_key: str | None, answers: Mapping[str, str]) -> AsyncIterator[ChatBackend]:
         cloud, given = self.cfg.cloud, answers if self.cfg.cloud.emulator_answers else None
         async with serve_endpoint(cloud.base_url, cloud.emulator, self.cfg.network.profile, given) as endpoint:
-            settings = openai_settings(self.cfg, endpoint.base_url)
-            async with OpenAIChatBackend(settings, api_key, connect_to=endpoint.connect_to) as client:
+            served = Served(endpoint.base_url, api_key, client_settings(cloud), endpoint.connect_to)
+            async with _open(self.impl, self.settings, served) as client:
                 yield client
 
     def close(self) -> None:
         pass
 
 
-ENDPOINTS: dict[str, Callable[[Config, Models, Mapping[str, str]], LlmEndpoint]] = {
+ENDPOINTS: dict[str, Callable[[Config, Implementation, Loaded | None, Mapping[str, str]], LlmEndpoint]] = {
     "llama-server": LlamaServerEndpoint,
     "cloud": CloudEndpoint,
 }

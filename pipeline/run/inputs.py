@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.run.turn import ServerStages
-from stages.asr.typed import NoAudio, TypedText
-from stages.vad.manual import ManualEndpoint
+from stages.asr import NoAudio, TypedText
+from stages.vad import ManualEndpoint
 
 
 def push_to_talk(stages: ServerStages) -> ServerStages:

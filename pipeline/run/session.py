@@ -65,6 +65,8 @@ class RemoteTurns(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Run:
+    """One run: its identity, settings, questions, clock and loaded engines, and where its turns are served."""
+
     run_id: str
     config: Config
     config_id: str
@@ -215,8 +217,9 @@ class _Fleet:
         def record(job: JobTimeline) -> None:
             self.tracing.emit_job(job, {names.RUN_ID: self.run.run_id, names.CONFIG_ID: self.run.config_id})
 
+        jobs, llm = cfg.background, cfg.llm
         load = BackgroundLoad(
-            cfg.background.job, cfg.background.period_ms, cfg.background.max_tokens, backend, self.run.clock, record
+            jobs.job, jobs.period_ms, jobs.max_tokens, backend, self.run.clock, record, llm.temperature, llm.seed
         )
         return asyncio.create_task(load.run())
 

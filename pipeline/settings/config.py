@@ -1,9 +1,9 @@
 """Frozen, validated run settings from TOML and command-line overrides; ``config_id`` (M11).
 
-``config_id`` hashes every setting that can change a latency (stage choices and
-their parameters, LLM mode and limits, pacing, clock, time limit, condition and
-the question set). Settings that cannot (output folder, run id, rounds) stay out,
-so two runs that differ only in those compare as the same configuration.
+``config_id`` hashes every setting that can change a latency (stage choices and the chosen
+implementations' settings, the LLM role's mode and limits, pacing, clock, time limit, condition
+and the question set), with ``CONFIG_VERSION``. Settings that cannot (output folder, run id,
+rounds) stay out, so two runs that differ only in those compare as the same configuration.
 """
 
 from __future__ import annotations
@@ -18,15 +18,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pipeline.events import LatencyProfile
 from pipeline.settings.stage_sections import STAGE_SECTIONS, StageSection, recorded
 from pipeline.settings.stage_sections import AsrConfig as AsrConfig  # each section is found beside the others
+from pipeline.settings.stage_sections import LlmConfig as LlmConfig
 from pipeline.settings.stage_sections import TtsConfig as TtsConfig
 from pipeline.settings.stage_sections import VadConfig as VadConfig
 from stages.catalog import registry
 from stages.registry import ROLES, read_table
 from stages.registry import ConfigError as ConfigError  # where every reader of the settings finds it
 
+# What config_id and the traced settings are a version of. 2: each stage section records its chosen
+# implementation's settings only, no longer every implementation's keys at their defaults (the LLM's too:
+# llama's n_ctx is not a scripted run's), so every id changed once.
+CONFIG_VERSION = 2
 CONDITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9'_-]{0,31}$")
 
 
@@ -40,27 +44,6 @@ def public_url(url: str) -> str:
     if parsed.port is not None:
         netloc += f":{parsed.port}"
     return urlunsplit((parsed.scheme, netloc, parsed.path, "", ""))
-
-
-@dataclass(frozen=True, slots=True)
-class LlmConfig:
-    """``[llm]``: one section for the role. The LLM stage reads most of it whatever the backend; each backend
-    reads its own settings from it by name (``stages.llm``: llama's ``n_ctx``, the scripted one's ``latency``)."""
-
-    impl: str = "llama"  # in-process; or "server" (llama.cpp's server, own process), "openai" (see [cloud]), "scripted"
-    mode: str = "single"
-    model: str = "qwen2.5-0.5b"  # registry name or a GGUF path
-    max_tokens: int = 96
-    max_calls: int = 12
-    tools: bool = True
-    n_ctx: int = 2048
-    threads: int = 2
-    temperature: float = 0.0
-    seed: int = 1234
-    history_rounds: int = 0  # earlier turns kept as context (METHOD M18); 0 = every question fresh (M5)
-    prompt_cache: str = "prefix"  # off: every call cold; prefix: system prompt + tools kept; carry: whatever was left
-    latency: LatencyProfile = LatencyProfile(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)  # scripted only
-    tool_latency: LatencyProfile = LatencyProfile(first_ms=40, seed=4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +73,8 @@ class NetworkConfig:
 
 @dataclass(frozen=True, slots=True)
 class SentenceConfig:
+    """``[sentences]``: where the answer's text is cut into sentences for the TTS."""
+
     first_cut_at_comma: bool = True
     min_first_chars: int = 4
     max_chars: int = 80
@@ -97,6 +82,8 @@ class SentenceConfig:
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
+    """``[run]``: the condition, how many rounds, and how time passes."""
+
     condition: str = "B"
     rounds: int = 2
     pacing: str = "realtime"  # "realtime" or "fast"
@@ -145,6 +132,8 @@ class ProbeConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
+    """Every section of a run's settings, validated as a whole when built."""
+
     run: RunConfig = field(default_factory=RunConfig)
     vad: VadConfig = field(default_factory=VadConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
@@ -178,9 +167,9 @@ class Config:
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting, with credentials taken out of URLs: what traces and reports may record."""
-        data = dataclasses.asdict(self)
+        data = {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
         for role in STAGE_SECTIONS:
-            data[role] = recorded(role, data[role])
+            data[role] = recorded(data[role])
         data["cloud"]["base_url"] = public_url(self.cloud.base_url)
         if self.probe.temp_command:  # a command may hold a host, a user or a password: never traced
             data["probe"]["temp_command"] = "(a command; not recorded)"
@@ -192,7 +181,6 @@ _CHOICES = {
     ("run", "clock"): ("real", "virtual"),
     ("cloud", "continuation"): ("plain", "partial", "prefix", "vllm"),
     ("llm", "mode"): ("single", "per-sentence"),
-    ("llm", "prompt_cache"): ("off", "prefix", "carry"),
     ("fleet", "arrival"): ("together", "staggered", "poisson"),
     ("scheduler", "when_full"): ("queue", "reject"),
     ("background", "job"): ("none", "summarise", "vision"),
@@ -217,8 +205,6 @@ def validate(cfg: Config) -> None:
         "[run] turn_timeout_s": cfg.run.turn_timeout_s,
         "[llm] max_tokens": cfg.llm.max_tokens,
         "[llm] max_calls": cfg.llm.max_calls,
-        "[llm] n_ctx": cfg.llm.n_ctx,
-        "[llm] threads": cfg.llm.threads,
         "[fleet] devices": cfg.fleet.devices,
         "[fleet] rate_per_s": cfg.fleet.rate_per_s,
         "[background] period_ms": cfg.background.period_ms,
@@ -288,15 +274,18 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def _layer(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """``extra`` laid over ``base``. A stage section whose later layer names another ``impl`` starts
-    afresh: the earlier layer's keys belong to the implementation it replaces (``simulator.toml``'s
-    the oracle's ``[asr] latency`` means nothing to whisper), so carrying them over would refuse a sound config."""
+    afresh but for the role's own settings: the earlier layer's other keys belong to the implementation it
+    replaces (``simulator.toml``'s the oracle's ``[asr] latency`` means nothing to whisper; llama's ``n_ctx``
+    nothing to a cloud), so carrying them over would refuse a sound config. The role's own (``[llm]
+    max_tokens``) stay: condition A laid over B's settings asks the same of its LLM (M11)."""
     out = _merge(base, extra)
     for role, section in STAGE_SECTIONS.items():
         before, after = base.get(role), extra.get(role)
         if not (isinstance(before, dict) and isinstance(after, dict) and "impl" in after):
             continue
         if after["impl"] != before.get("impl", section.DEFAULT):
-            out[role] = dict(after)
+            kept = {k: v for k, v in before.items() if k in section.role_settings()}
+            out[role] = {**kept, **after}
     return out
 
 

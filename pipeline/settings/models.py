@@ -27,6 +27,8 @@ class ModelError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class PackagedModel:
+    """A model shipped inside registry packages: where its parts are, and the sha256 it must assemble to."""
+
     name: str
     role: str  # "llm", "asr", "vad", "tts"
     description: str
@@ -215,3 +217,21 @@ def resolve(model: str, cache: Path) -> Path:
         if not dest.is_file() or dest.stat().st_size != extra.stat().st_size:
             shutil.copyfile(extra, dest)
     return folder or target
+
+
+class CacheModels:
+    """The models a run loads: packaged ones assembled into a cache folder, or a user's own paths; each
+    with the identity config_id records of it (what ``stages.registry.Models`` asks)."""
+
+    def __init__(self, cache: Path) -> None:
+        self.cache = cache
+
+    def resolve(self, name: str) -> Path:
+        return resolve(name, self.cache)
+
+    def identity(self, name: str, path: Path) -> str:
+        """A model's identity for config_id: its registry name, or its file name and size."""
+        if name in REGISTRY:
+            return f"{name}@{REGISTRY[name].sha256[:12]}"
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        return f"{path.name}:{sum(p.stat().st_size for p in files)}"

@@ -1,10 +1,13 @@
-"""The ``[vad]``, ``[asr]`` and ``[tts]`` sections: ``impl``, and the chosen implementation's own settings.
+"""The ``[vad]``, ``[asr]``, ``[llm]`` and ``[tts]`` sections: ``impl``, the role's own settings, and the
+chosen implementation's.
 
-Every key of such a table other than ``impl`` belongs to the implementation it names: it is
-read into that implementation's settings class (declared beside its code, in ``stages/``),
-which refuses an unknown key (listing the ones it has) and a bad value (naming the key). So
-``[tts] impl = "espeak"`` sits beside ``words_per_minute = 160`` as it always has, and a
-new implementation with a new option adds nothing here.
+Every key of such a table other than ``impl`` and the role's own belongs to the implementation
+``impl`` names: it is read into that implementation's settings class (declared beside its code,
+in ``stages/``), which refuses an unknown key (the message lists every key the table may hold)
+and a bad value (naming the key). So ``[tts] impl = "espeak"`` sits beside ``words_per_minute =
+160`` and ``[llm] impl = "llama"`` beside ``n_ctx = 2048`` as they always have, and a new
+implementation with a new option adds nothing here. Only the LLM role has settings of its own
+(``LlmConfig``'s fields): what the LLM stage asks every backend for, whichever it is.
 """
 
 from __future__ import annotations
@@ -13,20 +16,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pipeline.events import LatencyProfile, XiaozhiServerProfile
+from pipeline.events import LatencyProfile
 from stages.catalog import registry
-from stages.registry import ConfigError
+from stages.registry import ConfigError, read_values
+
+_CHOSEN = ("impl", "settings")  # a section's fields that are not the role's own settings
 
 
 class StageSection:
     """A role's section whose settings its implementation owns. ``VadConfig(impl="energy",
-    threshold_dbfs=-40)`` reads like the TOML it stands for; ``settings`` is the implementation's object."""
+    threshold_dbfs=-40)`` reads like the TOML it stands for; ``settings`` is the implementation's object,
+    and the section's other fields (the LLM's ``max_tokens``...) are the role's own."""
 
     __slots__ = ()
     ROLE: ClassVar[str]
     DEFAULT: ClassVar[str]  # the implementation when the table names none
     impl: str
-    settings: Any  # e.g. stages.tts.espeak.EspeakSettings
+    settings: Any
 
     def __init__(self, impl: str = "", settings: Any = None, **options: Any) -> None:
         impl = impl or self.DEFAULT
@@ -34,8 +40,14 @@ class StageSection:
             found = registry().get(self.ROLE, impl)
         except KeyError as exc:
             raise ConfigError(exc.args[0]) from None
+        own = self.role_settings()
+        clash = sorted(own.keys() & {f.name for f in dataclasses.fields(found.settings)})
+        if clash:  # the role's key would hide the implementation's: a mistake in the implementation
+            raise ConfigError(f"[{self.ROLE}] impl = {impl!r} declares the role's own setting(s) {', '.join(clash)}")
+        for name, default in own.items():
+            object.__setattr__(self, name, options.pop(name, default))
         if settings is None:
-            settings = found.settings_of(options)
+            settings = found.settings_of(options, role_keys=tuple(own))
         elif options:
             raise TypeError(f"[{self.ROLE}] impl = {impl!r}: pass its settings object or its keys, not both")
         elif not isinstance(settings, found.settings):
@@ -46,12 +58,21 @@ class StageSection:
         object.__setattr__(self, "settings", settings)
 
     @classmethod
+    def role_settings(cls) -> dict[str, Any]:
+        """The role's own settings (every field but ``impl`` and ``settings``) and their defaults."""
+        own = dataclasses.fields(cls)  # type: ignore[arg-type]  # every subclass is a dataclass; the base is not
+        return {f.name: f.default for f in own if f.name not in _CHOSEN}
+
+    @classmethod
     def from_table(cls, data: object, where: str) -> StageSection:
         """The section a TOML table describes."""
         if not isinstance(data, dict):
             raise ConfigError(f"[{where}] must be a table")
         options = dict(data)
-        return cls(options.pop("impl", ""), **options)
+        impl = options.pop("impl", "")
+        own = cls.role_settings()
+        given = {name: options.pop(name) for name in own if name in options}
+        return cls(impl, **read_values(own, given, where), **options)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -75,6 +96,29 @@ class AsrConfig(StageSection):
 
 
 @dataclass(frozen=True, slots=True, init=False)
+class LlmConfig(StageSection):
+    """``[llm]``: "llama" (in-process), "server" (llama.cpp's server, its own process), "openai" (see
+    ``[cloud]``) or "scripted", with the chosen backend's settings (``model``, llama's ``n_ctx``, the
+    scripted one's ``latency``...: ``stages/llm/``).
+
+    The fields below are the role's own: what the LLM stage asks every backend for, so a condition
+    that swaps the backend keeps them (METHOD M9, M11)."""
+
+    ROLE: ClassVar[str] = "llm"
+    DEFAULT: ClassVar[str] = "llama"
+    impl: str
+    mode: str = "single"  # or "per-sentence"
+    max_tokens: int = 96
+    max_calls: int = 12  # bounds the per-sentence and tool loops
+    tools: bool = True  # offer the device tools (a device's own, over MCP, once it lists them)
+    temperature: float = 0.0  # asked of every call; a scripted backend has none
+    seed: int = 1234  # asked of every call
+    history_rounds: int = 0  # earlier turns kept as context (METHOD M18); 0 = every question fresh (M5)
+    tool_latency: LatencyProfile = LatencyProfile(first_ms=40, seed=4)  # the pretend device's tools
+    settings: Any = None
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class TtsConfig(StageSection):
     """``[tts]``: "espeak", "piper" (English only), "stub", or "service" (an OpenAI-compatible speech service)."""
 
@@ -84,21 +128,17 @@ class TtsConfig(StageSection):
     settings: Any
 
 
-STAGE_SECTIONS: dict[str, type[StageSection]] = {"vad": VadConfig, "asr": AsrConfig, "tts": TtsConfig}
-
-# config_id and the traced settings keep each section in its shape from before implementations owned
-# their settings (every key any implementation had, at its old default, under the chosen one's values),
-# so a configuration that did not change keeps its id. A new implementation's keys appear only when chosen.
-_RECORDED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "vad": {"model": "silero-vad", "threshold": 0.5, "threshold_dbfs": -45.0, "silence_ms": 600,
-            "min_speech_ms": 120, "profile": "lab", "xiaozhi_server": dataclasses.asdict(XiaozhiServerProfile())},
-    "asr": {"model": "whisper-base", "beam_size": 1, "threads": 2, "url": "",
-            "latency": dataclasses.asdict(LatencyProfile(first_ms=300, jitter_ms=40, seed=1))},
-    "tts": {"voice": "piper-joe", "words_per_minute": 160, "real_time_factor": 0.15, "url": "",
-            "first_frame": dataclasses.asdict(LatencyProfile(first_ms=180, jitter_ms=30, seed=3))},
-}  # fmt: skip
+STAGE_SECTIONS: dict[str, type[StageSection]] = {"vad": VadConfig, "asr": AsrConfig, "llm": LlmConfig, "tts": TtsConfig}
 
 
-def recorded(role: str, section: dict[str, Any]) -> dict[str, Any]:
-    """What traces and config_id record of a section (``dataclasses.asdict`` of it): one flat table."""
-    return {**_RECORDED_DEFAULTS[role], "impl": section["impl"], **section["settings"]}
+def recorded(section: dict[str, Any]) -> dict[str, Any]:
+    """What traces and config_id record of a section (``dataclasses.asdict`` of it): one flat table, as
+    its TOML is written: ``impl``, the role's own settings, and the chosen implementation's."""
+    return {**{k: v for k, v in section.items() if k != "settings"}, **section["settings"]}
+
+
+def implementation_keys(role: str) -> tuple[str, ...]:
+    """Every key some implementation of ``role`` declares (the LLM backends': ``model``, ``n_ctx``,
+    ``latency``...): what may differ where the implementation does."""
+    found = {f.name for impl in registry().all() if impl.role == role for f in dataclasses.fields(impl.settings)}
+    return tuple(sorted(found))

@@ -17,12 +17,14 @@ import numpy as np
 from pipeline.events import StageInfo
 from stages.asr.utterance import UtteranceAsr, UtteranceEngine
 from stages.funasr_loader import load_automodel
-from stages.registry import Implementation, Loaded, Models, TurnInputs, load_file
+from stages.registry import ConfigError, Implementation, Loaded, Models, TurnInputs, load_file
 
 FUNASR_LANGUAGES = ("zh", "en")
 
 
 class FunAsrEngine(UtteranceEngine):
+    """A FunASR speech recognition model loaded from its folder (a VAD or punctuation model is refused)."""
+
     def __init__(self, model_dir: Path) -> None:
         self.model: Any = load_automodel(model_dir)
         kind = type(self.model.model).__name__
@@ -41,6 +43,8 @@ class FunAsrEngine(UtteranceEngine):
 
 
 class FunAsr(UtteranceAsr):
+    """The ASR stage over a loaded ``FunAsrEngine``; it tells Chinese from English itself."""
+
     def __init__(self, engine: FunAsrEngine, language: str) -> None:
         info = StageInfo(role="asr", impl="funasr", attributes=(("asr.model", engine.name),))
         super().__init__(engine, language, info, FUNASR_LANGUAGES)
@@ -48,10 +52,14 @@ class FunAsr(UtteranceAsr):
 
 @dataclass(frozen=True, slots=True)
 class FunAsrSettings:
-    model: str = "whisper-base"
+    """The ``[asr]`` keys of ``impl = "funasr"``: the model folder, which no package ships, so none by default."""
+
+    model: str = ""  # a FunASR ASR model folder (SenseVoiceSmall, Paraformer...)
 
 
 def _load(s: FunAsrSettings, models: Models) -> Loaded:
+    if not s.model:  # refused here, not by the settings: a settings class must build from its defaults alone
+        raise ConfigError("[asr] impl = 'funasr' needs model = a FunASR model folder (e.g. SenseVoiceSmall)")
     return load_file(models, s.model, FunAsrEngine)
 
 

@@ -29,6 +29,8 @@ from pipeline.events import ToolSpec as ToolSpec  # the chat-backend contract's,
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """One message of a chat: a system prompt, the user's words, an answer or a tool's call and result."""
+
     role: str  # "system", "user", "assistant", "tool"
     content: str
     tool_name: str = ""
@@ -37,17 +39,23 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
+    """One call: what the model is asked, and how (the same for every backend; a scripted one samples nothing)."""
+
     messages: tuple[Message, ...]
     max_tokens: int
     stop_at_sentence: bool = False  # per-sentence mode: end the call at the first sentence end
     tools: tuple[ToolSpec, ...] = ()
     assistant_prefix: str = ""  # per-sentence mode: the answer so far, to be continued
+    temperature: float | None = None  # None: not asked (llama.cpp decodes greedily, an endpoint uses its own)
+    seed: int | None = None  # None: not asked
 
 
 Chunk: TypeAlias = QueueWait | TokenDelta | OutputStart | ToolCallDelta | ToolCall | CallEnd
 
 
 class ChatBackend(Protocol):
+    """A model the LLM stage can call: it streams a call's events in the contract's vocabulary."""
+
     model: str
     server_address: str
 
@@ -55,6 +63,8 @@ class ChatBackend(Protocol):
 
 
 class ToolExecutor(Protocol):
+    """Runs a tool the model called and answers with its result."""
+
     async def execute(self, name: str, arguments: str) -> str: ...
 
 

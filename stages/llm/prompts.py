@@ -1,7 +1,11 @@
-"""What the voice assistant is told: its system prompt per language and the device tools it may call."""
+"""What the voice assistant is told: its system prompt per language and the device tools it may call,
+and the pretend device that answers those calls whichever backend made them (``[llm] tool_latency``)."""
 
 from __future__ import annotations
 
+import asyncio
+
+from pipeline.events import LatencyProfile
 from stages.llm.backend import ToolSpec
 
 DEVICE_TOOLS = (
@@ -26,4 +30,16 @@ ASSISTANT_LANGUAGES = tuple(SYSTEM_PROMPTS)
 
 
 def system_prompt(language: str) -> str:
+    """The system prompt for a question in ``language`` (English for a language it has none for)."""
     return SYSTEM_PROMPTS.get(language[:2], SYSTEM_PROMPTS["en"])
+
+
+class ScriptedTools:
+    """A pretend device: every tool call succeeds after a scripted latency."""
+
+    def __init__(self, latency: LatencyProfile) -> None:
+        self.latency = latency
+
+    async def execute(self, name: str, arguments: str) -> str:
+        await asyncio.sleep(next(self.latency.delays_s()))
+        return '{"ok": true}'

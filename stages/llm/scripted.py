@@ -27,12 +27,16 @@ def scripted_tokens(text: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class ScriptedReply:
+    """What the script says to one question: its text, and the tool it calls first ("" for none)."""
+
     text: str
     tool_name: str = ""
     tool_arguments: str = "{}"
 
 
 class ScriptedBackend:
+    """A ``ChatBackend`` that streams a known reply on a scripted latency (sampling asked of it is ignored)."""
+
     server_address = ""
 
     def __init__(self, reply: ScriptedReply, latency: LatencyProfile, model: str = "scripted", salt: int = 0) -> None:
@@ -120,17 +124,6 @@ def fit_arguments(arguments: str, tool: ToolSpec, scripted_name: str) -> str:
     return json.dumps(args, ensure_ascii=False)
 
 
-class ScriptedTools:
-    """A pretend device: every tool call succeeds after a scripted latency."""
-
-    def __init__(self, latency: LatencyProfile) -> None:
-        self.latency = latency
-
-    async def execute(self, name: str, arguments: str) -> str:
-        await asyncio.sleep(next(self.latency.delays_s()))
-        return '{"ok": true}'
-
-
 def default_answer(text: str, language: str) -> str:
     """What the scripted LLM says to a question whose manifest gives no answer."""
     if language.startswith("zh"):
@@ -140,6 +133,8 @@ def default_answer(text: str, language: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ScriptedSettings:
+    """The ``[llm]`` keys of ``impl = "scripted"``: a label for the rows, and the latency as data."""
+
     model: str = "scripted"
     latency: LatencyProfile = field(
         default_factory=lambda: LatencyProfile(first_ms=350, per_item_ms=45, jitter_ms=15, seed=2)

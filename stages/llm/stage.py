@@ -46,9 +46,13 @@ MODES: tuple[Mode, ...] = ("single", "per-sentence")
 
 @dataclass(frozen=True, slots=True)
 class LlmSettings:
+    """What the stage asks of every call, whatever the backend (the run fills it from ``[llm]``)."""
+
     mode: Mode = "single"
     max_tokens: int = 128
     max_calls: int = 12  # bounds per-sentence and tool loops
+    temperature: float | None = None  # None: not asked (see ``ChatRequest``)
+    seed: int | None = None
     system_prompt: str = "Answer in one to three short spoken sentences, in the user's language."
     # when the question's language was not known: a system prompt per language, picked by the transcript's
     system_prompts: tuple[tuple[str, str], ...] = ()
@@ -61,6 +65,8 @@ class LlmSettings:
 
 
 class LlmStage:
+    """The LLM role's stage: one transcript in, the calls of its answer out, on any ``ChatBackend``."""
+
     def __init__(
         self,
         backend: ChatBackend,
@@ -125,6 +131,8 @@ class LlmStage:
                 stop_at_sentence=per_sentence,
                 tools=tools,
                 assistant_prefix=answer if per_sentence else "",
+                temperature=self.settings.temperature,
+                seed=self.settings.seed,
             )
             purpose = "after_tool" if after_tool else ("sentence" if per_sentence else "answer")
             after_tool = False

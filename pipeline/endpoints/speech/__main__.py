@@ -27,9 +27,8 @@ from pipeline.clock import RealClock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
 from pipeline.endpoints.speech.relay import LlmRelay
-from pipeline.run.assembly import CacheModels
 from pipeline.settings.config import ConfigError, load_config
-from pipeline.settings.models import ModelError, default_cache
+from pipeline.settings.models import CacheModels, ModelError, default_cache
 from pipeline.tracing import names
 from pipeline.tracing.export import OtlpSettings, Tracing
 

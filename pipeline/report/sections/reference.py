@@ -7,7 +7,7 @@ from pipeline.report.cited import CAVEAT
 from pipeline.report.document import NOTE, Block, Bullets, Heading, Paragraph, Table
 from pipeline.report.sections.base import CITED, Context
 from pipeline.report.sections.outcomes import OUTCOME_RULES
-from pipeline.report.settings import CONDITION_DEFINING
+from pipeline.report.settings import CONDITION_DEFINING, HELD_ACROSS_CONDITIONS
 
 
 def cited_table() -> Table:
@@ -39,7 +39,11 @@ def method_section(_ctx: Context) -> list[Block]:
                 f"Drift (M20): Spearman rho of latency (relative to the same question's median) against run order "
                 f">= {drift.RHO_FLAG} and second-half median >= {100 * drift.RISE_FLAG:.0f}% above the first half; "
                 f"needs {drift.MIN_TURNS} successful turns over {drift.MIN_ROUNDS} measured rounds.",
-                "Config identity (M11): conditions may differ only in " + ", ".join(CONDITION_DEFINING) + ".",
+                "Config identity (M11): conditions may differ only in "
+                + ", ".join(CONDITION_DEFINING)
+                + ", not in "
+                + ", ".join(HELD_ACROSS_CONDITIONS)
+                + ".",
             )
         ),
     ]

@@ -2,7 +2,8 @@
 
 Generation runs on the engine's own thread and hands each token to the event loop at once;
 ``stream`` turns tokens into text deltas or a tool call, ``cache`` decides what the KV cache
-holds when a call starts, ``engine`` renders prompts and drives llama.cpp.
+holds when a call starts, ``engine`` renders prompts and drives llama.cpp, ``settings`` holds its
+``[llm]`` keys (shared with llama.cpp's server, ``stages.llm.served``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import AsyncIterator, Iterator
 
 from stages.llm.backend import ChatRequest, Chunk
 from stages.llm.llama.cache import PROMPT_CACHES
-from stages.llm.llama.engine import LlamaEngine, LlamaSettings, check_chat_model
+from stages.llm.llama.engine import LlamaEngine, check_chat_model
+from stages.llm.llama.settings import LlamaSettings
 from stages.llm.llama.stream import Item, shape
 from stages.llm.prompts import ASSISTANT_LANGUAGES
 from stages.registry import Implementation, Loaded, Models, TurnInputs

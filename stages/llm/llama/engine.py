@@ -20,20 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from stages.llm.backend import ChatRequest, Message
-from stages.llm.llama.cache import KvCache, PromptCache, common_prefix
+from stages.llm.llama.cache import KvCache, common_prefix
 from stages.llm.llama.gguf import GgufInfo, read_gguf
+from stages.llm.llama.settings import LlamaSettings
 
 STOP_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaSettings:
-    model: str = "qwen2.5-0.5b"  # registry name or a GGUF path
-    n_ctx: int = 2048
-    threads: int = 2
-    seed: int = 1234
-    temperature: float = 0.0
-    prompt_cache: PromptCache = "prefix"
+GREEDY = 0.0  # a call that asks no temperature is decoded greedily: a lab run must repeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +92,6 @@ class LlamaEngine:
             n_ctx=settings.n_ctx,
             n_threads=settings.threads,
             n_threads_batch=settings.threads,
-            seed=settings.seed,
             verbose=False,
         )
         eos = self._token_text(self._llm.token_eos())
@@ -159,10 +150,12 @@ class LlamaEngine:
             ctx = self._llm._ctx.ctx
             llama_cpp.llama_perf_context_reset(ctx)  # before the cache is prepared: evaluating a prefix is prompt time
             cached = self.cache.prepare(tokens, self.prefix_tokens(request))
-            self._llm.set_seed(self.settings.seed)
+            if request.seed is not None:
+                self._llm.set_seed(request.seed)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             finish, count = "length", 0
-            for token in self._llm.generate(tokens, temp=self.settings.temperature, repeat_penalty=1.0):
+            temperature = GREEDY if request.temperature is None else request.temperature
+            for token in self._llm.generate(tokens, temp=temperature, repeat_penalty=1.0):
                 if token in self._stop_ids:
                     finish = "stop"
                     break

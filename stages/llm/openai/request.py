@@ -22,6 +22,9 @@ CONTINUATIONS: tuple[Continuation, ...] = ("plain", "partial", "prefix", "vllm")
 
 @dataclass(frozen=True, slots=True)
 class OpenAISettings:
+    """The client's settings: where the endpoint is, the model it serves, and how calls are made to it
+    (sampling is each request's own: ``ChatRequest.temperature``, ``seed``)."""
+
     base_url: str  # up to and including the version, e.g. https://api.deepseek.com/v1
     model: str
     api_key_env: str = ""  # name of the variable holding the key ("" = the endpoint needs none)
@@ -29,8 +32,6 @@ class OpenAISettings:
     read_timeout_s: float = 30.0  # longest silence allowed: before the headers and between chunks
     retries: int = 0  # extra attempts on 429, 5xx, timeouts and broken connections, before any output
     retry_backoff_ms: float = 500.0  # doubled per retry; a Retry-After header (capped at 10 s) wins
-    temperature: float | None = 0.0
-    seed: int | None = None
     stream_usage: bool = True  # stream_options.include_usage
     sentence_stops: tuple[str, ...] = SENTENCE_STOPS  # OpenAI itself accepts at most 4
     continuation: Continuation = "plain"  # how a trailing assistant message is marked for continuation
@@ -77,14 +78,15 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def request_body(settings: OpenAISettings, request: ChatRequest) -> dict[str, Any]:
+    """The streamed ``/chat/completions`` request's JSON body for one call."""
     messages = openai_messages(request.messages)
     body: dict[str, Any] = {"model": settings.model, "stream": True, "max_tokens": request.max_tokens}
     if settings.stream_usage:
         body["stream_options"] = {"include_usage": True}
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    if settings.seed is not None:
-        body["seed"] = settings.seed
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.seed is not None:
+        body["seed"] = request.seed
     if settings.cache_prompt is not None:
         body["cache_prompt"] = settings.cache_prompt
     if request.tools:

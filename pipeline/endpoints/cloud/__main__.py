@@ -1,6 +1,6 @@
 """Entry point: serve the emulated cloud, optionally behind the link emulator, until stopped.
 
-    python -m pipeline.cloud_emulator_main --profile fast-70b-api --port 8000 [--network internet]
+    python -m pipeline.endpoints.cloud --profile fast-70b-api --port 8000 [--network internet]
 
 Prints one line per address (``emulated cloud, profile X: http://127.0.0.1:PORT/v1`` and,
 with ``--network``, ``through network profile Y: http://...``), then serves until
@@ -43,7 +43,7 @@ async def serve(cloud: EmulatedCloud, network: str, network_port: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.cloud_emulator_main", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m pipeline.endpoints.cloud", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 = any free port")
     parser.add_argument("--profile", default="fast-70b-api", help=f"compute: {', '.join(COMPUTE_PROFILES)}")
