@@ -60,7 +60,7 @@ CODE = Path(os.environ.get("BENCH_REPORT_CODE", str(ROOT)))
 sys.path.insert(0, str(CODE))
 
 if TYPE_CHECKING:
-    from pipeline.analysis.numbers import Row
+    from pipeline.analysis.columns import TurnRow
     from pipeline.report.load import Dataset
 
 QUESTIONS = 30
@@ -93,7 +93,7 @@ def synthetic(turns: int, seed: int = 7) -> Dataset:
     from pipeline.report.load import Dataset
 
     rng = np.random.default_rng(seed)
-    rows: list[Row] = []
+    rows: list[TurnRow] = []
     sentence_ms: list[tuple[float, ...]] = []
     per_condition = math.ceil(turns / len(CONDITIONS))
     for c, (label, (first, spread, per_token)) in enumerate(CONDITIONS.items()):

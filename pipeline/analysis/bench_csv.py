@@ -11,7 +11,8 @@ from pathlib import Path
 
 from msgspec.structs import astuple
 
-from pipeline.analysis.columns import COLUMNS, SCHEMA, Cell, Column, TurnRow
+from pipeline.analysis.columns import COLUMNS, SCHEMA, TurnRow
+from pipeline.analysis.schema import Cell, Column
 
 
 class BenchCsvError(ValueError):

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
 from pipeline.report.load import RunInfo
 
 IGNORED = ("run.rounds", "run.limit")
@@ -103,7 +103,7 @@ def _same_condition_agree(key: str, recorded: Sequence[tuple[RunInfo, dict[str, 
     return all(len(values) == 1 for values in by_condition.values())
 
 
-def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
+def _question_orders(rows: Sequence[TurnRow]) -> dict[str, tuple[str, ...]]:
     """Each run's questions in the order of its first round (its first device's: several devices
     ask the set rotated, interleaved in time, and the device count is a setting of its own)."""
     firsts: dict[str, tuple[int, list[tuple[int, str]]]] = {}
@@ -123,14 +123,14 @@ def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
     return {run: tuple(q for _, q in sorted(entries)) for run, (_, entries) in firsts.items()}
 
 
-def _rounds(rows: Sequence[Row]) -> dict[str, int]:
+def _rounds(rows: Sequence[TurnRow]) -> dict[str, int]:
     out: dict[str, set[object]] = {}
     for row in rows:
         out.setdefault(str(row.run_id), set()).add(row.round)
     return {run: len(r) for run, r in out.items()}
 
 
-def check(runs: Sequence[RunInfo], rows: Sequence[Row]) -> SettingsCheck:
+def check(runs: Sequence[RunInfo], rows: Sequence[TurnRow]) -> SettingsCheck:
     reasons: list[str] = []
     warnings: list[str] = []
     if len({cid for run in runs for cid in run.config_ids}) <= 1:
@@ -159,7 +159,7 @@ def check(runs: Sequence[RunInfo], rows: Sequence[Row]) -> SettingsCheck:
     return SettingsCheck(not reasons, tuple(found), tuple(reasons), tuple(warnings))
 
 
-def _round_warnings(rows: Sequence[Row]) -> list[str]:
+def _round_warnings(rows: Sequence[TurnRow]) -> list[str]:
     rounds = _rounds(rows)
     if len(set(rounds.values())) > 1:
         listed = ", ".join(f"{run}: {n}" for run, n in rounds.items())
