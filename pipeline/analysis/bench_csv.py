@@ -16,7 +16,7 @@ from pipeline.analysis.schema import Cell, Column
 
 
 class BenchCsvError(ValueError):
-    pass
+    """A bench.csv this version cannot read or append to: another header, a bad cell (with where)."""
 
 
 # A text cell starting with one of these is read as a formula by spreadsheets (CSV injection):

@@ -28,6 +28,8 @@ LEVEL = 0.95
 
 @dataclass(frozen=True, slots=True)
 class Interval:
+    """A 95 % bootstrap interval of an estimate (M8)."""
+
     low: float
     high: float
 

@@ -53,6 +53,8 @@ class RunAttributes(msgspec.Struct, frozen=True, gc=False):
 
 
 class TurnFacts(msgspec.Struct, frozen=True, gc=False):
+    """One turn's row and what the report keeps beside it, as plain values a reader process can hand back."""
+
     start_ns: int
     span_id: str  # "" for a row not read from spans (``facts_of_rows``)
     row: TurnRow

@@ -36,6 +36,8 @@ from pipeline.tracing import names
 
 
 class Read(NamedTuple):
+    """What ``read_traces`` read: every turn's facts, and what was joined, unreadable, and who read it."""
+
     facts: list[TurnFacts]  # one a turn, by turn start
     joined: int  # server turns joined to their device's turns, left out (none with keep_joined)
     problems: list[str]
@@ -258,6 +260,8 @@ def _reread(facts: TurnFacts) -> list[TurnSpans]:
 
 
 class SpansRead(NamedTuple):
+    """Every readable span of some files, and what could not be read."""
+
     spans: list[ReadSpan]
     problems: list[str]
 

@@ -93,12 +93,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     transport, stt_received, first_received, first_audible, interrupt_received, interrupt_played = _device(
         device, playback, speech_end
     )
-    uplink, server_first_audio, downlink, device_buffer = wire_split(
-        t.turn,
-        device,
-        server.turn if server is not None else None,
-        server.first(names.DOWNLINK) if server is not None else None,
-    )
+    uplink, server_first_audio, downlink, device_buffer = wire_split(t.turn, device, server)
     row = TurnRow(
         run_id=_str(get(names.RUN_ID)),
         condition=_str(get(names.CONDITION)),

@@ -1,7 +1,7 @@
 """How a typed record declares its columns once: each field's type, unit, meaning and group.
 
-A record the lab writes as CSV (``columns.TurnRow``: bench.csv; ``segment_row.SegmentRow``:
-segments.csv; ``path.path_row.PathRow``: paths.csv) is a msgspec Struct whose fields are
+A record the lab writes as CSV (``columns.TurnRow``: bench.csv; ``server_segments.SegmentRow``:
+segments.csv; ``path.paths_csv.PathRow``: paths.csv) is a msgspec Struct whose fields are
 ``Annotated[type, meta(unit, meaning, group)]``, in the file's column order. ``schema`` reads
 those annotations back as ``Column``s, from which the file's header, its numeric columns and the
 README's table of it (``table``) are generated, so none of them is ever written by hand.

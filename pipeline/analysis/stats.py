@@ -32,6 +32,8 @@ HEADLINE_METRICS = (
 
 @dataclass(frozen=True, slots=True)
 class Summary:
+    """One metric over a group's measured turns: how many, median, P90, least and greatest."""
+
     metric: str
     n: int  # values the figures were computed from
     turns: int  # measured (non-warm-up) turns in the group

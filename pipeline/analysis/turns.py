@@ -18,6 +18,8 @@ from pipeline.tracing import names
 
 @dataclass(slots=True)
 class TurnSpans:
+    """A turn span and its child spans, in time order, looked up by name."""
+
     turn: ReadSpan
     children: list[ReadSpan] = field(default_factory=list)
     # children by name, built at the first lookup: a row looks children up by name over a dozen times.

@@ -1,4 +1,4 @@
-"""What-if: measured turns re-timed along their own dependency graphs (``path.TurnGraph``).
+"""What-if: measured turns re-timed along their own dependency graphs (``path.graph.TurnGraph``).
 
 A change moves a segment (every occurrence of it: each call's first token, each sentence's
 first TTS frame...) and only what waits on it: a point starts when the latest of its
@@ -75,6 +75,8 @@ class WhatIfError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Change:
+    """A change to one segment: every occurrence of it lengthened by ``add_ns`` or scaled by ``factor``."""
+
     name: str  # as given: "llm.first_token"
     segment: str  # the kind of point it moves
     add_ns: int = 0

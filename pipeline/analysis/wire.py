@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pipeline.analysis.numbers import ms
 from pipeline.analysis.traces import ReadSpan
+from pipeline.analysis.turns import TurnSpans
 from pipeline.tracing import names
 
 Split = tuple[float | None, float | None, float | None, float | None]  # columns.WIRE_COLUMNS, in order
@@ -38,19 +39,16 @@ def device_buffer_ms(device: ReadSpan) -> float | None:
     return ms(*buffered(device))
 
 
-def wire_split(
-    device_turn: ReadSpan,
-    device: ReadSpan | None,
-    server_turn: ReadSpan | None,
-    server_downlink: ReadSpan | None,
-) -> Split:
-    """The four parts of a device's first sound (``WIRE_COLUMNS``, in order); all None unless both
-    ends' spans are given."""
-    if device is None or server_turn is None or server_downlink is None:
+def wire_split(device_turn: ReadSpan, device: ReadSpan | None, server: TurnSpans | None) -> Split:
+    """The four parts of a device's first sound (``WIRE_COLUMNS``, in order): ``device``, the device turn's
+    ``device`` span; ``server``, its server's turn (``turns.servers_of``). All None unless both ends' spans
+    are given."""
+    downlink = server.first(names.DOWNLINK) if server is not None else None
+    if device is None or server is None or downlink is None:
         return _NO_SPLIT
     sent = device_turn.event_ns(names.EV_USER_SPEECH_END)
-    arrived = server_turn.event_ns(names.EV_USER_SPEECH_END)
-    first_sent = server_downlink.start_ns  # the server's ``downlink`` span: first frame out
+    arrived = server.turn.event_ns(names.EV_USER_SPEECH_END)
+    first_sent = downlink.start_ns  # the server's ``downlink`` span: first frame out
     received = device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)
     return ms(sent, arrived), ms(arrived, first_sent), ms(first_sent, received), device_buffer_ms(device)
 

@@ -24,6 +24,8 @@ from pipeline.interop.processes import InteropError, Processes, StartedProcess
 
 @dataclass(frozen=True, slots=True)
 class GatewayPorts:
+    """The ports the real MQTT gateway listens on: MQTT, UDP and its admin API."""
+
     mqtt: int
     udp: int
     admin: int

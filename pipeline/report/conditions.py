@@ -60,6 +60,8 @@ def per_call(row: TurnRow) -> list[float | None]:
 
 @dataclass(frozen=True, slots=True)
 class Condition:
+    """One condition's rows and what its figures are read from (warm-up left out, M6)."""
+
     label: str
     runs: tuple[str, ...]
     rows: tuple[TurnRow, ...]  # every row, warm-up included, in run order

@@ -38,6 +38,8 @@ METRICS = ("whole_turn_ms", "first_token_ms")
 
 @dataclass(frozen=True, slots=True)
 class Drift:
+    """Whether a run's latency drifted over its run order (M20), or why that was not checked."""
+
     run_id: str
     metric: str
     n: int

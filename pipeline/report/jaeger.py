@@ -33,6 +33,8 @@ Fetch = Callable[[str, float], bytes]
 
 @dataclass(frozen=True, slots=True)
 class JaegerQuery:
+    """A search of Jaeger's query API for one service's traces in a time window."""
+
     base_url: str  # e.g. http://localhost:16686
     service: str
     start: datetime  # timezone-aware

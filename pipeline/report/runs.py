@@ -121,6 +121,8 @@ BUSY_SHARE = 0.10  # other processes kept a tenth of a core busy on average duri
 
 @dataclass(frozen=True, slots=True)
 class RunLoad:
+    """How busy the machine was during a run's measured turns."""
+
     run_id: str
     turns: int  # measured turns with a reading
     busy: int  # of those, measured on a busy machine

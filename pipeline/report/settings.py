@@ -44,6 +44,8 @@ CONDITION_DEFINING = (
 
 @dataclass(frozen=True, slots=True)
 class Difference:
+    """A setting that differs between runs, and whether the comparison allows it (M11)."""
+
     setting: str
     values: tuple[tuple[str, str], ...]  # (run_id, value as JSON), in run order
     allowed: bool  # condition-defining and between different conditions
@@ -51,6 +53,8 @@ class Difference:
 
 @dataclass(frozen=True, slots=True)
 class SettingsCheck:
+    """Whether runs may be compared on their recorded settings (M11): what differs, why not, what to know."""
+
     comparable: bool
     differences: tuple[Difference, ...]
     reasons: tuple[str, ...]  # why not comparable

@@ -21,6 +21,8 @@ from pipeline.tracing import names
 
 @dataclass(frozen=True, slots=True)
 class Bar:
+    """One span as a bar on a waterfall lane, with its first token or first frame marked."""
+
     lane: str
     kind: str  # vad, asr, llm, tool, tts, playback
     start_ms: float
@@ -30,6 +32,8 @@ class Bar:
 
 @dataclass(frozen=True, slots=True)
 class Waterfall:
+    """One turn's stages as bars in time, for the waterfall plot."""
+
     title: str
     bars: tuple[Bar, ...]
 

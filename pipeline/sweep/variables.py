@@ -44,6 +44,8 @@ class SweepError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Variable:
+    """A setting a sweep may vary: where it lives, what values it takes, what the points may differ in."""
+
     name: str
     section: str  # where the setting lives ([section] key)
     key: str

@@ -52,6 +52,8 @@ UPSTREAM_KEY_ENV = "LAB_INTEROP_UPSTREAM_KEY"  # the llama-server's key, handed 
 
 @dataclass(frozen=True, slots=True)
 class Run:
+    """One emulator run against a server: its label, condition, output folder, and what went wrong."""
+
     label: str
     condition: str
     folder: Path

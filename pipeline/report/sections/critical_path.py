@@ -54,6 +54,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class WhatIf:
+    """One what-if the section asks of every condition: changes, or another condition's LLM."""
+
     name: str  # as a reader reads it
     changes: tuple[Change, ...]
     other: str | None = None  # the condition whose LLM is swapped in
