@@ -131,10 +131,12 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
 
 
 def verdict(total: float, what: str) -> str:
+    """Whether ``total`` met the goal, in words."""
     return f"verdict: {'met' if total < GOAL_S else 'MISSED'} the {GOAL_S:.0f} s goal for {what} ({total:.2f} s)"
 
 
 def main() -> int:
+    """Both measurements (or the child run a parent started), and their verdicts."""
     if sys.argv[1:2] == ["--child"]:
         child(Path(sys.argv[2]), Path(sys.argv[3]))
         return 0

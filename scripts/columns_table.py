@@ -45,12 +45,14 @@ def readme_table(text: str, name: str = "columns") -> str:
 
 
 def with_table(text: str, table: str, name: str = "columns") -> str:
+    """The README's text with table ``name`` replaced by ``table``."""
     begin, end = markers(name)
     start, stop = text.index(begin) + len(begin), text.index(end)
     return text[:start] + table + text[stop:]
 
 
 def main() -> None:
+    """Prints the tables, or writes them into README.md."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write", action="store_true", help="rewrite README.md's tables in place")
     if p.parse_args().write:

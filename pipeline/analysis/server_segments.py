@@ -238,6 +238,7 @@ class SegmentSummary:
 
 
 def summarize(rows: Sequence[SegmentRow]) -> SegmentSummary:
+    """The interop table's figures for one run: measured turns, successes, and each part's median."""
     measured = [r for r in rows if not r.warmup]
     ok = [r for r in measured if r.ok and isinstance(r.first_audible_ms, float)]
     audible = [r.first_audible_ms for r in ok if r.first_audible_ms is not None]

@@ -91,6 +91,7 @@ def rows_file(out: Path) -> Path:
 
 
 def csv_rows(path: Path) -> int:
+    """Rows in a CSV file, its header left out (0 where there is no file)."""
     if not path.is_file():
         return 0
     with path.open(encoding="utf-8") as fh:
@@ -98,6 +99,7 @@ def csv_rows(path: Path) -> int:
 
 
 def same_bytes(a: Path, b: Path) -> str:
+    """Whether two files hold the same bytes, in words."""
     if not (a.is_file() and b.is_file()):
         return "not both written"
     return "the same" if a.read_bytes() == b.read_bytes() else "DIFFERENT"

@@ -19,18 +19,17 @@ from typing import Any
 
 
 def rss_mib() -> float:
+    """This process's peak resident size so far, MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def load_text() -> str:
+    """The machine's load averages, as printed beside every figure."""
     return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-# The report's code is imported where it is used, after the path set-up, and not in a --child run:
-# that one imports what ``python -m pipeline.report`` imports, when the command does.
-
-
 def timed(label: str, step: Callable[[], Any]) -> tuple[Any, float]:
+    """``step`` run and printed with its time and the peak memory before and after; its result and seconds."""
     before = rss_mib()
     t0 = time.perf_counter()
     result = step()
@@ -40,6 +39,7 @@ def timed(label: str, step: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def python_peak(step: Callable[[], Any]) -> float:
+    """The peak of Python allocations while ``step`` runs, MiB (tracemalloc: slower, so never timed)."""
     tracemalloc.start()
     step()
     peak = tracemalloc.get_traced_memory()[1]

@@ -73,6 +73,7 @@ def synthetic(turns: int, seed: int = 7) -> Dataset:
 
 
 def report_from_rows(data: Dataset, out: Path) -> float:
+    """The report of ``data`` built and written to ``out``, each step timed; the seconds together."""
     from pipeline.report.build import build
     from pipeline.report.output import write
 
@@ -84,6 +85,7 @@ def report_from_rows(data: Dataset, out: Path) -> float:
 
 
 def rows_step(turns: int, work: Path, trace_memory: bool) -> float:
+    """Part 2: the report from ``turns`` synthetic rows; its seconds."""
     data, _ = timed("synthetic rows made (not counted)", lambda: synthetic(turns))
     total = report_from_rows(data, work / "rows")
     if trace_memory:
