@@ -17,8 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.numbers import median, quantile
-from pipeline.analysis.path import SEGMENTS, TurnGraph, critical_path, paths_csv
+from pipeline.analysis.path.critical import critical_path
+from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.path.kinds import SEGMENTS
+from pipeline.analysis.path.paths_csv import paths_csv
 from pipeline.analysis.traces import trace_files
 from pipeline.analysis.whatif import (
     Change,
@@ -32,7 +36,6 @@ from pipeline.analysis.whatif import (
     read_graphs,
     same_questions,
 )
-from pipeline.report.bootstrap import quantile_interval
 
 LABEL = "predicted from measured traces, not measured"
 

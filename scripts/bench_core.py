@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.analysis.columns import column
-from pipeline.analysis.numbers import Row, median, quantile
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
@@ -72,7 +72,7 @@ def server() -> ServerStages:
     )
 
 
-async def session(clock: Clock, turns: int, tracing: Tracing | None) -> tuple[list[float], list[float], list[Row]]:
+async def session(clock: Clock, turns: int, tracing: Tracing | None) -> tuple[list[float], list[float], list[TurnRow]]:
     """Per-turn wall seconds, per-turn tracing seconds, and the rows read back from the traces."""
     frames = clip()
     walls, tracing_s, rows = [], [], []
@@ -92,7 +92,7 @@ async def session(clock: Clock, turns: int, tracing: Tracing | None) -> tuple[li
 
 def run(
     clock_kind: str, turns: int, traced: bool, default_loop: bool = False
-) -> tuple[list[float], list[float], list[Row]]:
+) -> tuple[list[float], list[float], list[TurnRow]]:
     """``default_loop``: asyncio's stock loop instead of run_on_clock's, to show what the fine timers change."""
     clock: Clock = VirtualClock() if clock_kind == "virtual" else RealClock()
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,13 +106,13 @@ def run(
                 tracing.shutdown()
 
 
-def errors_ms(rows: list[Row], metric: str, expected: float) -> list[float]:
+def errors_ms(rows: list[TurnRow], metric: str, expected: float) -> list[float]:
     """Signed errors, measured minus configured."""
     get = column(metric)
     return [float(v) - expected for r in rows if isinstance(v := get(r), (int, float))]
 
 
-def accuracy_table(by_loop: dict[str, list[Row]]) -> None:
+def accuracy_table(by_loop: dict[str, list[TurnRow]]) -> None:
     loops = list(by_loop)
     print(f"  {'':<20} {'':>17}   " + "   ".join(f"{name:^31}" for name in loops))
     print(f"  {'':<20} {'':>17}   " + "   ".join(f"{'median |err|  P99 |err|  bias':>31}" for _ in loops))

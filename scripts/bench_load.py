@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.columns import column  # noqa: E402
-from pipeline.analysis.numbers import Row, measured_ok, quantile  # noqa: E402
+from pipeline.analysis.columns import TurnRow, column  # noqa: E402
+from pipeline.analysis.numbers import measured_ok, quantile  # noqa: E402
 from pipeline.replay import main as replay  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
@@ -46,13 +46,13 @@ CLOUD = '[run]\ncondition = "A"\n[llm]\nimpl = "openai"\nmodel = "emulated-cloud
 CLOUD += '[cloud]\nemulator = "fast-70b-api"\n'
 
 
-def p90(rows: list[Row], name: str) -> float | None:
+def p90(rows: list[TurnRow], name: str) -> float | None:
     get = column(name)
     values = [float(v) for r in rows if measured_ok(r) and isinstance(v := get(r), (int, float))]
     return round(quantile(values, 0.9), 1) if values else None
 
 
-def point(out: Path, run_id: str, configs: list[str], args: list[str]) -> list[Row]:
+def point(out: Path, run_id: str, configs: list[str], args: list[str]) -> list[TurnRow]:
     """One replay run; its rows (the run's own, from bench.csv)."""
     paths = []
     for i, text in enumerate(configs):

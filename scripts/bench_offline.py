@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.columns import column  # noqa: E402
-from pipeline.analysis.numbers import Row, measured_ok, median  # noqa: E402
+from pipeline.analysis.columns import TurnRow, column  # noqa: E402
+from pipeline.analysis.numbers import measured_ok, median  # noqa: E402
 
 METRICS = ("first_token_ms", "tts_first_frame_ms", "whole_turn_ms", "asr_ms")
 VARIANTS = {
@@ -41,7 +41,7 @@ def run(variant: str, out: Path, repeat: int, args: argparse.Namespace) -> None:
         raise SystemExit(f"{variant} failed with exit status {done.returncode}")
 
 
-def values(rows: list[Row], metric: str) -> list[float]:
+def values(rows: list[TurnRow], metric: str) -> list[float]:
     get = column(metric)
     return [float(v) for r in rows if measured_ok(r) and isinstance((v := get(r)), (int, float))]
 
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    rows: dict[str, list[Row]] = {}
+    rows: dict[str, list[TurnRow]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for variant in VARIANTS:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.numbers import median  # noqa: E402
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file  # noqa: E402
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file  # noqa: E402
 from pipeline.replay import main as replay  # noqa: E402
 from pipeline.settings.audio import load_audio  # noqa: E402
 from pipeline.settings.models import default_cache, resolve  # noqa: E402
@@ -90,7 +90,7 @@ def bench_critical_path(turns: int) -> None:
     for turn in (s for s in spans if s.name == names.TURN and s.attributes.get(names.OK) is True):
         if turn.attributes.get(names.WARMUP):
             continue
-        kids: dict[str, list[SpanRecord]] = {}
+        kids: dict[str, list[ReadSpan]] = {}
         for s in spans:
             if s.parent_span_id == turn.span_id:
                 kids.setdefault(s.name, []).append(s)

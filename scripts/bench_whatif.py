@@ -47,14 +47,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.analysis.numbers import median, quantile  # noqa: E402
-from pipeline.analysis.path import SEGMENTS, TurnGraph, critical_path  # noqa: E402
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files  # noqa: E402
-from pipeline.analysis.turns import group_turns  # noqa: E402
+from pipeline.analysis.bootstrap import Interval, quantile_interval  # noqa: E402
+from pipeline.analysis.numbers import measured, median, quantile  # noqa: E402
+from pipeline.analysis.path.critical import critical_path  # noqa: E402
+from pipeline.analysis.path.graph import TurnGraph  # noqa: E402
+from pipeline.analysis.path.kinds import SEGMENTS  # noqa: E402
+from pipeline.analysis.read import read_traces, reread_with_server  # noqa: E402
+from pipeline.analysis.traces import ReadSpan, trace_files  # noqa: E402
 from pipeline.analysis.whatif import WhatIfError, partners, predict, read_graphs, swapped  # noqa: E402
 from pipeline.endpoints.cloud.answers import pick_tool, tokens_of  # noqa: E402
 from pipeline.endpoints.link.profiles import PROFILES  # noqa: E402
-from pipeline.report.bootstrap import Interval, quantile_interval  # noqa: E402
 from pipeline.tracing import names  # noqa: E402
 from stages.llm.prompts import DEVICE_TOOLS  # noqa: E402
 
@@ -135,29 +137,33 @@ def joined(sentences: Sequence[str]) -> str:
 
 
 def observe(files: Sequence[Path]) -> dict[str, Observed]:
-    """B's measured turns (warm-up left out, M6), question by question."""
-    problems = ReadProblems()
+    """B's measured turns (warm-up left out, M6), question by question: read as every reader reads
+    (``read_traces``), each successful turn's spans read again for what it heard, said and called (a
+    device's turn read with its server's: the server's spans, where its stages ran)."""
+    read = read_traces(files)
     out: dict[str, Observed] = {}
-    for t in group_turns([s for f in files for s in read_trace_file(f, problems)], problems):
-        a = t.turn.attributes
-        if a.get(names.WARMUP) is True:
+    for facts in read.facts:
+        row = facts.row
+        if not measured(row):
             continue
-        seen = out.setdefault(str(a.get(names.QUESTION_ID)), Observed())
-        if a.get(names.OK) is not True:
-            seen.failed.append(str(a.get(names.ERROR_TYPE) or "not ok"))
+        seen = out.setdefault(row.question_id, Observed())
+        found = reread_with_server(facts) if row.ok else None
+        if found is None:
+            seen.failed.append(row.error or "its spans could not be read again")
             continue
+        t = found[1] or found[0]
         asr = t.first(names.ASR)
         seen.transcripts.append(str(asr.attributes.get(names.TRANSCRIPT) or "") if asr else "")
         sentences = sorted(t.spans(names.SENTENCE), key=_index)
         seen.answers.append(joined([str(s.attributes.get(names.SENTENCE_TEXT) or "") for s in sentences]))
         called = [*t.spans(names.LLM_CALL), *t.spans(names.TOOL)]
         seen.tools += sorted({str(s.attributes[names.TOOL_NAME]) for s in called if names.TOOL_NAME in s.attributes})
-    for message in problems.messages:
+    for message in read.problems:
         print(f"warning: {message}")
     return out
 
 
-def _index(span: SpanRecord) -> int:
+def _index(span: ReadSpan) -> int:
     value = span.attributes.get(names.SENTENCE_INDEX)
     return value if isinstance(value, int) else 0
 

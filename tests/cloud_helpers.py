@@ -13,7 +13,7 @@ from array import array
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock
@@ -91,7 +91,7 @@ class TraceRows:
     def path(self) -> Path:
         return self.tracing.trace_path
 
-    def row(self, timeline: TurnTimeline, condition: str = "A", note: str = "") -> Row:
+    def row(self, timeline: TurnTimeline, condition: str = "A", note: str = "") -> TurnRow:
         self.count += 1
         attributes: dict[str, str | int | bool] = {
             names.SCHEMA: names.SCHEMA_VERSION,
@@ -114,7 +114,7 @@ class TraceRows:
             self._tmp.cleanup()
 
 
-def network_ms(row: Row) -> float:
+def network_ms(row: TurnRow) -> float:
     """The network segment of a single-call turn: client first token minus the server's own first token."""
     first, queue, prompt = row.first_token_ms, row.server_queue_ms, row.server_prompt_ms
     assert isinstance(first, float) and isinstance(queue, float) and isinstance(prompt, float), row

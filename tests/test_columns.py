@@ -13,7 +13,10 @@ import pytest
 from pipeline.analysis import columns
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError, csv_line, read_bench_csv
 from pipeline.analysis.columns import COLUMNS, DEVICE_COLUMNS, NUMERIC, WIRE_COLUMNS, TurnRow, column, columns_table
+from pipeline.analysis.path.kinds import SEGMENTS
+from pipeline.analysis.path.paths_csv import PATH_COLUMNS, PathRow, paths_table
 from pipeline.analysis.read import rows_from_spans
+from pipeline.analysis.server_segments import segments_table
 from pipeline.analysis.stats import summarize
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
 from pipeline.report.conditions import group
@@ -77,10 +80,42 @@ def test_every_column_has_a_unit_entry_and_a_meaning() -> None:
     assert {c.unit for c in columns.SCHEMA if c.name.endswith("_ms") and c.kind is float} == {"ms"}
 
 
-def test_the_readmes_column_table_is_the_generated_one() -> None:
+@pytest.mark.parametrize("name", sorted(table_script.TABLES))
+def test_the_readmes_tables_are_the_generated_ones(name: str) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert table_script.readme_table(readme) == columns_table(), "run: python scripts/columns_table.py --write"
+    generate = table_script.TABLES[name][1]
+    assert table_script.readme_table(readme, name) == generate(), "run: python scripts/columns_table.py --write"
+
+
+def test_each_csvs_table_says_its_columns_types_and_meanings() -> None:
     assert "| `whole_turn_ms` | number or empty | ms | end of user speech -> last audio frame" in columns_table()
+    assert "| `warmup` | `True` or `False` |  | the warm-up round" in segments_table()
+    assert "| `silence_asr_ms` | number | ms | the silence's path: its time in `asr` (" in paths_table()
+    assert set(table_script.TABLES) == {"columns", "segments", "paths"}
+
+
+def test_the_paths_columns_are_each_targets_total_segments_in_path_order_and_slack() -> None:
+    by_target = [(f"{t}_ms", *(f"{t}_{kind}_ms" for kind in SEGMENTS), f"{t}_slack_ms") for t in ("silence", "whole")]
+    assert (
+        PATH_COLUMNS
+        == PathRow.__struct_fields__
+        == ("run_id", "condition", "question_id", "round", "device") + (by_target[0] + by_target[1])
+    )
+
+
+def test_the_texts_a_reader_keeps_once_are_those_the_schema_marks_repeated() -> None:
+    # the list facts.py once wrote by hand
+    assert (
+        *("run_id", "condition", "config_id", "question_id", "error", "note", "llm_model", "llm_endpoint"),
+        *("asr_error_metric", "language", "category", "scripted", "clock", "transport"),
+    ) == columns.REPEATED
+    assert all(c.kind is str for c in columns.SCHEMA if c.repeated)
+
+
+def test_a_row_once_made_is_never_changed() -> None:
+    row = experiment_rows()[0]
+    with pytest.raises(AttributeError):
+        row.ok = 0  # type: ignore[misc]
 
 
 def test_an_unknown_column_is_refused_where_it_is_named() -> None:

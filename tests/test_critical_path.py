@@ -15,23 +15,22 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pipeline.analysis.path import (
+from pipeline.analysis.path.build import graph_of
+from pipeline.analysis.path.critical import critical_path
+from pipeline.analysis.path.graph import PathError, TurnGraph
+from pipeline.analysis.path.kinds import (
     ASR,
     ENDPOINTING,
     LLM_FIRST_TOKEN,
     LLM_GENERATION,
-    PATH_COLUMNS,
     PLAYBACK,
     QUEUE,
+    SEGMENTS,
     TOOL,
     TTS,
     TTS_FIRST_FRAME,
-    PathError,
-    TurnGraph,
-    critical_path,
-    graph_of,
-    path_columns,
 )
+from pipeline.analysis.path.paths_csv import path_row
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
 from pipeline.analysis.turns import TurnSpans, group_turns
@@ -235,10 +234,31 @@ def test_every_committed_turns_paths_add_up_to_its_measured_times(trace: Path) -
         assert sum(s.ns for s in silence.steps) == audible_ns and sum(s.ns for s in whole.steps) == whole_ns
         row, _ = turn_row(t)
         assert row.first_audio_ms == round(audible_ns / MS, 3), g.turn
-        columns = path_columns(g)
-        assert list(columns) == list(PATH_COLUMNS) and columns["silence_ms"] == audible_ns / MS
+        paths = path_row(g)
+        assert (paths.silence_ms, paths.whole_ms) == (audible_ns / MS, whole_ns / MS)
+        by_kind = silence.by_kind()
+        assert [getattr(paths, f"silence_{kind}_ms") for kind in SEGMENTS] == [by_kind[k] / MS for k in SEGMENTS]
         p = predict(g)  # no change: every measured time back, to the nanosecond
         assert (p.audible_ns, p.whole_ns) == (audible_ns, whole_ns)
+
+
+@pytest.mark.parametrize("files", [FIXTURES, *([f] for f in FIXTURES)], ids=["all", *(f.name for f in FIXTURES)])
+def test_graphs_read_through_the_one_reader_are_those_of_every_span_grouped_at_once(files: list[Path]) -> None:
+    # the way pipeline.whatif read before it read through read.read_traces: every span in one process,
+    # grouped, warm-up and failures told from the turn span's attributes; the same graphs, counts and problems
+    problems = ReadProblems()
+    turns = group_turns([s for f in files for s in read_trace_file(f, problems)], problems)
+    graphs, warmup, failed = [], 0, []
+    for t in turns:
+        a = t.turn.attributes
+        if a.get(names.WARMUP) is True:
+            warmup += 1
+        elif a.get(names.OK) is not True:
+            failed.append(str(a.get(names.QUESTION_ID) or "?"))
+        else:
+            graphs.append(graph_of(t))
+    read = read_graphs(files)
+    assert (read.graphs, read.warmup, read.failed, read.problems) == (graphs, warmup, failed, problems.messages)
 
 
 @pytest.mark.parametrize("reply", [THREE, TOOL_REPLY], ids=["three sentences", "tool"])

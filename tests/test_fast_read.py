@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from pipeline.analysis import traces
-from pipeline.analysis.numbers import median
-from pipeline.analysis.rows import _ms, turn_row
-from pipeline.analysis.traces import ReadProblems, SpanEvent, SpanRecord, read_trace_file
+from pipeline.analysis.numbers import median, ms
+from pipeline.analysis.rows import turn_row
+from pipeline.analysis.traces import ReadEvent, ReadProblems, ReadSpan, read_trace_file
 from pipeline.analysis.turns import TurnSpans, group_turns
 from pipeline.report.load import load_paths
 
@@ -34,8 +34,8 @@ LINE = (DATA / "report" / "experiment" / "traces" / "a1.jsonl").read_text(encodi
 # (``spans_from_traces_data`` is that decoding, kept unchanged as the fast reader's fallback)
 
 
-def reference_read(path: Path) -> tuple[list[SpanRecord], list[str]]:
-    spans: list[SpanRecord] = []
+def reference_read(path: Path) -> tuple[list[ReadSpan], list[str]]:
+    spans: list[ReadSpan] = []
     messages: list[str] = []
     with path.open(encoding="utf-8", errors="replace") as fh:
         for number, line in enumerate(fh, start=1):
@@ -48,7 +48,7 @@ def reference_read(path: Path) -> tuple[list[SpanRecord], list[str]]:
     return spans, messages
 
 
-def fast_read(path: Path) -> tuple[list[SpanRecord], list[str]]:
+def fast_read(path: Path) -> tuple[list[ReadSpan], list[str]]:
     problems = ReadProblems()
     return list(read_trace_file(path, problems)), problems.messages
 
@@ -59,7 +59,7 @@ def typed(value: Any) -> Any:
         return {k: typed(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [typed(v) for v in value]
-    if isinstance(value, (SpanRecord, SpanEvent)):
+    if isinstance(value, (ReadSpan, ReadEvent)):
         return [type(value).__name__, *(typed(getattr(value, f)) for f in value.__struct_fields__)]
     return (type(value).__name__, repr(value))
 
@@ -180,7 +180,7 @@ def test_a_start_time_too_large_for_an_integer_costs_its_line_not_the_report(tmp
     assert len(spans) == len(fast_read_line(tmp_path, LINE))
 
 
-def fast_read_line(tmp_path: Path, line: str) -> list[SpanRecord]:
+def fast_read_line(tmp_path: Path, line: str) -> list[ReadSpan]:
     path = tmp_path / "one.jsonl"
     path.write_text(line + "\n", encoding="utf-8")
     return fast_read(path)[0]
@@ -230,8 +230,8 @@ def test_line_ends_and_blank_lines_give_the_same_line_numbers(tmp_path: Path, la
 # --- the machinery around the rows ----------------------------------------------------------------
 
 
-def _span(name: str, start: int) -> SpanRecord:
-    return SpanRecord("t", f"{name}{start}", "turn", name, start, start + 1, {}, ())
+def _span(name: str, start: int) -> ReadSpan:
+    return ReadSpan("t", f"{name}{start}", "turn", name, start, start + 1, {}, ())
 
 
 def test_named_and_first_follow_children_added_after_a_lookup() -> None:
@@ -247,7 +247,7 @@ def test_named_and_first_follow_children_added_after_a_lookup() -> None:
 
 
 def test_nanoseconds_to_milliseconds_is_round_to_the_last_bit() -> None:
-    # rows._ms rounds whole microseconds as integers where that gives round's float; ties (ns ending
+    # numbers.ms rounds whole microseconds as integers where that gives round's float; ties (ns ending
     # in 500), negative and huge spans go through round itself
     rng = random.Random(7)
     start = 1_733_000_000_123_456_789
@@ -255,9 +255,9 @@ def test_nanoseconds_to_milliseconds_is_round_to_the_last_bit() -> None:
     spans = edges + [rng.randrange(-(10**6), 1 << rng.choice([20, 30, 40, 50, 53])) for _ in range(200_000)]
     spans += [s - s % 1000 + rng.choice((499, 500, 501)) for s in spans[:50_000]]
     for ns in spans:
-        got, want = _ms(start, start + ns), round(ns / 1e6, 3)
+        got, want = ms(start, start + ns), round(ns / 1e6, 3)
         assert repr(got) == repr(want), ns
-    assert _ms(None, start) is None and _ms(start, None) is None
+    assert ms(None, start) is None and ms(start, None) is None
 
 
 def test_a_short_median_is_numpys_to_the_last_bit() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import CallEnd, QueueWait, TokenDelta
 from pipeline.fleet.arrivals import lockstep_warning, rotated, start_offsets_ms
@@ -193,7 +193,7 @@ EXACT = (
 )
 
 
-def fleet_run(tmp_path: Path, extra: list[str], run_id: str = "f") -> tuple[int, str, list[Row], Path]:
+def fleet_run(tmp_path: Path, extra: list[str], run_id: str = "f") -> tuple[int, str, list[TurnRow], Path]:
     fixtures = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3"])
     config = tmp_path / "exact.toml"
     config.write_text(EXACT)
@@ -206,7 +206,7 @@ def fleet_run(tmp_path: Path, extra: list[str], run_id: str = "f") -> tuple[int,
     return code, buffer.getvalue(), rows, out / "traces" / f"{run_id}.jsonl"
 
 
-def spans_named(trace: Path, name: str) -> list[SpanRecord]:
+def spans_named(trace: Path, name: str) -> list[ReadSpan]:
     return [s for s in read_trace_file(trace, ReadProblems()) if s.name == name]
 
 

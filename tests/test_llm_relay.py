@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import Clock, RealClock
 from pipeline.endpoints.cloud.compute import ComputeProfile
 from pipeline.endpoints.cloud.server import EmulatedCloud
@@ -77,7 +77,7 @@ async def relaying(
         tracing.shutdown()
 
 
-def spans(out: Path) -> list[SpanRecord]:
+def spans(out: Path) -> list[ReadSpan]:
     problems = ReadProblems()
     found = list(read_trace_file(out / "traces" / "speech.jsonl", problems))
     assert not problems.messages
@@ -119,11 +119,11 @@ def fixed_wall_clock() -> float:
     return 1_700_000_000.0
 
 
-def event_names(span: SpanRecord) -> list[str]:
+def event_names(span: ReadSpan) -> list[str]:
     return [e.name for e in span.events]
 
 
-def check_ordered(span: SpanRecord) -> None:
+def check_ordered(span: ReadSpan) -> None:
     times = [span.start_ns, *(e.time_ns for e in span.events), span.end_ns]
     assert times == sorted(times), times
 

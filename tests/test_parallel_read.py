@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.analysis import facts, parallel, read
+from pipeline.analysis import columns, parallel, read
 from pipeline.analysis.bench_csv import csv_line
+from pipeline.analysis.facts import PLAIN, Making
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
@@ -59,6 +60,15 @@ def test_two_readers_give_what_one_gives(folder: Path) -> None:
     one, two = load_paths([folder], workers=1), load_paths([folder], workers=2)
     assert one.workers == 1 and two.workers == 2 and one.rows
     same(one, two)
+
+
+def test_graphs_are_made_by_the_reader_only_when_asked_and_two_readers_make_what_one_makes() -> None:
+    files = sorted((DATA / "experiment" / "traces").glob("*.jsonl"))
+    one, two = read.read_traces(files, 1, graphs=True), read.read_traces(files, 2, graphs=True)
+    assert two.workers == 2 and [f.graph for f in two.facts] == [f.graph for f in one.facts]
+    made = [(f.row.warmup, f.row.ok, type(f.graph).__name__) for f in one.facts]
+    assert {m for m in made if m[:2] == (0, 1)} == {(0, 1, "TurnGraph")} and (0, 0, "NoneType") in made
+    assert all(f.graph is None for f in read.read_traces(files, 1).facts)  # the report's reading makes none
 
 
 def test_more_shares_than_readers_give_what_one_gives(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -347,10 +357,10 @@ PARENT = os.getpid()
 _read_share = read.read_share
 
 
-def _dying_reader(pieces: list[parallel.Piece], keep_joined: bool = False) -> parallel.ShareResult:
+def _dying_reader(pieces: list[parallel.Piece], making: Making = PLAIN) -> parallel.ShareResult:
     if os.getpid() != PARENT:
         os._exit(3)  # as the kernel's out-of-memory killer would end it
-    return _read_share(pieces, keep_joined)
+    return _read_share(pieces, making)
 
 
 def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -388,6 +398,6 @@ def test_a_shares_answer_carries_each_repeated_text_once() -> None:
     settings = {f.run.config_json for f in answer.facts}
     assert len(answer.facts) > 1 and len(settings) == 1 and None not in settings
     assert sent.count(_pickled(str(settings.pop()))) == 1
-    texts = {getattr(f.row, column) for f in answer.facts for column in facts.REPEATED_TEXTS} - {""}
+    texts = {getattr(f.row, column) for f in answer.facts for column in columns.REPEATED} - {""}
     assert len({f.row.question_id for f in answer.facts}) < len(answer.facts)  # (texts that do repeat)
     assert {text: sent.count(_pickled(text)) for text in texts} == dict.fromkeys(texts, 1)

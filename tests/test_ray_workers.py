@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
 from pipeline.replay import main
 from pipeline.run.session import Ask
 from pipeline.run.workers import WORKER_LOST, WorkerSpec, run_on_ray, shares
@@ -38,7 +38,7 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def replay(tmp_path: Path, run_id: str, extra: list[str]) -> tuple[int, str, list[Row]]:
+def replay(tmp_path: Path, run_id: str, extra: list[str]) -> tuple[int, str, list[TurnRow]]:
     fixtures = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3"])
     out = tmp_path / "o"
     err = io.StringIO()
@@ -62,7 +62,7 @@ def replay(tmp_path: Path, run_id: str, extra: list[str]) -> tuple[int, str, lis
     return code, err.getvalue(), rows
 
 
-def shape(rows: list[Row]) -> list[tuple[object, ...]]:
+def shape(rows: list[TurnRow]) -> list[tuple[object, ...]]:
     return sorted((r.device, r.round, r.question_id, r.ok, r.llm_calls, r.sentences) for r in rows)
 
 

@@ -10,7 +10,9 @@ import msgspec
 import pytest
 
 from pipeline.analysis.numbers import median
-from pipeline.analysis.path import SEGMENTS, TurnGraph, critical_path
+from pipeline.analysis.path.critical import critical_path
+from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.path.kinds import SEGMENTS
 from pipeline.analysis.whatif import parse_change, partners, predict, read_graphs
 from pipeline.report.build import build
 from pipeline.report.document import Document, Figure, Heading, Paragraph, Table

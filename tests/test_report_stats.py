@@ -9,15 +9,16 @@ import msgspec
 import numpy as np
 import pytest
 
+from pipeline.analysis import bootstrap
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.numbers import Row, quantile
-from pipeline.report import bootstrap, compare, drift, settings
+from pipeline.analysis.numbers import quantile
+from pipeline.report import compare, drift, settings
 from pipeline.report.conditions import Condition, group, per_call
 from pipeline.report.load import Dataset, RunInfo
 from pipeline.report.sections import amplification, outcomes
 
 
-def row(condition: str, q: str, rnd: int, ok: int = 1, **values: float | str | None) -> Row:
+def row(condition: str, q: str, rnd: int, ok: int = 1, **values: float | str | None) -> TurnRow:
     out = TurnRow(
         run_id=f"run-{condition}",
         condition=condition,
@@ -34,11 +35,11 @@ def row(condition: str, q: str, rnd: int, ok: int = 1, **values: float | str | N
     return msgspec.structs.replace(out, **values)
 
 
-def conditions(rows: list[Row]) -> dict[str, Condition]:
+def conditions(rows: list[TurnRow]) -> dict[str, Condition]:
     return group(Dataset.of_rows(rows, "test"))
 
 
-def timed(condition: str, first_tokens: list[float], ok: list[int] | None = None) -> list[Row]:
+def timed(condition: str, first_tokens: list[float], ok: list[int] | None = None) -> list[TurnRow]:
     """One warm-up turn, then one measured turn per first-token value (questions q0, q1, ...)."""
     oks = ok or [1] * len(first_tokens)
     rows = [row(condition, "q0", 1, first_token_ms=999.0, whole_turn_ms=9999.0)]
@@ -122,7 +123,7 @@ def test_ranks_and_spearman_are_scipys_on_random_ties() -> None:
     assert found is not None and np.isnan(found)
 
 
-def _run(values_by_round: list[list[float]]) -> list[Row]:
+def _run(values_by_round: list[list[float]]) -> list[TurnRow]:
     rows = []
     for rnd, values in enumerate(values_by_round, start=1):
         for i, v in enumerate(values):
@@ -175,11 +176,11 @@ def test_outcome_is_not_read_without_measured_turns() -> None:
 
 
 def test_amplification_multiplies_the_per_call_difference_by_calls_per_turn() -> None:
-    rows = timed("A", [500.0] * 4) + timed("B", [400.0] * 4)
-    for r in rows:
-        per = 500.0 if r.condition == "A" else 400.0
-        r.llm_first_token_ms_per_call = f"{per:g};{per:g};{per:g}"
-        r.llm_calls = 3
+    rows = [
+        msgspec.structs.replace(r, llm_first_token_ms_per_call=f"{per:g};{per:g};{per:g}", llm_calls=3)
+        for r in timed("A", [500.0] * 4) + timed("B", [400.0] * 4)
+        for per in [500.0 if r.condition == "A" else 400.0]
+    ]
     conds = conditions(rows)
     amp = amplification.amplification(conds["B"], conds["A"])
     assert (amp.per_call.value, amp.calls_per_turn, amp.product) == (-100.0, 3.0, -300.0)

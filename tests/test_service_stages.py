@@ -25,7 +25,7 @@ import pytest
 import soundfile
 from aiohttp import web
 
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.speech import SPEECH, TRANSCRIPTIONS, SpeechServices, SpeechStages
 from pipeline.endpoints.speech.served import Role
@@ -144,7 +144,7 @@ def url(services: SpeechServices, route: str) -> str:
     return f"http://127.0.0.1:{services.port}{route}"
 
 
-def spans(out: Path) -> list[SpanRecord]:
+def spans(out: Path) -> list[ReadSpan]:
     problems = ReadProblems()
     found = list(read_trace_file(out / "traces" / "speech.jsonl", problems))
     assert not problems.messages

@@ -28,7 +28,7 @@ import pytest
 import soundfile
 
 from pipeline.analysis.textmetrics import error_rate
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import RealClock
 from pipeline.endpoints.speech import SpeechServices, SpeechStages
 from pipeline.events import LatencyProfile
@@ -74,7 +74,7 @@ async def serving(
         tracing.shutdown()
 
 
-def spans(out: Path) -> list[SpanRecord]:
+def spans(out: Path) -> list[ReadSpan]:
     problems = ReadProblems()
     found = list(read_trace_file(out / "traces" / "speech.jsonl", problems))
     assert not problems.messages

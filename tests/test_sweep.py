@@ -18,8 +18,8 @@ import pytest
 from pipeline.analysis import facts as turn_facts
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.sweep_file import NotASweepRecord
+from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.report.build import build
 from pipeline.report.document import Document, Paragraph
@@ -27,11 +27,12 @@ from pipeline.report.load import Dataset, RunInfo, load_paths
 from pipeline.report.sections import segments
 from pipeline.report.sections.base import Context
 from pipeline.report.settings import _question_orders
+from pipeline.report.sweeps import read_sweeps
 from pipeline.settings.config import Config, LlmConfig, load_config
 from pipeline.settings.models import REGISTRY
 from pipeline.sweep.__main__ import main, run_sweep
 from pipeline.sweep.plan import Plan, Point, make_plan, parse_vary, slug, toml_text
-from pipeline.sweep.record import new_record
+from pipeline.sweep.record import SweepRecord, new_record, save
 from pipeline.sweep.runner import RunOptions
 from pipeline.sweep.variables import MODEL_SIZES, SweepError, get_variable, overrides, warnings
 from pipeline.tracing import names
@@ -207,7 +208,7 @@ def test_a_many_device_run_is_not_refused_for_its_rotated_question_orders(tmp_pa
     doc = build(load_paths([tmp_path]), draw=False)
     assert doc.comparable, doc.text()[:2000]
     # the order compared is the first device's: the devices' turns interleave differently run to run
-    rows: list[Row] = [
+    rows: list[TurnRow] = [
         TurnRow(run_id=run, round=1, device=d, question_id=q, turn_start_ns=t)
         for run, shift in (("x", 0), ("y", 5))
         for d, q, t in ((0, "q1", 10), (1, "q2", 10 + shift), (0, "q2", 20), (1, "q1", 21 - shift))
@@ -233,8 +234,8 @@ def test_a_point_that_fails_at_run_time_is_recorded_and_the_next_one_runs(tmp_pa
 # --- the report's reading on rows built here ---------------------------------------------
 
 
-def _rows(run_id: str, condition: str, queue: list[float] | None, first: list[float], **extra: Any) -> list[Row]:
-    rows: list[Row] = []
+def _rows(run_id: str, condition: str, queue: list[float] | None, first: list[float], **extra: Any) -> list[TurnRow]:
+    rows: list[TurnRow] = []
     for i, ft in enumerate(first):
         row = TurnRow(
             run_id=run_id,
@@ -255,7 +256,7 @@ def _rows(run_id: str, condition: str, queue: list[float] | None, first: list[fl
     return rows
 
 
-def _dataset(tmp_path: Path, rows: list[Row], runs: dict[str, RunInfo]) -> Dataset:
+def _dataset(tmp_path: Path, rows: list[TurnRow], runs: dict[str, RunInfo]) -> Dataset:
     data = Dataset.of_rows(rows, str(tmp_path), runs=runs)
     data.files = [str(tmp_path / "traces" / f"{r}.jsonl") for r in runs]
     return data
@@ -277,7 +278,7 @@ def _record(tmp_path: Path, variable: str, setting: str, values: list[str]) -> N
 
 def _devices_sweep(tmp_path: Path, other: dict[str, Any] | None = None, spans: bool = False) -> Document:
     waits = {"1": [0.0] * 8, "2": [0.0, 40, 80, 120, 0, 60, 90, 150], "4": [300.0, 350, 420, 500, 380, 330, 460, 410]}
-    rows: list[Row] = []
+    rows: list[TurnRow] = []
     runs = {}
     for value, queue in waits.items():
         run_id = f"s-devices-{value}"
@@ -330,7 +331,7 @@ def test_a_sweep_whose_runs_differ_in_more_than_the_variable_is_refused(tmp_path
 
 
 def test_a_model_sweep_states_quality_beside_latency_and_needs_it(tmp_path: Path) -> None:
-    rows: list[Row] = []
+    rows: list[TurnRow] = []
     runs = {}
     for value, first, quality in (("small", 200.0, 0.25), ("large", 900.0, 0.75)):
         run_id = f"s-model-{value}"
@@ -343,8 +344,7 @@ def test_a_model_sweep_states_quality_beside_latency_and_needs_it(tmp_path: Path
         "wait 202.5 ms, whole turn 3202.5 ms, answer quality 0.25, ASR error rate 0.100; model=large: first-token "
         "wait 902.5 ms, whole turn 3902.5 ms, answer quality 0.75, ASR error rate 0.100."
     ) in text
-    for row in rows:
-        row.answer_quality = None
+    rows = [msgspec.structs.replace(row, answer_quality=None) for row in rows]
     doc = build(_dataset(tmp_path, rows, runs), draw=False)
     assert "No quality check (M18)" in doc.text()
     assert "no quality check for a model-size sweep (M18)" in doc.text()
@@ -376,8 +376,8 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-def _span(name: str, start: int, end: int) -> SpanRecord:
-    return SpanRecord("t", f"{name}{start}", "turn", name, start, end, {}, ())
+def _span(name: str, start: int, end: int) -> ReadSpan:
+    return ReadSpan("t", f"{name}{start}", "turn", name, start, end, {}, ())
 
 
 def test_where_the_queue_lies_is_read_from_the_spans() -> None:
@@ -395,7 +395,7 @@ def test_where_the_queue_lies_is_read_from_the_spans() -> None:
 
 
 def test_what_falls_is_said_and_background_load_between_points_is_flagged(tmp_path: Path) -> None:
-    rows: list[Row] = []
+    rows: list[TurnRow] = []
     runs = {}
     for value, first, busy in (("large", 900.0, 0.0), ("small", 200.0, 0.8)):
         run_id = f"s-model-{value}"
@@ -412,3 +412,11 @@ def test_what_falls_is_said_and_background_load_between_points_is_flagged(tmp_pa
         "Background load was not held (M9): other processes kept the machine busy during the sweep (model=large: "
         "0 of 6 turns busy, median 0.00 cores; model=small: 6 of 6 turns busy, median 0.80 cores)."
     ) in text
+
+
+def test_sweep_json_is_read_one_way_by_the_sweep_that_adds_to_it_and_the_report(tmp_path: Path) -> None:
+    (tmp_path / "sweep.json").write_text('{"format": "voice-latency-lab sweep 1"}', encoding="utf-8")
+    with pytest.raises(NotASweepRecord, match=r"sweep\.json: not a sweep record \(no 'sweeps' list\)"):
+        save(tmp_path, SweepRecord("s1", "llm.model", [], "fixtures", [], 2, 1, "now", []))
+    found = read_sweeps([str(tmp_path / "traces" / "run.jsonl")])
+    assert found == ([], [f"{tmp_path / 'sweep.json'}: not a sweep record (no 'sweeps' list)"])

@@ -15,9 +15,9 @@ import pytest
 from pipeline import replay
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.path import critical_path
+from pipeline.analysis.path.critical import critical_path
 from pipeline.analysis.read import rows_from_spans
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_trace_file, trace_files
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file, trace_files
 from pipeline.analysis.whatif import read_graphs
 from pipeline.report.__main__ import main as report_main
 
@@ -127,7 +127,7 @@ def test_fixtures_over_websocket_match_in_process(tmp_path: Path) -> None:
     assert "4 server turn(s) joined to their device's turns" in md
 
 
-def turn_spans(out: Path) -> list[SpanRecord]:
+def turn_spans(out: Path) -> list[ReadSpan]:
     problems = ReadProblems()
     spans = [s for f in trace_files(out / "traces") for s in read_trace_file(f, problems)]
     assert not problems.messages

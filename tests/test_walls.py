@@ -55,7 +55,7 @@ MAY_USE = {
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
     "pipeline.analyze": {"analysis"},
-    "pipeline.whatif": {"analysis", "report"},  # the report's bootstrap intervals
+    "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
     "pipeline.report.__main__": {"report", "analysis"},
     "pipeline.offline.__main__": {"offline"},
     "pipeline.experiment": {"analysis"},

@@ -1,15 +1,23 @@
-"""Analysis: trace files -> per-turn rows -> bench.csv; statistics, text metrics and the summary table.
+"""Analysis: trace files -> turn facts -> typed records -> CSV files; statistics, text metrics, what-ifs.
 
 Modules, in the order data flows through them:
 
-- ``traces``: trace files (OTLP JSON lines) or a decoded line -> span records.
+- ``traces``: trace files (OTLP JSON lines) or a decoded line -> what was read (``ReadSpan``).
 - ``turns``: spans -> turns (a turn span and its children), a device's turn joined to its server's.
-- ``rows``: one turn -> its row; ``columns``: the row's one declaration (bench.csv's columns);
-  ``wire``: the split of a device's first sound; ``textmetrics``: ASR error rate, answer keywords.
-- ``facts``: turns -> each turn's facts (its row and what the report keeps beside it).
+- ``rows``: one turn -> its row; ``wire``: the split of a device's first sound (and the device's buffer,
+  derived once); ``textmetrics``: ASR error rate, answer keywords.
+- ``schema``: how a record declares its columns (type, unit, meaning, group), for its CSV header and
+  its README table; ``columns``: the turn record, ``TurnRow`` (bench.csv's columns).
+- ``facts``: turns -> each turn's facts (its row and what the report keeps beside it; on request its
+  dependency graph).
 - ``read``: the one way in: ``read_traces`` (trace files -> every turn's facts, read by a forked
-  process per core for a large read, ``parallel``), ``rows_from_spans`` for spans in memory.
+  process per core for a large read, ``parallel``), ``rows_from_spans`` for spans in memory, a turn's
+  spans read again from its lines, ``read_spans`` for spans that are no turn's.
 - ``bench_csv``: rows <-> bench.csv; ``sink``: a run's rows written as each turn finishes.
-- ``numbers``, ``stats``, ``summary``: the one quantile and "measured turn", statistics, the
-  end-of-run table; ``server_segments``: a real server's own segments.
+- ``numbers``, ``stats``, ``summary``, ``bootstrap``: the one quantile, "measured turn" and ns -> ms,
+  statistics, the end-of-run table, bootstrap intervals (M8).
+- ``path/``: a turn's dependency graph, its critical paths and paths.csv (``PathRow``); ``whatif``:
+  the graph re-timed with a change, ``read_graphs`` for ``pipeline.whatif``.
+- ``server_segments``: a real server's segments of first sound (``SegmentRow``, segments.csv).
+- ``sweep_file``: sweep.json, read once for the sweep and the report.
 """

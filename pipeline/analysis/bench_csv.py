@@ -11,11 +11,12 @@ from pathlib import Path
 
 from msgspec.structs import astuple
 
-from pipeline.analysis.columns import COLUMNS, SCHEMA, Cell, Column, TurnRow
+from pipeline.analysis.columns import COLUMNS, SCHEMA, TurnRow
+from pipeline.analysis.schema import Cell, Column
 
 
 class BenchCsvError(ValueError):
-    pass
+    """A bench.csv this version cannot read or append to: another header, a bad cell (with where)."""
 
 
 # A text cell starting with one of these is read as a formula by spreadsheets (CSV injection):

@@ -1,63 +1,49 @@
 """The turn record: one declaration of bench.csv's columns, each with its type, unit and meaning.
 
-``TurnRow``'s fields are bench.csv's columns in the file's order. Everything else that names a
-column is generated from it: ``COLUMNS`` (the CSV header), the device's and the wire's column
-groups, the numeric columns, the README's column table (``columns_table``; kept equal by a
-test), and ``column``, the one way generic code turns a column's name into its value.
+``TurnRow``'s fields are bench.csv's columns in the file's order, declared as every record is
+(``schema``). Everything else that names a column is generated from it: ``COLUMNS`` (the CSV
+header), the device's and the wire's column groups, the numeric columns, the texts many turns
+share (``REPEATED``), the README's column table (``columns_table``; kept equal by a test), and
+``column``, the one way generic code turns a column's name into its value.
 
 A row holds only text, integers, floats and None, so it never takes part in a reference cycle:
-``gc=False`` keeps a fleet's million rows out of the garbage collector's walks. Not frozen: a
-worker replaces a row's repeated texts with one shared copy before handing it back.
+``gc=False`` keeps a fleet's million rows out of the garbage collector's walks. Frozen: once made
+(``rows.turn_row``) a row is never changed; the one exception is the reader swapping its repeated
+texts for one shared copy before anyone else sees it (``facts.facts_of``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Annotated, Any, Final, get_args, get_type_hints
+from typing import Annotated, Final
 
 import msgspec
-from msgspec import Meta
 
-Cell = str | int | float | None
+from pipeline.analysis.schema import CELSIUS, CORES, COUNT, FLAG, MS, NS, SHARE, TEXT, TOKENS, Cell, schema, table
+from pipeline.analysis.schema import meta as _m
 
-# units, as the table prints them
-MS, NS, COUNT, TOKENS, FLAG, SHARE, CORES, CELSIUS, TEXT = (
-    "ms",
-    "ns",
-    "count",
-    "tokens",
-    "0/1",
-    "0-1",
-    "cores",
-    "°C",
-    "",
-)
 # column groups: the device's view across a transport, and the split of its first sound (``wire.py``)
 DEVICE, WIRE = "device", "wire"
 
 
-def _m(unit: str, meaning: str, group: str = "") -> Meta:
-    extra = {"unit": unit, "group": group} if group else {"unit": unit}
-    return Meta(description=meaning, extra=extra)
-
-
-class TurnRow(msgspec.Struct, gc=False):
+class TurnRow(msgspec.Struct, frozen=True, gc=False):
     """One turn's bench.csv row, computed from its spans alone (METHOD M3, M10). Times are from the
     spans; "end of user speech" is the moment the 60 ms frame holding the last speech reached the
     server. An empty number is one the spans do not give, never an estimate."""
 
-    run_id: Annotated[str, _m(TEXT, "the run the turn belongs to (M10)")] = ""
-    condition: Annotated[str, _m(TEXT, "the condition: A, B or B'")] = ""
+    run_id: Annotated[str, _m(TEXT, "the run the turn belongs to (M10)", repeated=True)] = ""
+    condition: Annotated[str, _m(TEXT, "the condition: A, B or B'", repeated=True)] = ""
     config_id: Annotated[
         str,
         _m(
             TEXT,
             "hash of every setting that can change a latency, the models actually loaded, the condition "
             "and the question set (M11); rounds, limit and output paths are left out",
+            repeated=True,
         ),
     ] = ""
-    question_id: Annotated[str, _m(TEXT, "the question asked")] = ""
+    question_id: Annotated[str, _m(TEXT, "the question asked", repeated=True)] = ""
     round: Annotated[int, _m(COUNT, "the round, from 1")] = 0
     warmup: Annotated[int, _m(FLAG, "1: the warm-up round, left out of every statistic (M6)")] = 0
     first_token_ms: Annotated[
@@ -67,7 +53,7 @@ class TurnRow(msgspec.Struct, gc=False):
     total_ms: Annotated[float | None, _m(MS, "first LLM request sent -> last call's end")] = None
     tokens: Annotated[int, _m(TOKENS, "output tokens of the turn's LLM calls")] = 0
     ok: Annotated[int, _m(FLAG, "1: the turn succeeded")] = 0
-    error: Annotated[str, _m(TEXT, "why the turn failed (empty when it succeeded)")] = ""
+    error: Annotated[str, _m(TEXT, "why the turn failed (empty when it succeeded)", repeated=True)] = ""
     temp_c: Annotated[
         float | None,
         _m(
@@ -78,7 +64,11 @@ class TurnRow(msgspec.Struct, gc=False):
     ] = None
     note: Annotated[
         str,
-        _m(TEXT, "what was converted in the question's audio (mixed to mono, resampled), or why it could not be used"),
+        _m(
+            TEXT,
+            "what was converted in the question's audio (mixed to mono, resampled), or why it could not be used",
+            repeated=True,
+        ),
     ] = ""
     whole_turn_ms: Annotated[float | None, _m(MS, "end of user speech -> last audio frame finished playing (M3)")] = (
         None
@@ -164,26 +154,35 @@ class TurnRow(msgspec.Struct, gc=False):
     server_generation_ms: Annotated[
         float | None, _m(MS, "the LLM server's own generation time, summed over calls (empty when it gave none)")
     ] = None
-    llm_model: Annotated[str, _m(TEXT, "the model the first LLM call named")] = ""
+    llm_model: Annotated[str, _m(TEXT, "the model the first LLM call named", repeated=True)] = ""
     llm_endpoint: Annotated[
         str,
-        _m(TEXT, "what answered the LLM calls: in-process llama.cpp, an emulated cloud and its network, a server..."),
+        _m(
+            TEXT,
+            "what answered the LLM calls: in-process llama.cpp, an emulated cloud and its network, a server...",
+            repeated=True,
+        ),
     ] = ""
     asr_error_rate: Annotated[
         float | None, _m(SHARE, "CER (Chinese) or WER of the transcript against the manifest text")
     ] = None
-    asr_error_metric: Annotated[str, _m(TEXT, "`cer` or `wer`: which one `asr_error_rate` is")] = ""
+    asr_error_metric: Annotated[str, _m(TEXT, "`cer` or `wer`: which one `asr_error_rate` is", repeated=True)] = ""
     answer_quality: Annotated[
         float | None, _m(SHARE, "share of the manifest's expected keyword groups in the answer (tool names count)")
     ] = None
-    language: Annotated[str, _m(TEXT, "the question's language, or the one the ASR detected when it had none")] = ""
-    category: Annotated[str, _m(TEXT, "the question's category")] = ""
-    scripted: Annotated[str, _m(TEXT, "the stages whose latencies were simulated")] = ""
-    clock: Annotated[str, _m(TEXT, "the clock the run measured with: `real` or `virtual`")] = ""
+    language: Annotated[
+        str, _m(TEXT, "the question's language, or the one the ASR detected when it had none", repeated=True)
+    ] = ""
+    category: Annotated[str, _m(TEXT, "the question's category", repeated=True)] = ""
+    scripted: Annotated[str, _m(TEXT, "the stages whose latencies were simulated", repeated=True)] = ""
+    clock: Annotated[str, _m(TEXT, "the clock the run measured with: `real` or `virtual`", repeated=True)] = ""
     trace_id: Annotated[str, _m(TEXT, "the turn's trace")] = ""
     turn_start_ns: Annotated[int, _m(NS, "the turn span's start, Unix time")] = 0
     transport: Annotated[
-        str, _m(TEXT, "the transport a device used (empty in-process, as the device's other columns)", DEVICE)
+        str,
+        _m(
+            TEXT, "the transport a device used (empty in-process, as the device's other columns)", DEVICE, repeated=True
+        ),
     ] = ""
     stt_received_ms: Annotated[
         float | None,
@@ -249,33 +248,13 @@ class UnknownColumn(KeyError):
     """A name that is not one of bench.csv's columns."""
 
 
-class Column(msgspec.Struct, frozen=True):
-    name: str
-    kind: type  # str, int or float
-    optional: bool  # may be empty (None)
-    unit: str
-    meaning: str
-    group: str
-
-
-def _columns() -> tuple[Column, ...]:
-    hints = get_type_hints(TurnRow, include_extras=True)
-    out = []
-    for name in TurnRow.__struct_fields__:
-        annotated, meta = get_args(hints[name])
-        members = get_args(annotated) or (annotated,)
-        kinds = [k for k in members if k is not type(None)]
-        extra: dict[str, Any] = meta.extra or {}
-        optional = len(kinds) < len(members)
-        out.append(Column(name, kinds[0], optional, extra["unit"], meta.description or "", extra.get("group", "")))
-    return tuple(out)
-
-
-SCHEMA: Final = _columns()
+SCHEMA: Final = schema(TurnRow)
 COLUMNS: Final = tuple(c.name for c in SCHEMA)  # bench.csv's header
 DEVICE_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == DEVICE)
 WIRE_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == WIRE)
 NUMERIC: Final = frozenset(c.name for c in SCHEMA if c.kind is not str)
+# texts many turns share (a run's, a question's, a model's...), kept once by the reader (``facts.facts_of``)
+REPEATED: Final = tuple(c.name for c in SCHEMA if c.repeated)
 _BY_NAME: Final = {c.name: c for c in SCHEMA}
 
 
@@ -293,13 +272,6 @@ def checked(name: str) -> str:
     return name
 
 
-def _type(c: Column) -> str:
-    kind = {str: "text", int: "integer", float: "number"}[c.kind]
-    return f"{kind} or empty" if c.optional else kind
-
-
 def columns_table() -> str:
     """The README's column table: each column's name, type, unit and meaning, in bench.csv's order."""
-    lines = ["| column | type | unit | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{c.name}` | {_type(c)} | {c.unit} | {c.meaning} |" for c in SCHEMA]
-    return "\n".join(lines) + "\n"
+    return table(SCHEMA)

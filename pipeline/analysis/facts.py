@@ -13,37 +13,22 @@ again by calling Python code, a struct in C, and one turn has two.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
+from msgspec.structs import force_setattr
 
 from pipeline.analysis.bench_csv import csv_line
-from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.columns import REPEATED, TurnRow
+from pipeline.analysis.numbers import measured_ok
+from pipeline.analysis.path.build import graph_of
+from pipeline.analysis.path.graph import PathError, TurnGraph
 from pipeline.analysis.rows import turn_row
-from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans, servers_of
 from pipeline.tracing import names
 
 T = TypeVar("T")
-
-# A row's texts that many turns share (a run's, a question's, a model's...), kept once by ``facts_of``;
-# the others (trace id, each call's first tokens) are a turn's own.
-REPEATED_TEXTS = (
-    "run_id",
-    "condition",
-    "config_id",
-    "question_id",
-    "error",
-    "note",
-    "llm_model",
-    "llm_endpoint",
-    "asr_error_metric",
-    "language",
-    "category",
-    "scripted",
-    "clock",
-    "transport",
-)
 
 # where a turn's llm.queue spans lie against its LLM calls
 Q_INSIDE, Q_BEFORE, Q_MIXED = "inside", "before", "mixed"
@@ -68,6 +53,8 @@ class RunAttributes(msgspec.Struct, frozen=True, gc=False):
 
 
 class TurnFacts(msgspec.Struct, frozen=True, gc=False):
+    """One turn's row and what the report keeps beside it, as plain values a reader process can hand back."""
+
     start_ns: int
     span_id: str  # "" for a row not read from spans (``facts_of_rows``)
     row: TurnRow
@@ -77,6 +64,19 @@ class TurnFacts(msgspec.Struct, frozen=True, gc=False):
     run: RunAttributes
     queue: tuple[str, ...]  # Q_* of each llm.queue span, in span order
     lines: tuple[LineRef, ...]  # where its spans were read (empty for spans not read from files)
+    # where asked for (``Making.graphs``), a measured successful turn's dependency graph, or why its spans
+    # give none (``PathError``'s message); None otherwise
+    graph: TurnGraph | str | None = None
+
+
+class Making(NamedTuple):
+    """What ``facts_of`` makes of the turns besides each one's row."""
+
+    keep_joined: bool = False  # a server's turn joined to its device's kept as a turn of its own too
+    graphs: bool = False  # each measured successful turn's graph, made while its spans are at hand
+
+
+PLAIN = Making()  # each turn's row and facts, a server's joined turn folded into its device's
 
 
 def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
@@ -88,7 +88,7 @@ def failed_stages(turn: TurnSpans) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def queue_place(turn: TurnSpans, queue: SpanRecord) -> str:
+def queue_place(turn: TurnSpans, queue: ReadSpan) -> str:
     calls = turn.named(names.LLM_CALL)
     if any(c.start_ns <= queue.start_ns and queue.end_ns <= c.end_ns for c in calls):
         return Q_INSIDE
@@ -107,7 +107,7 @@ def placement(places: Iterable[tuple[str, ...]]) -> str | None:
     return found.pop() if len(found) == 1 else (Q_MIXED if found else None)
 
 
-def run_attributes(turn: SpanRecord, same: Callable[[str], str]) -> RunAttributes:
+def run_attributes(turn: ReadSpan, same: Callable[[str], str]) -> RunAttributes:
     a = turn.attributes
     count = a.get(names.QUESTION_COUNT)
     recorded = a.get(names.CONFIG_JSON)
@@ -124,19 +124,21 @@ def facts_of(
     turns: Sequence[TurnSpans],
     lines_of: Callable[[TurnSpans], tuple[LineRef, ...]] | None = None,
     kept: dict[Any, Any] | None = None,
-    keep_joined: bool = False,
+    making: Making = PLAIN,
 ) -> tuple[list[TurnFacts], int]:
     """Each turn's facts, and how many server turns were left out as joined to their device's turn
     (the same turn seen from the other end: it gives the device's row the split of its first sound).
-    With ``keep_joined`` none is left out: each server turn has its own facts too (a run's bench.csv
-    and ``python -m pipeline.analyze`` give every turn span its row; the report folds them).
+    With ``making.keep_joined`` none is left out: each server turn has its own facts too (a run's
+    bench.csv and ``python -m pipeline.analyze`` give every turn span its row; the report folds them).
+    With ``making.graphs`` each measured successful turn's graph is made too (``pipeline.whatif`` re-times
+    every turn: made here, in the reader, while the spans are at hand, rather than read again).
 
     ``kept``: one copy of each distinct value the turns repeat (a run's settings and facts, the row's
     run id, condition, model, language...), kept across calls by a caller that makes facts a few turns
     at a time: a reader's answer then carries each once (pickle writes an object once), not once a
     turn, and the process it reaches holds one copy."""
     servers = servers_of(turns)
-    served: set[str] = set() if keep_joined else {t.turn.span_id for t in servers.values()}
+    served: set[str] = set() if making.keep_joined else {t.turn.span_id for t in servers.values()}
     known: dict[Any, Any] = {} if kept is None else kept
 
     def same(value: T) -> T:
@@ -149,10 +151,11 @@ def facts_of(
     for t in turns:
         if t.turn.span_id in served:
             continue
-        row, sentence_ms = turn_row(t, servers.get(t.turn.span_id))
-        for key in REPEATED_TEXTS:
+        server = servers.get(t.turn.span_id)
+        row, sentence_ms = turn_row(t, server)
+        for key in REPEATED:  # the row is new and seen by no one yet: its one change, before it is handed on
             text = getattr(row, key)
-            setattr(row, key, keep(text, text))
+            force_setattr(row, key, keep(text, text))
         out.append(
             TurnFacts(
                 t.turn.start_ns,
@@ -164,9 +167,17 @@ def facts_of(
                 same(run_attributes(t.turn, same)),
                 queue_places(t),
                 lines_of(t) if lines_of is not None else (),
+                _graph(t, server) if making.graphs and measured_ok(row) else None,
             )
         )
     return out, len(served)
+
+
+def _graph(t: TurnSpans, server: TurnSpans | None) -> TurnGraph | str:
+    try:
+        return graph_of(t, server)
+    except PathError as exc:
+        return str(exc)
 
 
 def facts_of_rows(

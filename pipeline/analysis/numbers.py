@@ -1,7 +1,7 @@
-"""The one derivation of the few things every figure rests on: a row, a measured turn, a quantile.
+"""The one derivation of the few things every figure rests on: a measured turn, a quantile, a duration in ms.
 
-Imported wherever they are needed (rows, statistics, summary, report), so no two figures can
-disagree about which turns count or how a median is taken.
+Imported wherever they are needed (rows, segments, statistics, summary, report), so no two figures
+can disagree about which turns count, how a median is taken or how a span becomes milliseconds.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.analysis.columns import TurnRow
-
-Row = TurnRow  # the name the statistics and the report give a turn's record
 
 
 def measured(row: TurnRow) -> bool:
@@ -48,3 +46,22 @@ def median(values: Sequence[float] | np.ndarray) -> float:
             if (a != 0.0 and b != 0.0) or all(math.copysign(1.0, v) > 0 for v in s if v == 0.0):
                 return a + (b - a) * 0.0 if n % 2 else b - (b - a) * 0.5
     return quantile(values, 0.5)
+
+
+_EXACT_NS = 1 << 50  # below this, ns -> ms by integers is round(ns / 1e6, 3) exactly (see ``ms``)
+
+
+def ms(start: int | None, end: int | None) -> float | None:
+    """The time between two stamps (ns) in ms to the microsecond, None if either is missing.
+
+    ``round((end - start) / 1e6, 3)``, the same float, mostly without ``round`` (a row makes a dozen or so:
+    the dearest builtin a row calls). ``round`` rounds the float ``ns / 1e6`` to whole microseconds; for a
+    whole number of nanoseconds below ``_EXACT_NS`` whose microseconds are not a tie (ending in 500) that
+    float lies too near ``ns / 1e6`` for the rounding to differ, so the microseconds are rounded as
+    integers, and divided by 1000 (correctly rounded, as ``round``'s result is)."""
+    if start is None or end is None:
+        return None
+    ns = end - start
+    if 0 <= ns < _EXACT_NS and ns % 1000 != 500:
+        return (ns + 500) // 1000 / 1000
+    return round(ns / 1e6, 3)

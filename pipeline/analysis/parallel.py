@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.analysis.facts import TurnFacts
+from pipeline.analysis.facts import Making, TurnFacts
 
 # Below this much to read, forking and handing results back costs more than a second core saves.
 PARALLEL_BYTES = 32 << 20
@@ -68,7 +68,7 @@ class ShareResult(NamedTuple):
     dangling: frozenset[str]  # parent ids of spans whose parent this share did not read
 
 
-Reader = Callable[[Sequence[Piece], bool], ShareResult]  # one share read, keep_joined as ``facts_of``'s
+Reader = Callable[[Sequence[Piece], Making], ShareResult]  # one share read, making what ``facts_of`` makes
 
 
 def can_fork() -> bool:
@@ -148,7 +148,7 @@ def read_apart(
     shares: Sequence[Sequence[Piece]],
     readers: int,
     reader: Reader,
-    keep_joined: bool,
+    making: Making,
     meanwhile: Callable[[], object],
 ) -> list[ShareResult] | None:
     """Each share read by ``reader`` in one of ``readers`` forked processes, the answers in the shares'
@@ -161,7 +161,7 @@ def read_apart(
             tempfile.TemporaryDirectory(prefix="report-shares-", dir=_spill_root()) as folder,
             ProcessPoolExecutor(readers, mp_context=multiprocessing.get_context(_FORK)) as pool,
         ):
-            spilled = pool.map(_read_to_file, repeat(reader), shares, repeat(keep_joined), repeat(folder))
+            spilled = pool.map(_read_to_file, repeat(reader), shares, repeat(making), repeat(folder))
             meanwhile()
             results = [_unspilled(path) for path in spilled]  # each as soon as it is there, in order
     except BrokenProcessPool:
@@ -169,7 +169,7 @@ def read_apart(
     return results if _independent(results) else None
 
 
-def _read_to_file(reader: Reader, pieces: Sequence[Piece], keep_joined: bool, folder: str) -> str:
+def _read_to_file(reader: Reader, pieces: Sequence[Piece], making: Making, folder: str) -> str:
     """``reader`` in a forked process, its answer pickled to a file in ``folder``: the file's name.
 
     Handed back through the pool's pipe, a share's answer (megabytes) kept its reader waiting until
@@ -178,7 +178,7 @@ def _read_to_file(reader: Reader, pieces: Sequence[Piece], keep_joined: bool, fo
     (each share's start and end logged by a wrapper around the reader), 0.18 to 0.23 s written to
     a file (mostly the pickling). Written to a file, the reader goes on at once; only a name crosses
     the pipe."""
-    result = reader(pieces, keep_joined)
+    result = reader(pieces, making)
     with tempfile.NamedTemporaryFile(dir=folder, suffix=".pickle", delete=False) as fh:
         pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
     return fh.name

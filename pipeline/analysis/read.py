@@ -19,15 +19,25 @@ from typing import Any, NamedTuple
 
 from pipeline.analysis import parallel
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.facts import LineRef, TurnFacts, facts_of
+from pipeline.analysis.facts import PLAIN, LineRef, Making, TurnFacts, facts_of
 from pipeline.analysis.parallel import Piece, ShareResult
-from pipeline.analysis.path import TurnGraph, graph_if_any
-from pipeline.analysis.traces import ReadProblems, SpanRecord, read_line_at, read_lines, unreadable_message
+from pipeline.analysis.path.build import graph_if_any
+from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.traces import (
+    ReadProblems,
+    ReadSpan,
+    read_line_at,
+    read_lines,
+    read_trace_file,
+    unreadable_message,
+)
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
 from pipeline.tracing import names
 
 
 class Read(NamedTuple):
+    """What ``read_traces`` read: every turn's facts, and what was joined, unreadable, and who read it."""
+
     facts: list[TurnFacts]  # one a turn, by turn start
     joined: int  # server turns joined to their device's turns, left out (none with keep_joined)
     problems: list[str]
@@ -43,32 +53,34 @@ def read_traces(
     workers: int | None = None,
     keep_joined: bool = False,
     meanwhile: Callable[[], object] | None = None,
+    graphs: bool = False,
 ) -> Read:
     """Every turn's facts from ``files``, its row among them; ``workers`` (default: one per core, for a
     large read) processes; ``keep_joined``: a server's turn joined to its device's turn kept as a turn of
     its own (``facts_of``); ``meanwhile``: called once, while forked readers read (where this process
-    reads, before it does)."""
+    reads, before it does); ``graphs``: each measured successful turn's graph made too (``facts.Making``)."""
+    making = Making(keep_joined, graphs)
     later = _once(meanwhile)
     workers = parallel.workers_for(files) if workers is None else workers
     shares = parallel.cut(files, parallel.share_weights(workers)) if workers > 1 else []
     if len(shares) > 1:
         readers = min(workers, len(shares))
-        results = parallel.read_apart(shares, readers, read_share, keep_joined, later)
+        results = parallel.read_apart(shares, readers, read_share, making, later)
         if results is not None:
             return _merged(shares, results, readers)
     later()
     whole = [Piece(str(f), 0, None) for f in files]
-    return _merged([whole], [read_share(whole, keep_joined)], 1)
+    return _merged([whole], [read_share(whole, making)], 1)
 
 
-def rows_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[TurnRow]:
+def rows_from_spans(spans: Iterable[ReadSpan], problems: ReadProblems | None = None) -> list[TurnRow]:
     """Every turn's row from spans in memory, as ``read_traces(..., keep_joined=True)`` gives them from files."""
     return [f.row for f in facts_from_spans(spans, problems)]
 
 
-def facts_from_spans(spans: Iterable[SpanRecord], problems: ReadProblems | None = None) -> list[TurnFacts]:
+def facts_from_spans(spans: Iterable[ReadSpan], problems: ReadProblems | None = None) -> list[TurnFacts]:
     """Every turn's facts from spans in memory (each server turn kept, as a run's bench.csv has it)."""
-    return facts_of(group_turns(spans, problems or ReadProblems()), keep_joined=True)[0]
+    return facts_of(group_turns(spans, problems or ReadProblems()), making=Making(keep_joined=True))[0]
 
 
 @contextmanager
@@ -98,10 +110,10 @@ def _once(call: Callable[[], object] | None) -> Callable[[], None]:
     return once
 
 
-def read_share(pieces: Sequence[Piece], keep_joined: bool = False) -> ShareResult:
+def read_share(pieces: Sequence[Piece], making: Making = PLAIN) -> ShareResult:
     """Read some pieces of trace files and turn them into turn facts (in a forked reader, or in this
-    process); ``keep_joined``: as ``facts_of``."""
-    share = _Share(keep_joined)
+    process); ``making``: as ``facts_of``'s."""
+    share = _Share(making)
     problems: list[tuple[int, int, str]] = []
     counts = []
     read = []  # the pieces as far as they were read (a file still being written may have grown since)
@@ -137,8 +149,8 @@ class _Share:
     (A span id read before is skipped, as grouping keeps a span's first copy.)
     """
 
-    def __init__(self, keep_joined: bool = False) -> None:
-        self.keep_joined = keep_joined
+    def __init__(self, making: Making = PLAIN) -> None:
+        self.making = making
         self.where: dict[str, LineRef] = {}  # span id -> the line of its first copy
         self.turn_ids: set[str] = set()
         self.unseen: set[str] = set()  # parents named by a span read before them (or never read)
@@ -148,7 +160,7 @@ class _Share:
         self.spread = False  # a turn's spans are in more than one line
         self.kept: dict[Any, Any] = {}  # one copy of each value the share's turns repeat (facts_of)
 
-    def add(self, spans: list[SpanRecord], ref: LineRef) -> None:
+    def add(self, spans: list[ReadSpan], ref: LineRef) -> None:
         where = self.where
         fresh = [s for s in spans if s.span_id not in where]
         for s in fresh:
@@ -166,13 +178,13 @@ class _Share:
                     self.unseen.add(parent)
         if not self.spread:
             # every span grouped here is one of this line's first copies: each turn was read from this line alone
-            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.kept, self.keep_joined)
+            facts, joined = facts_of(group_turns(fresh, self.grouped), lambda t: (ref,), self.kept, self.making)
             self.facts.extend(facts)
             self.joined += joined
 
     def regroup(self, pieces: Sequence[Piece]) -> None:
         """The facts made again from all the share's spans grouped at once (read again: only facts were kept)."""
-        first: dict[str, SpanRecord] = {}
+        first: dict[str, ReadSpan] = {}
         for piece in pieces:
             try:
                 for line in read_lines(Path(piece.path), piece.start, piece.end):
@@ -182,7 +194,7 @@ class _Share:
                 continue  # said when it was first read
         self.grouped = ReadProblems()
         turns = group_turns(first.values(), self.grouped)
-        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.kept, self.keep_joined)
+        self.facts, self.joined = facts_of(turns, lambda t: _lines_of(t, self.where), self.kept, self.making)
 
     def result(self, problems: list[tuple[int, int, str]], counts: list[int]) -> ShareResult:
         where = self.where
@@ -224,14 +236,39 @@ def reread_graph(facts: TurnFacts) -> TurnGraph | None:
     """The turn's dependency graph (``analysis.path``), from the lines it was read from: a device's turn
     with its server's where both were read (the server's turn span is among its lines). None where the
     spans give none (a failed turn, one missing a span: ``python -m pipeline.whatif`` names what)."""
-    spans = [s for ref in facts.lines for s in read_line_at(Path(ref.path), ref.offset, ref.part)]
-    turns = group_turns(spans, ReadProblems())
+    found = reread_with_server(facts)
+    return None if found is None else graph_if_any(*found)
+
+
+def reread_with_server(facts: TurnFacts) -> tuple[TurnSpans, TurnSpans | None] | None:
+    """The spans of one turn read before, read again from the lines it was read from, with its server's turn
+    where both ends were read (``turns.servers_of``); None where its lines no longer hold it."""
+    turns = _reread(facts)
     mine = next((t for t in turns if t.turn.span_id == facts.span_id), None)
-    return None if mine is None else graph_if_any(mine, servers_of(turns).get(mine.turn.span_id))
+    return None if mine is None else (mine, servers_of(turns).get(mine.turn.span_id))
 
 
 def reread_turn(facts: TurnFacts) -> TurnSpans | None:
     """The spans of one turn read before, read again from the lines it was read from."""
-    spans = [s for ref in facts.lines for s in read_line_at(Path(ref.path), ref.offset, ref.part)]
-    found = [t for t in group_turns(spans, ReadProblems()) if t.turn.span_id == facts.span_id]
+    found = [t for t in _reread(facts) if t.turn.span_id == facts.span_id]
     return found[0] if found else None
+
+
+def _reread(facts: TurnFacts) -> list[TurnSpans]:
+    spans = [s for ref in facts.lines for s in read_line_at(Path(ref.path), ref.offset, ref.part)]
+    return group_turns(spans, ReadProblems())
+
+
+class SpansRead(NamedTuple):
+    """Every readable span of some files, and what could not be read."""
+
+    spans: list[ReadSpan]
+    problems: list[str]
+
+
+def read_spans(files: Sequence[Path]) -> SpansRead:
+    """Every readable span of ``files``, whatever it belongs to, in one process: for spans that are no turn's
+    (the lab's speech services' and LLM relay's, ``server_segments``), which ``read_traces`` does not keep."""
+    problems = ReadProblems()
+    spans = [s for f in files for s in read_trace_file(f, problems)]
+    return SpansRead(spans, problems.messages)

@@ -13,8 +13,8 @@ from functools import lru_cache
 
 from pipeline.analysis import textmetrics
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.numbers import median
-from pipeline.analysis.traces import AttrValue, SpanRecord
+from pipeline.analysis.numbers import median, ms
+from pipeline.analysis.traces import AttrValue, ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.analysis.wire import wire_split
 from pipeline.tracing import names
@@ -26,22 +26,6 @@ from pipeline.tracing import names
 error_rate = lru_cache(maxsize=1 << 16)(textmetrics.error_rate)
 keyword_score = lru_cache(maxsize=1 << 16)(textmetrics.keyword_score)
 
-_EXACT_NS = 1 << 50  # below this, ns -> ms by integers is round(ns / 1e6, 3) exactly (see ``_ms``)
-
-
-def _ms(start: int | None, end: int | None) -> float | None:
-    """``round((end - start) / 1e6, 3)``, the same float, mostly without ``round`` (a row makes a dozen or
-    so: the dearest builtin a row calls). ``round`` rounds the float ``ns / 1e6`` to whole microseconds;
-    for a whole number of nanoseconds below ``_EXACT_NS`` whose microseconds are not a tie (ending in
-    500) that float lies too near ``ns / 1e6`` for the rounding to differ, so the microseconds are rounded
-    as integers, and divided by 1000 (correctly rounded, as ``round``'s result is)."""
-    if start is None or end is None:
-        return None
-    ns = end - start
-    if 0 <= ns < _EXACT_NS and ns % 1000 != 500:
-        return (ns + 500) // 1000 / 1000
-    return round(ns / 1e6, 3)
-
 
 def _int(value: AttrValue, default: int = 0) -> int:
     return int(value) if isinstance(value, (int, float, bool)) else default
@@ -51,7 +35,7 @@ def _optional_int(value: AttrValue) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _share(other_cpu_ms: float | None, turn: SpanRecord) -> float | None:
+def _share(other_cpu_ms: float | None, turn: ReadSpan) -> float | None:
     """Cores other processes kept busy on average during the turn (0.25 = a quarter of one core)."""
     duration_ms = (turn.end_ns - turn.start_ns) / 1e6
     if other_cpu_ms is None or duration_ms <= 0:
@@ -67,21 +51,21 @@ def _str(value: AttrValue) -> str:
     return "" if value is None else str(value)
 
 
-def _language(a: dict[str, AttrValue], asr: SpanRecord | None) -> str:
+def _language(a: dict[str, AttrValue], asr: ReadSpan | None) -> str:
     detected = _str(asr.attributes.get(names.ASR_LANGUAGE)) if asr is not None else ""
     return _str(a.get(names.LANGUAGE)) or detected
 
 
-def _call_index(span: SpanRecord) -> int:
+def _call_index(span: ReadSpan) -> int:
     return _int(span.attributes.get(names.CALL_INDEX))
 
 
-def _sentence_index(span: SpanRecord) -> int:
+def _sentence_index(span: ReadSpan) -> int:
     return _int(span.attributes.get(names.SENTENCE_INDEX))
 
 
-def _first_tokens(sentences: Sequence[SpanRecord]) -> tuple[float, ...]:
-    found = (_ms(s.start_ns, s.event_ns(names.EV_FIRST_TOKEN)) for s in sentences)
+def _first_tokens(sentences: Sequence[ReadSpan]) -> tuple[float, ...]:
+    found = (ms(s.start_ns, s.event_ns(names.EV_FIRST_TOKEN)) for s in sentences)
     return tuple(v for v in found if v is not None)
 
 
@@ -93,7 +77,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     get = a.get
     speech_end = t.turn.event_ns(names.EV_USER_SPEECH_END)
     calls = sorted(t.spans(names.LLM_CALL), key=_call_index)
-    call_ft = [_ms(c.start_ns, c.event_ns(names.EV_FIRST_TOKEN)) for c in calls]
+    call_ft = [ms(c.start_ns, c.event_ns(names.EV_FIRST_TOKEN)) for c in calls]
     sentences = sorted(t.spans(names.SENTENCE), key=_sentence_index)
     sentence_ft = _first_tokens(sentences)
     tts = sorted(t.spans(names.TTS), key=_sentence_index)
@@ -109,13 +93,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     transport, stt_received, first_received, first_audible, interrupt_received, interrupt_played = _device(
         device, playback, speech_end
     )
-    uplink, server_first_audio, downlink, device_buffer = wire_split(
-        t.turn,
-        device,
-        server.turn if server is not None else None,
-        server.first(names.DOWNLINK) if server is not None else None,
-        _ms,
-    )
+    uplink, server_first_audio, downlink, device_buffer = wire_split(t.turn, device, server)
     row = TurnRow(
         run_id=_str(get(names.RUN_ID)),
         condition=_str(get(names.CONDITION)),
@@ -124,23 +102,23 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         round=_int(get(names.ROUND)),
         warmup=int(get(names.WARMUP) is True),
         first_token_ms=call_ft[0] if call_ft else None,
-        total_ms=_ms(calls[0].start_ns, max(c.end_ns for c in calls)) if calls else None,
+        total_ms=ms(calls[0].start_ns, max(c.end_ns for c in calls)) if calls else None,
         tokens=sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
         ok=int(ok),
         error="" if ok else _str(get(names.ERROR_TYPE)) or "unknown",
         temp_c=_float(get(names.TEMP_C)),
         note=_str(get(names.NOTE)),
-        whole_turn_ms=_ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
-        first_audio_ms=_ms(speech_end, playback.start_ns) if playback else None,
-        vad_endpoint_ms=_ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
-        asr_ms=_ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
+        whole_turn_ms=ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
+        first_audio_ms=ms(speech_end, playback.start_ns) if playback else None,
+        vad_endpoint_ms=ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
+        asr_ms=ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
         llm_calls=len(calls),
         llm_first_token_ms_per_call=";".join("" if v is None else f"{v:g}" for v in call_ft),
         sentences=len(sentences) or _device_sentences(device),
         sentence_first_token_min_ms=min(sentence_ft) if sentence_ft else None,
         sentence_first_token_median_ms=round(median(sentence_ft), 3) if sentence_ft else None,
         sentence_first_token_max_ms=max(sentence_ft) if sentence_ft else None,
-        tts_first_frame_ms=_ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
+        tts_first_frame_ms=ms(tts[0].start_ns, tts[0].event_ns(names.EV_FIRST_FRAME)) if tts else None,
         llm_first_chunk_ms=first_chunk,
         llm_generation_ms=generation,
         tool_call_ms=tool_ms,
@@ -184,9 +162,9 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     return row, sentence_ft
 
 
-def _queue_wait(queues: Sequence[SpanRecord]) -> float | None:
+def _queue_wait(queues: Sequence[ReadSpan]) -> float | None:
     """Time the turn's calls waited for the shared model (M2's queue); None where no scheduler stood in front."""
-    waits = [_ms(s.start_ns, s.end_ns) for s in queues]
+    waits = [ms(s.start_ns, s.end_ns) for s in queues]
     known = [w for w in waits if w is not None]
     return round(sum(known), 3) if known else None
 
@@ -194,7 +172,7 @@ def _queue_wait(queues: Sequence[SpanRecord]) -> float | None:
 _DeviceView = tuple[str, float | None, float | None, float | None, float | None, float | None]
 
 
-def _device(device: SpanRecord | None, playback: SpanRecord | None, speech_end: int | None) -> _DeviceView:
+def _device(device: ReadSpan | None, playback: ReadSpan | None, speech_end: int | None) -> _DeviceView:
     """A device's view across a real transport, from the user's end of speech (DEVICE_COLUMNS, in
     order): empty in-process."""
     if device is None:
@@ -204,24 +182,24 @@ def _device(device: SpanRecord | None, playback: SpanRecord | None, speech_end: 
     played = playback.end_ns if playback is not None else None
     return (
         _str(device.attributes.get(names.TRANSPORT)),
-        _ms(speech_end, device.event_ns(names.EV_STT)),
-        _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
-        _ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
+        ms(speech_end, device.event_ns(names.EV_STT)),
+        ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
+        ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
         # barge-in: from the abort until the server's audio stopped coming, and until the device fell silent
-        _ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
-        _ms(abort, max(played, abort)) if abort is not None and played is not None else None,
+        ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
+        ms(abort, max(played, abort)) if abort is not None and played is not None else None,
     )
 
 
 _NO_DEVICE: _DeviceView = ("", None, None, None, None, None)
 
 
-def _barged(device: SpanRecord | None) -> bool:
+def _barged(device: ReadSpan | None) -> bool:
     """The user cut the answer off: the turn's end is the user's, not the pipeline's."""
     return device is not None and device.event_ns(names.EV_ABORT) is not None
 
 
-def _device_sentences(device: SpanRecord | None) -> int:
+def _device_sentences(device: ReadSpan | None) -> int:
     return sum(1 for e in device.events if e.name == names.EV_SENTENCE_START) if device is not None else 0
 
 
@@ -229,14 +207,14 @@ def _device_sentences(device: SpanRecord | None) -> int:
 class _Heard:
     """What a turn's quality is read from, found once for the whole row."""
 
-    asr: SpanRecord | None
-    device: SpanRecord | None
-    sentences: list[SpanRecord]  # in sentence order
-    playback: SpanRecord | None
+    asr: ReadSpan | None
+    device: ReadSpan | None
+    sentences: list[ReadSpan]  # in sentence order
+    playback: ReadSpan | None
     language: str
 
 
-def _transcript(asr: SpanRecord | None, device: SpanRecord | None) -> str | None:
+def _transcript(asr: ReadSpan | None, device: ReadSpan | None) -> str | None:
     """What the ASR heard: from its span, or what the device was told (``stt``) when the server is not ours."""
     if asr is not None:
         return None if asr.status_code == names.STATUS_ERROR else _str(asr.attributes.get(names.TRANSCRIPT))
@@ -245,7 +223,7 @@ def _transcript(asr: SpanRecord | None, device: SpanRecord | None) -> str | None
     return _str(device.attributes.get(names.TRANSCRIPT))
 
 
-def _answer(sentences: Sequence[SpanRecord], device: SpanRecord | None) -> str:
+def _answer(sentences: Sequence[ReadSpan], device: ReadSpan | None) -> str:
     """The spoken answer: the sentence spans, or the sentence texts the device was sent."""
     if sentences:
         return " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
@@ -253,7 +231,7 @@ def _answer(sentences: Sequence[SpanRecord], device: SpanRecord | None) -> str:
     return " ".join(_str(e.attributes.get(names.SENTENCE_TEXT)) for e in said)
 
 
-def _server_sum(calls: list[SpanRecord], key: str) -> float | None:
+def _server_sum(calls: list[ReadSpan], key: str) -> float | None:
     values = [c.attributes.get(key) for c in calls]
     found = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return round(sum(found), 3) if found else None
@@ -268,19 +246,19 @@ def _device_tools_ms(t: TurnSpans, server: TurnSpans | None) -> float | None:
     """The turn's tool calls run on the device (MCP over its link), round trips summed; None: there were none."""
     spans = t.spans(names.DEVICE_TOOL_CALL) or (server.spans(names.DEVICE_TOOL_CALL) if server else ())
     # summed in nanoseconds, then made ms once: exact, as every other column (a failed call's wait counts too)
-    return _ms(0, sum(s.end_ns - s.start_ns for s in spans)) if spans else None
+    return ms(0, sum(s.end_ns - s.start_ns for s in spans)) if spans else None
 
 
-def _llm_segments(calls: list[SpanRecord]) -> _LlmSegments:
+def _llm_segments(calls: list[ReadSpan]) -> _LlmSegments:
     """Client-side first chunk, generation and tool call times, the prompt's tokens, the server's own
     breakdown where it reported one (M2), and the model: the row's columns of those names, in order."""
-    generation = [_ms(c.event_ns(names.EV_FIRST_TOKEN), c.end_ns) for c in calls]
+    generation = [ms(c.event_ns(names.EV_FIRST_TOKEN), c.end_ns) for c in calls]
     known = [g for g in generation if g is not None]
     first = calls[0] if calls else None
     return (
-        _ms(first.start_ns, first.event_ns(names.EV_FIRST_CHUNK)) if first else None,
+        ms(first.start_ns, first.event_ns(names.EV_FIRST_CHUNK)) if first else None,
         round(sum(known), 3) if known else None,
-        next((_ms(c.start_ns, t) for c in calls if (t := c.event_ns(names.EV_TOOL_CALL))), None),
+        next((ms(c.start_ns, t) for c in calls if (t := c.event_ns(names.EV_TOOL_CALL))), None),
         _optional_int(first.attributes.get(names.GEN_AI_INPUT_TOKENS)) if first else None,
         _optional_int(first.attributes.get(names.PROMPT_CACHED_TOKENS)) if first else None,
         _server_sum(calls, names.SERVER_QUEUE_MS),

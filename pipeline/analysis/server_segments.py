@@ -27,65 +27,129 @@ First sound (device speech end -> first audible) splits into consecutive parts:
 token and generation to the first sentence, TTS, the device's buffer) are taken out: derived
 from measured spans, it holds uplink, end-pointing and downlink (under a millisecond each way
 on loopback) besides the server's own work. Any part whose spans are missing stays None.
+
+Each turn's parts are one typed record, ``SegmentRow``, declared as ``columns.TurnRow`` is: segments.csv's
+header, the summary's columns and the README's table of them are generated from it. The device's turns
+are read as every reader reads them (``read.read_traces``: the trace schema checked, turns grouped
+one way); the services' spans, no turn's, with ``read.read_spans``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Final, NamedTuple
 
-from pipeline.analysis.numbers import median, quantile
-from pipeline.analysis.traces import SpanRecord
+import msgspec
+from msgspec.structs import astuple
+
+from pipeline.analysis.numbers import median, ms, quantile
+from pipeline.analysis.read import read_spans, read_traces, reread_turn
+from pipeline.analysis.schema import COUNT, MS, TEXT, TOKENS, meta, schema, table
+from pipeline.analysis.traces import ReadSpan
+from pipeline.analysis.turns import TurnSpans
+from pipeline.analysis.wire import device_buffer_ms
 from pipeline.tracing import names
 
 EV_CHUNK = "chunk"  # the relay's event at every streamed chunk with content after the first
-SEGMENTS = (
-    "to_asr_ms",
-    "asr_ms",
-    "asr_to_llm_ms",
-    "llm_first_token_ms",
-    "llm_to_sentence_ms",
-    "sentence_to_tts_ms",
-    "tts_ms",
-    "tts_to_audio_ms",
-    "device_buffer_ms",
-)
-MEASURED = ("asr_ms", "llm_first_token_ms", "llm_to_sentence_ms", "tts_ms", "device_buffer_ms")
+# column groups: the consecutive parts of first sound, measured spans or the time between them; the prompt
+MEASURED_PART, BETWEEN, PROMPT_STATE = "measured", "between", "prompt"
+
+
+class SegmentRow(msgspec.Struct, frozen=True, gc=False):
+    """One device turn's first sound split into consecutive parts (``*_ms`` in order: they sum to
+    ``first_audible_ms``), from the device's spans and the lab's services' spans on one clock. Empty
+    where a part's spans are missing."""
+
+    question_id: Annotated[str, meta(TEXT, "the question asked")] = ""
+    round: Annotated[int | None, meta(COUNT, "the round, from 1")] = None
+    warmup: Annotated[bool, meta(TEXT, "the warm-up round, left out of the summary (M6)")] = False
+    ok: Annotated[bool, meta(TEXT, "the turn succeeded")] = False
+    first_audible_ms: Annotated[
+        float | None, meta(MS, "the device's end of user speech -> the first frame with sound in it began to play")
+    ] = None
+    to_asr_ms: Annotated[
+        float | None,
+        meta(
+            MS,
+            "end of user speech -> the ASR request reached the speech service: uplink, the server's end-pointing "
+            "and hand-off "
+            "(negative: the server cut the utterance before the user stopped)",
+            BETWEEN,
+        ),
+    ] = None
+    asr_ms: Annotated[float | None, meta(MS, "the ASR request, as the service timed it", MEASURED_PART)] = None
+    asr_to_llm_ms: Annotated[
+        float | None,
+        meta(
+            MS,
+            "the ASR request's end -> the LLM request reached the relay (the server's own: prompt, history)",
+            BETWEEN,
+        ),
+    ] = None
+    llm_first_token_ms: Annotated[
+        float | None, meta(MS, "the LLM's first token, as the relay saw it arrive", MEASURED_PART)
+    ] = None
+    llm_to_sentence_ms: Annotated[
+        float | None,
+        meta(
+            MS,
+            "the first token -> the last chunk the LLM streamed before the first TTS request: generation until "
+            "the first sentence the server chose to speak existed",
+            MEASURED_PART,
+        ),
+    ] = None
+    sentence_to_tts_ms: Annotated[
+        float | None, meta(MS, "that chunk -> the first TTS request reached the service (the server's own)", BETWEEN)
+    ] = None
+    tts_ms: Annotated[float | None, meta(MS, "that TTS request, as the service timed it", MEASURED_PART)] = None
+    tts_to_audio_ms: Annotated[
+        float | None,
+        meta(
+            MS,
+            "that TTS request's end -> the device received the first audio (the server's decode, Opus encode "
+            "and pacing, and the downlink)",
+            BETWEEN,
+        ),
+    ] = None
+    device_buffer_ms: Annotated[
+        float | None, meta(MS, "the device received the first audio -> it began to play", MEASURED_PART)
+    ] = None
+    server_own_ms: Annotated[
+        float | None,
+        meta(
+            MS,
+            "derived: first audible less the measured parts (ASR, LLM first token and generation to the first "
+            "sentence, TTS, the device's buffer): the server's own work, uplink, end-pointing and downlink",
+        ),
+    ] = None
+    prompt_tokens: Annotated[
+        int | None, meta(TOKENS, "the LLM's prompt, as the LLM server counted it (through the relay)", PROMPT_STATE)
+    ] = None
+    prompt_cached_tokens: Annotated[
+        int | None, meta(TOKENS, "how much of the prompt the LLM server took from its cache", PROMPT_STATE)
+    ] = None
+
+
+SEGMENT_SCHEMA: Final = schema(SegmentRow)
+SEGMENT_COLUMNS: Final = tuple(c.name for c in SEGMENT_SCHEMA)  # segments.csv's, after its run label
+SEGMENTS: Final = tuple(c.name for c in SEGMENT_SCHEMA if c.group in (MEASURED_PART, BETWEEN))  # in order
+MEASURED: Final = tuple(c.name for c in SEGMENT_SCHEMA if c.group == MEASURED_PART)
 # the state the LLM's first token depends on, as the upstream counted it (through the relay)
-PROMPT = ("prompt_tokens", "prompt_cached_tokens")
-COLUMNS = ("question_id", "round", "warmup", "ok", "first_audible_ms", *SEGMENTS, "server_own_ms", *PROMPT)
-
-Value = str | int | float | bool | None
+PROMPT: Final = tuple(c.name for c in SEGMENT_SCHEMA if c.group == PROMPT_STATE)
+SUMMARIZED: Final = (*SEGMENTS, "server_own_ms", *PROMPT)  # the summary's medians
 
 
-def _ms(start: int | None, end: int | None) -> float | None:
-    return None if start is None or end is None else round((end - start) / 1e6, 3)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceTurn:
-    turn: SpanRecord
-    device: SpanRecord
-
-
-def device_turns(spans: Iterable[SpanRecord]) -> list[DeviceTurn]:
-    """Each turn span with its ``device`` child, in time order."""
-    spans = list(spans)
-    devices = {s.parent_span_id: s for s in spans if s.name == names.DEVICE}
-    turns = sorted((s for s in spans if s.name == names.TURN and s.span_id in devices), key=lambda s: s.start_ns)
-    return [DeviceTurn(t, devices[t.span_id]) for t in turns]
-
-
-def _first(spans: Sequence[SpanRecord], name: str, after: int) -> SpanRecord | None:
+def _first(spans: Sequence[ReadSpan], name: str, after: int) -> ReadSpan | None:
     return next((s for s in spans if s.name == name and s.start_ns >= after), None)
 
 
-def turn_segments(turn: DeviceTurn, services: Sequence[SpanRecord]) -> dict[str, Value]:
-    """One turn's row: its first audible and the parts above; ``services`` sorted by start."""
-    t, device = turn.turn, turn.device
+def turn_segments(turn: TurnSpans, device: ReadSpan, services: Sequence[ReadSpan]) -> SegmentRow:
+    """One turn's row: its first audible and the parts above; ``device``: its ``device`` span; ``services``
+    sorted by start."""
+    t = turn.turn
     spoken = t.event_ns(names.EV_USER_SPEECH_END)
-    received = device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)
-    audible = device.event_ns(names.EV_FIRST_AUDIBLE)
     inside = [s for s in services if t.start_ns <= s.start_ns <= t.end_ns and s.status_code != names.STATUS_ERROR]
     # from the turn's start, not the user's end of speech: a server may cut the utterance early (its
     # VAD heard a pause), and then ``to_asr_ms`` is negative, which is what happened
@@ -94,47 +158,78 @@ def turn_segments(turn: DeviceTurn, services: Sequence[SpanRecord]) -> dict[str,
     tts = _first(inside, names.TTS, llm.start_ns if llm else t.start_ns)
     first_token = llm.event_ns(names.EV_FIRST_TOKEN) if llm else None
     sentence = _last_chunk_before(llm, tts.start_ns) if llm and tts else None
-    row: dict[str, Value] = {
-        "question_id": str(t.attributes.get(names.QUESTION_ID, "")),
-        "round": t.attributes.get(names.ROUND),  # type: ignore[dict-item]
-        "warmup": bool(t.attributes.get(names.WARMUP, False)),
-        "ok": bool(t.attributes.get(names.OK, False)),
-        "first_audible_ms": _ms(spoken, audible),
-        "to_asr_ms": _ms(spoken, asr.start_ns if asr else None),
-        "asr_ms": _ms(asr.start_ns, asr.end_ns) if asr else None,
-        "asr_to_llm_ms": _ms(asr.end_ns if asr else None, llm.start_ns if llm else None),
-        "llm_first_token_ms": _ms(llm.start_ns, first_token) if llm else None,
-        "llm_to_sentence_ms": _ms(first_token, sentence),
-        "sentence_to_tts_ms": _ms(sentence, tts.start_ns if tts else None),
-        "tts_ms": _ms(tts.start_ns, tts.end_ns) if tts else None,
-        "tts_to_audio_ms": _ms(tts.end_ns if tts else None, received),
-        "device_buffer_ms": _ms(received, audible),
+    parts = {
+        "to_asr_ms": ms(spoken, asr.start_ns if asr else None),
+        "asr_ms": ms(asr.start_ns, asr.end_ns) if asr else None,
+        "asr_to_llm_ms": ms(asr.end_ns if asr else None, llm.start_ns if llm else None),
+        "llm_first_token_ms": ms(llm.start_ns, first_token) if llm else None,
+        "llm_to_sentence_ms": ms(first_token, sentence),
+        "sentence_to_tts_ms": ms(sentence, tts.start_ns if tts else None),
+        "tts_ms": ms(tts.start_ns, tts.end_ns) if tts else None,
+        "tts_to_audio_ms": ms(tts.end_ns if tts else None, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
+        "device_buffer_ms": device_buffer_ms(device),
     }
-    measured = [row[k] for k in MEASURED]
-    total = row["first_audible_ms"]
-    ready = total is not None and all(isinstance(v, float) for v in measured)
-    row["server_own_ms"] = round(total - sum(measured), 3) if ready else None  # type: ignore[operator, arg-type]
-    row["prompt_tokens"] = _int(llm.attributes.get(names.GEN_AI_INPUT_TOKENS)) if llm else None
-    row["prompt_cached_tokens"] = _int(llm.attributes.get(names.PROMPT_CACHED_TOKENS)) if llm else None
-    return row
+    first_audible = ms(spoken, device.event_ns(names.EV_FIRST_AUDIBLE))
+    return SegmentRow(
+        question_id=str(t.attributes.get(names.QUESTION_ID, "")),
+        round=_int(t.attributes.get(names.ROUND)),
+        warmup=bool(t.attributes.get(names.WARMUP, False)),
+        ok=bool(t.attributes.get(names.OK, False)),
+        first_audible_ms=first_audible,
+        server_own_ms=_server_own(first_audible, [parts[k] for k in MEASURED]),
+        prompt_tokens=_int(llm.attributes.get(names.GEN_AI_INPUT_TOKENS)) if llm else None,
+        prompt_cached_tokens=_int(llm.attributes.get(names.PROMPT_CACHED_TOKENS)) if llm else None,
+        **parts,
+    )
+
+
+def _server_own(first_audible: float | None, measured: Sequence[float | None]) -> float | None:
+    """What is left of first audible once the measured parts are taken out; None unless all are known."""
+    if first_audible is None or not all(isinstance(v, float) for v in measured):
+        return None
+    return round(first_audible - sum(v for v in measured if v is not None), 3)
 
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _last_chunk_before(llm: SpanRecord, before: int) -> int | None:
+def _last_chunk_before(llm: ReadSpan, before: int) -> int | None:
     stamps = [e.time_ns for e in llm.events if e.name in (names.EV_FIRST_TOKEN, EV_CHUNK) and e.time_ns <= before]
     return max(stamps) if stamps else None
 
 
-def segment_rows(device_spans: Iterable[SpanRecord], service_spans: Iterable[SpanRecord]) -> list[dict[str, Value]]:
+def segment_rows(turns: Iterable[TurnSpans], service_spans: Iterable[ReadSpan]) -> list[SegmentRow]:
+    """Each device turn's row (a turn with a ``device`` span), in the turns' order."""
     services = sorted(service_spans, key=lambda s: s.start_ns)
-    return [turn_segments(turn, services) for turn in device_turns(device_spans)]
+    return [turn_segments(t, device, services) for t in turns if (device := t.first(names.DEVICE)) is not None]
+
+
+class SegmentsRead(NamedTuple):
+    """The device turns' rows read from trace files, in time order, and what could not be read."""
+
+    rows: list[SegmentRow]
+    problems: list[str]
+
+
+def read_segments(device_files: Sequence[Path], service_files: Sequence[Path]) -> SegmentsRead:
+    """Each device turn's row from the device's trace files and the services' (``segment_rows``)."""
+    read = read_traces(device_files)
+    services = read_spans(service_files)
+    turns, problems = [], [*read.problems, *services.problems]
+    for facts in read.facts:
+        turn = reread_turn(facts)  # a turn's spans, read again from its lines (only its facts were kept)
+        if turn is None:
+            problems.append(f"turn span {facts.span_id}: no longer where it was read (a file changed?)")
+        else:
+            turns.append(turn)
+    return SegmentsRead(segment_rows(turns, services.spans), problems)
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentSummary:
+    """The measured turns' medians, each part's over the turns that succeeded."""
+
     turns: int  # measured turns (warm-up excluded)
     ok: int
     first_audible_median: float | None
@@ -142,19 +237,31 @@ class SegmentSummary:
     medians: dict[str, float | None]  # every segment, server_own_ms and the prompt's tokens, over the ok measured turns
 
 
-def summarize(rows: Sequence[dict[str, Value]]) -> SegmentSummary:
-    measured = [r for r in rows if not r["warmup"]]
-    ok = [r for r in measured if r["ok"] and isinstance(r["first_audible_ms"], float)]
-    audible = [float(r["first_audible_ms"]) for r in ok]  # type: ignore[arg-type]
-
-    def mid(key: str) -> float | None:
-        values = [float(r[key]) for r in ok if isinstance(r[key], (int, float)) and not isinstance(r[key], bool)]  # type: ignore[arg-type]
-        return round(median(values), 1) if values else None
-
+def summarize(rows: Sequence[SegmentRow]) -> SegmentSummary:
+    """The interop table's figures for one run: measured turns, successes, and each part's median."""
+    measured = [r for r in rows if not r.warmup]
+    ok = [r for r in measured if r.ok and isinstance(r.first_audible_ms, float)]
+    audible = [r.first_audible_ms for r in ok if r.first_audible_ms is not None]
     return SegmentSummary(
         turns=len(measured),
         ok=len(ok),
         first_audible_median=round(median(audible), 1) if audible else None,
         first_audible_p90=round(quantile(audible, 0.9), 1) if audible else None,
-        medians={key: mid(key) for key in (*SEGMENTS, "server_own_ms", *PROMPT)},
+        medians={key: _median(ok, key) for key in SUMMARIZED},
     )
+
+
+def _median(rows: Sequence[SegmentRow], key: str) -> float | None:
+    found = (getattr(r, key) for r in rows)
+    values = [float(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return round(median(values), 1) if values else None
+
+
+def segment_cells(row: SegmentRow) -> list[object]:
+    """The row as segments.csv writes it, in ``SEGMENT_COLUMNS`` order (an empty part: an empty cell)."""
+    return ["" if v is None else v for v in astuple(row)]
+
+
+def segments_table() -> str:
+    """The README's table of segments.csv's columns."""
+    return table(SEGMENT_SCHEMA)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.analysis.bench_csv import BenchCsv
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import facts_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 
@@ -24,7 +24,7 @@ class RowSink:
         self.bench = bench
         self.total = total
         self.progress = progress
-        self.rows: list[Row] = []
+        self.rows: list[TurnRow] = []
 
     def __call__(self, line: dict[str, Any]) -> None:
         facts = facts_from_spans(spans_from_traces_data(line))
@@ -34,7 +34,7 @@ class RowSink:
         self.progress(progress_line(len(self.rows), self.total, rows))
 
 
-def progress_line(done: int, total: int, rows: list[Row]) -> str:
+def progress_line(done: int, total: int, rows: list[TurnRow]) -> str:
     parts = []
     for row in rows:
         tag = " (warm-up)" if row.warmup else ""

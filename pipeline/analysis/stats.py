@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis.columns import column
-from pipeline.analysis.numbers import Row, measured, quantile
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured, quantile
 
 HEADLINE_METRICS = (
     "whole_turn_ms",
@@ -32,6 +32,8 @@ HEADLINE_METRICS = (
 
 @dataclass(frozen=True, slots=True)
 class Summary:
+    """One metric over a group's measured turns: how many, median, P90, least and greatest."""
+
     metric: str
     n: int  # values the figures were computed from
     turns: int  # measured (non-warm-up) turns in the group
@@ -45,18 +47,18 @@ class Summary:
         return self.n < self.turns
 
 
-def summarize(rows: Sequence[Row], metric: str) -> Summary:
+def summarize(rows: Sequence[TurnRow], metric: str) -> Summary:
     return summaries(rows, (metric,))[0]
 
 
-def summaries(rows: Sequence[Row], metrics: Sequence[str]) -> list[Summary]:
+def summaries(rows: Sequence[TurnRow], metrics: Sequence[str]) -> list[Summary]:
     """``summarize`` for each metric, the measured and the successful turns found once for all of them."""
     turns = [r for r in rows if measured(r)]
     ok = [r for r in turns if r.ok]
     return [_summary(metric, ok, len(turns)) for metric in metrics]
 
 
-def _summary(metric: str, ok: Sequence[Row], turns: int) -> Summary:
+def _summary(metric: str, ok: Sequence[TurnRow], turns: int) -> Summary:
     get = column(metric)
     values = sorted(float(v) for r in ok if isinstance((v := get(r)), (int, float)))
     if not values:
@@ -65,15 +67,15 @@ def _summary(metric: str, ok: Sequence[Row], turns: int) -> Summary:
     return Summary(metric, len(values), turns, quantile(array, 0.5), quantile(array, 0.9), values[0], values[-1])
 
 
-def success_rate(rows: Sequence[Row]) -> tuple[int, int]:
+def success_rate(rows: Sequence[TurnRow]) -> tuple[int, int]:
     """(ok turns, measured turns), warm-up excluded."""
     turns = [r for r in rows if measured(r)]
     return sum(1 for r in turns if r.ok), len(turns)
 
 
-def group_rows(rows: Sequence[Row]) -> dict[tuple[str, str, str], list[Row]]:
+def group_rows(rows: Sequence[TurnRow]) -> dict[tuple[str, str, str], list[TurnRow]]:
     """Rows by (run_id, condition, config_id), in first-seen order."""
-    groups: dict[tuple[str, str, str], list[Row]] = {}
+    groups: dict[tuple[str, str, str], list[TurnRow]] = {}
     for row in rows:
         key = (str(row.run_id), str(row.condition), str(row.config_id))
         groups.setdefault(key, []).append(row)

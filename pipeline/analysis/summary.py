@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.analysis.numbers import Row, measured
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.numbers import measured
 from pipeline.analysis.stats import HEADLINE_METRICS, group_rows, success_rate, summaries, summarize
 
 
@@ -14,7 +15,7 @@ def _fmt(value: float | None, metric: str) -> str:
     return f"{value:.1f}" if metric.endswith("_ms") or metric in ("llm_calls", "sentences") else f"{value:.2f}"
 
 
-def summary_table(rows: Sequence[Row]) -> str:
+def summary_table(rows: Sequence[TurnRow]) -> str:
     lines = []
     for (run_id, condition, config_id), group in group_rows(rows).items():
         ok, turns = success_rate(group)
@@ -72,7 +73,7 @@ def _aligned(table: list[tuple[str, ...]]) -> list[str]:
     ]
 
 
-def _error_rates(rows: Sequence[Row]) -> list[str]:
+def _error_rates(rows: Sequence[TurnRow]) -> list[str]:
     """The recognition error rate per language: CER for Chinese, WER otherwise (measured turns with a reference)."""
     out = []
     for language in sorted({str(r.language) for r in rows if r.language}):

@@ -1,4 +1,8 @@
-"""Reads OTLP JSON trace files (Collector file format) into plain span records.
+"""Reads OTLP JSON trace files (Collector file format) into plain records of what was read: ``ReadSpan``.
+
+(A span as the lab builds it before writing it is another record, ``tracing.records.SpanRecord``:
+ids as integers, a parent, a kind. What is read back holds the file's hex ids and its attributes
+as decoded, and only what the analysis uses.)
 
 Works on any such file: ours, a Jaeger ``/api/v3`` export, a Collector's file
 exporter. Lines that cannot be read are reported, not fatal.
@@ -29,13 +33,17 @@ AttrValue = str | bool | int | float | list[Any] | None
 
 # Structs, not dataclasses: built in C, about ten times cheaper than a frozen dataclass's
 # __init__, which matters at a million spans; gc=False as they hold no cycles.
-class SpanEvent(msgspec.Struct, frozen=True, gc=False):
+class ReadEvent(msgspec.Struct, frozen=True, gc=False):
+    """A span event as read from a trace file."""
+
     name: str
     time_ns: int
     attributes: dict[str, AttrValue] = msgspec.field(default_factory=dict)
 
 
-class SpanRecord(msgspec.Struct, frozen=True, gc=False):
+class ReadSpan(msgspec.Struct, frozen=True, gc=False):
+    """A span as read from a trace file: hex ids, times in ns since the epoch, decoded attributes."""
+
     trace_id: str
     span_id: str
     parent_span_id: str
@@ -43,10 +51,11 @@ class SpanRecord(msgspec.Struct, frozen=True, gc=False):
     start_ns: int
     end_ns: int
     attributes: dict[str, AttrValue]
-    events: tuple[SpanEvent, ...]
+    events: tuple[ReadEvent, ...]
     status_code: int = 0
 
     def event_ns(self, name: str) -> int | None:
+        """The time of the span's first event of that name (None: it has none)."""
         for e in self.events:
             if e.name == name:
                 return e.time_ns
@@ -77,7 +86,7 @@ def _no_constants(name: str) -> float:
     raise ValueError(f"{name} is not a number a trace may hold")
 
 
-def any_value(value: dict[str, Any]) -> AttrValue:
+def decode_any_value(value: dict[str, Any]) -> AttrValue:
     """Decode an OTLP JSON ``AnyValue``; a non-finite number makes the line unreadable."""
     if "stringValue" in value:
         return str(value["stringValue"])
@@ -88,22 +97,22 @@ def any_value(value: dict[str, Any]) -> AttrValue:
     if "doubleValue" in value:
         return _finite(float(value["doubleValue"]))
     if "arrayValue" in value:
-        return [any_value(v) for v in value["arrayValue"].get("values", [])]
+        return [decode_any_value(v) for v in value["arrayValue"].get("values", [])]
     return None
 
 
 def _attributes(items: Iterable[dict[str, Any]]) -> dict[str, AttrValue]:
-    return {item["key"]: any_value(item.get("value", {})) for item in items}
+    return {item["key"]: decode_any_value(item.get("value", {})) for item in items}
 
 
-def spans_from_traces_data(data: dict[str, Any]) -> list[SpanRecord]:
+def spans_from_traces_data(data: dict[str, Any]) -> list[ReadSpan]:
     """All spans of one ``TracesData`` object (one line of a trace file)."""
     out = []
     for resource_spans in data.get("resourceSpans", []):
         for scope_spans in resource_spans.get("scopeSpans", []):
             for span in scope_spans.get("spans", []):
                 out.append(
-                    SpanRecord(
+                    ReadSpan(
                         trace_id=span["traceId"],
                         span_id=span["spanId"],
                         parent_span_id=span.get("parentSpanId", ""),
@@ -112,7 +121,7 @@ def spans_from_traces_data(data: dict[str, Any]) -> list[SpanRecord]:
                         end_ns=int(span["endTimeUnixNano"]),
                         attributes=_attributes(span.get("attributes", [])),
                         events=tuple(
-                            SpanEvent(
+                            ReadEvent(
                                 name=e["name"],
                                 time_ns=int(e["timeUnixNano"]),
                                 attributes=_attributes(e.get("attributes", [])),
@@ -148,7 +157,7 @@ _NO_VALUE = _AnyValue()
 
 class _KeyValue(msgspec.Struct, frozen=True, gc=False):
     key: str
-    value: _AnyValue = _NO_VALUE  # none given: no value, as any_value({})
+    value: _AnyValue = _NO_VALUE  # none given: no value, as decode_any_value({})
 
 
 _Integer = int | str  # OTLP JSON writes 64-bit integers as strings; int() takes either, as the plain decoding does
@@ -192,7 +201,7 @@ _DECODER = msgspec.json.Decoder(_TracesData)
 
 
 def _value(v: _AnyValue) -> AttrValue:
-    """``any_value`` for the fast decoding's struct: the same order, the same conversions."""
+    """``decode_any_value`` for the fast decoding's struct: the same order, the same conversions."""
     if v.string_value is not UNSET:
         return v.string_value
     if v.bool_value is not UNSET:
@@ -226,8 +235,8 @@ def _struct_attributes(items: list[_KeyValue]) -> dict[str, AttrValue]:
     return out
 
 
-def _span(s: _Span) -> SpanRecord:
-    return SpanRecord(
+def _span(s: _Span) -> ReadSpan:
+    return ReadSpan(
         s.trace_id,
         s.span_id,
         s.parent_span_id,
@@ -237,7 +246,7 @@ def _span(s: _Span) -> SpanRecord:
         _struct_attributes(s.attributes) if s.attributes else {},
         tuple(
             [
-                SpanEvent(e.name, int(e.time_unix_nano), _struct_attributes(e.attributes) if e.attributes else {})
+                ReadEvent(e.name, int(e.time_unix_nano), _struct_attributes(e.attributes) if e.attributes else {})
                 for e in s.events
             ]
         )
@@ -247,7 +256,7 @@ def _span(s: _Span) -> SpanRecord:
     )
 
 
-def _fast_spans(line: bytes) -> list[SpanRecord] | None:
+def _fast_spans(line: bytes) -> list[ReadSpan] | None:
     """The line's spans, or None where the plain decoding has to decide."""
     try:
         data = _DECODER.decode(line)
@@ -256,7 +265,7 @@ def _fast_spans(line: bytes) -> list[SpanRecord] | None:
         return None
 
 
-def _plain_spans(line: bytes) -> list[SpanRecord]:
+def _plain_spans(line: bytes) -> list[ReadSpan]:
     """The line as a text-mode read gives it (invalid UTF-8 replaced, its line end one ``\\n``), decoded plainly."""
     text = line.decode("utf-8", errors="replace")
     if text.endswith(("\r", "\n")):
@@ -282,7 +291,7 @@ class TraceLine(NamedTuple):
     offset: int  # byte offset of the physical line it is in (a lone CR may cut one into several)
     part: int  # which of that physical line's lines it is
     after: int  # byte offset just after that physical line
-    spans: list[SpanRecord]
+    spans: list[ReadSpan]
     unreadable: str  # why the line could not be read ("" when it could)
 
 
@@ -306,7 +315,7 @@ def read_lines(path: Path, start: int = 0, end: int | None = None) -> Iterator[T
             offset = after
 
 
-def _decoded(line: bytes) -> tuple[list[SpanRecord], str]:
+def _decoded(line: bytes) -> tuple[list[ReadSpan], str]:
     """The line's spans and "", or no spans and why it cannot be read: fast where it can, else plainly."""
     spans = _fast_spans(line)
     if spans is not None:
@@ -317,7 +326,7 @@ def _decoded(line: bytes) -> tuple[list[SpanRecord], str]:
         return [], f"{type(exc).__name__}: {exc}"
 
 
-def read_line_at(path: Path, offset: int, part: int) -> list[SpanRecord]:
+def read_line_at(path: Path, offset: int, part: int) -> list[ReadSpan]:
     """The spans of one line found by ``read_lines`` (none if it cannot be read now)."""
     with path.open("rb") as fh:
         fh.seek(offset)
@@ -325,7 +334,7 @@ def read_line_at(path: Path, offset: int, part: int) -> list[SpanRecord]:
     return _decoded(lines[part])[0] if part < len(lines) else []
 
 
-def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[SpanRecord]:
+def read_trace_file(path: Path, problems: ReadProblems) -> Iterator[ReadSpan]:
     """Spans from every readable line of ``path``; unreadable lines go to ``problems``."""
     for line in read_lines(path):
         if line.unreadable:

@@ -12,36 +12,38 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from pipeline.analysis.traces import ReadProblems, SpanRecord
+from pipeline.analysis.traces import ReadProblems, ReadSpan
 from pipeline.tracing import names
 
 
 @dataclass(slots=True)
 class TurnSpans:
-    turn: SpanRecord
-    children: list[SpanRecord] = field(default_factory=list)
+    """A turn span and its child spans, in time order, looked up by name."""
+
+    turn: ReadSpan
+    children: list[ReadSpan] = field(default_factory=list)
     # children by name, built at the first lookup: a row looks children up by name over a dozen times.
     # Tuples, as the garbage collector stops walking a tuple of plain records (a fleet holds a million).
-    _by_name: dict[str, tuple[SpanRecord, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_name: dict[str, tuple[ReadSpan, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _indexed: int = field(default=-1, init=False, repr=False, compare=False)  # len(children) when built
 
     def _reindex(self) -> None:
-        found: dict[str, list[SpanRecord]] = {}
+        found: dict[str, list[ReadSpan]] = {}
         for s in self.children:
             found.setdefault(s.name, []).append(s)
         self._by_name = {name: tuple(spans) for name, spans in found.items()}
         self._indexed = len(self.children)
 
-    def named(self, name: str) -> list[SpanRecord]:
+    def named(self, name: str) -> list[ReadSpan]:
         return list(self.spans(name))
 
-    def spans(self, name: str) -> tuple[SpanRecord, ...]:
+    def spans(self, name: str) -> tuple[ReadSpan, ...]:
         """``named`` without the copy, for reading only."""
         if self._indexed != len(self.children):  # first lookup, or children added since
             self._reindex()
         return self._by_name.get(name, ())
 
-    def first(self, name: str) -> SpanRecord | None:
+    def first(self, name: str) -> ReadSpan | None:
         if self._indexed != len(self.children):
             self._reindex()
         found = self._by_name.get(name)
@@ -52,9 +54,9 @@ _START = attrgetter("start_ns")  # sort keys for a million spans: cheaper than a
 _TURN_START = attrgetter("turn.start_ns")
 
 
-def group_turns(spans: Iterable[SpanRecord], problems: ReadProblems) -> list[TurnSpans]:
+def group_turns(spans: Iterable[ReadSpan], problems: ReadProblems) -> list[TurnSpans]:
     """Find every turn span and its children; duplicates (same span id) count once."""
-    by_id: dict[str, SpanRecord] = {}
+    by_id: dict[str, ReadSpan] = {}
     for span in spans:
         by_id.setdefault(span.span_id, span)
     turns = {sid: TurnSpans(s) for sid, s in by_id.items() if s.name == names.TURN}

@@ -1,4 +1,4 @@
-"""What-if: measured turns re-timed along their own dependency graphs (``path.TurnGraph``).
+"""What-if: measured turns re-timed along their own dependency graphs (``path.graph.TurnGraph``).
 
 A change moves a segment (every occurrence of it: each call's first token, each sentence's
 first TTS frame...) and only what waits on it: a point starts when the latest of its
@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pipeline.analysis.path import (
+from pipeline.analysis.numbers import measured
+from pipeline.analysis.path.graph import Dep, Point, TurnGraph
+from pipeline.analysis.path.kinds import (
     ASR,
     DEVICE_BUFFER,
     DOWNLINK,
@@ -36,15 +38,8 @@ from pipeline.analysis.path import (
     TTS,
     TTS_FIRST_FRAME,
     UPLINK,
-    Dep,
-    PathError,
-    Point,
-    TurnGraph,
-    graph_of,
 )
-from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.analysis.turns import group_turns, servers_of
-from pipeline.tracing import names
+from pipeline.analysis.read import read_traces
 
 T = TypeVar("T")
 NETWORK_RTT = "network.rtt"
@@ -80,6 +75,8 @@ class WhatIfError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Change:
+    """A change to one segment: every occurrence of it lengthened by ``add_ns`` or scaled by ``factor``."""
+
     name: str  # as given: "llm.first_token"
     segment: str  # the kind of point it moves
     add_ns: int = 0
@@ -281,25 +278,22 @@ class Graphs:
 
 
 def read_graphs(files: Sequence[Path]) -> Graphs:
-    """Every measured turn's graph; ``WhatIfError`` where a successful turn lacks the spans a path needs."""
-    problems = ReadProblems()
-    spans = [s for f in files for s in read_trace_file(f, problems)]
-    out = Graphs([], 0, [], [])
-    turns = group_turns(spans, problems)
-    servers = servers_of(turns)  # a device's turn and its server's, both read: one turn, crossing the wire
-    served = {t.turn.span_id for t in servers.values()}
-    for t in turns:
-        if t.turn.span_id in served:
-            continue
-        if t.turn.attributes.get(names.WARMUP) is True:
+    """Every measured turn's graph; ``WhatIfError`` where a successful turn lacks the spans a path needs.
+
+    Read as every reader reads (``read.read_traces``: a forked reader per core for a large read, the
+    trace schema checked, a server's turn joined to its device's folded into it), the turns that count
+    told by their rows (``numbers.measured``, M6; failed turns counted, M7), each graph made by the
+    reader that read the turn's spans (``facts.Making.graphs``)."""
+    read = read_traces(files, graphs=True)
+    out = Graphs([], 0, [], read.problems)
+    for facts in read.facts:
+        row = facts.row
+        if not measured(row):
             out.warmup += 1
-            continue
-        if t.turn.attributes.get(names.OK) is not True:
-            out.failed.append(str(t.turn.attributes.get(names.QUESTION_ID) or "?"))
-            continue
-        try:
-            out.graphs.append(graph_of(t, servers.get(t.turn.span_id)))
-        except PathError as exc:
-            raise WhatIfError(f"{', '.join(map(str, files))}: {exc}") from None
-    out.problems = problems.messages
+        elif not row.ok:
+            out.failed.append(row.question_id or "?")
+        elif isinstance(facts.graph, TurnGraph):
+            out.graphs.append(facts.graph)
+        else:  # why its spans give no path
+            raise WhatIfError(f"{', '.join(map(str, files))}: {facts.graph}")
     return out

@@ -18,32 +18,39 @@ they share one clock. Without the server's spans these columns stay empty, never
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.numbers import ms
+from pipeline.analysis.traces import ReadSpan
+from pipeline.analysis.turns import TurnSpans
 from pipeline.tracing import names
 
-Ms = Callable[[int | None, int | None], float | None]
 Split = tuple[float | None, float | None, float | None, float | None]  # columns.WIRE_COLUMNS, in order
+Stamps = tuple[int | None, int | None]
 
 
-def wire_split(
-    device_turn: SpanRecord,
-    device: SpanRecord | None,
-    server_turn: SpanRecord | None,
-    server_downlink: SpanRecord | None,
-    ms: Ms,
-) -> Split:
-    """The four parts of a device's first sound (``WIRE_COLUMNS``, in order); all None unless both
-    ends' spans are given."""
-    if device is None or server_turn is None or server_downlink is None:
+def buffered(device: ReadSpan) -> Stamps:
+    """When the device received the first audio frame and when its first sound began (ns): the device's
+    buffer, wherever it is measured (a row's ``device_buffer_ms``, a real server's segments, the critical
+    path's ``device_buffer``); either is None where the device's span lacks its event."""
+    return device.event_ns(names.EV_FIRST_AUDIO_RECEIVED), device.event_ns(names.EV_FIRST_AUDIBLE)
+
+
+def device_buffer_ms(device: ReadSpan) -> float | None:
+    """The device's buffer (``buffered``) in ms."""
+    return ms(*buffered(device))
+
+
+def wire_split(device_turn: ReadSpan, device: ReadSpan | None, server: TurnSpans | None) -> Split:
+    """The four parts of a device's first sound (``WIRE_COLUMNS``, in order): ``device``, the device turn's
+    ``device`` span; ``server``, its server's turn (``turns.servers_of``). All None unless both ends' spans
+    are given."""
+    downlink = server.first(names.DOWNLINK) if server is not None else None
+    if device is None or server is None or downlink is None:
         return _NO_SPLIT
     sent = device_turn.event_ns(names.EV_USER_SPEECH_END)
-    arrived = server_turn.event_ns(names.EV_USER_SPEECH_END)
-    first_sent = server_downlink.start_ns  # the server's ``downlink`` span: first frame out
+    arrived = server.turn.event_ns(names.EV_USER_SPEECH_END)
+    first_sent = downlink.start_ns  # the server's ``downlink`` span: first frame out
     received = device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)
-    audible = device.event_ns(names.EV_FIRST_AUDIBLE)
-    return ms(sent, arrived), ms(arrived, first_sent), ms(first_sent, received), ms(received, audible)
+    return ms(sent, arrived), ms(arrived, first_sent), ms(first_sent, received), device_buffer_ms(device)
 
 
 _NO_SPLIT: Split = (None, None, None, None)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.analysis.server_segments import COLUMNS, SegmentSummary, Value
+from pipeline.analysis.server_segments import SEGMENT_COLUMNS, SegmentRow, SegmentSummary, segment_cells
 
 HEADERS = (
     ("to_asr_ms", "to ASR"),
@@ -30,6 +30,8 @@ HEADERS = (
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
+    """One interop run (a server and a path) as the table shows it."""
+
     label: str  # "real server, A", ...
     condition: str
     summary: SegmentSummary
@@ -43,6 +45,7 @@ def _cell(value: float | None) -> str:
 
 
 def markdown(results: Sequence[RunResult]) -> str:
+    """interop.md's table: a row per run, the medians of first sound's parts in columns."""
     head = ["run", "turns ok", "first audible median", "P90", *(h for _, h in HEADERS)]
     head += ["prompt tokens / cached", "packets lost / late"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -63,10 +66,10 @@ def markdown(results: Sequence[RunResult]) -> str:
     return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"
 
 
-def write_rows(path: Path, rows_by_run: Sequence[tuple[str, Sequence[dict[str, Value]]]]) -> None:
+def write_rows(path: Path, rows_by_run: Sequence[tuple[str, Sequence[SegmentRow]]]) -> None:
+    """segments.csv: every run's rows, each after its run's label (``SEGMENT_COLUMNS``)."""
     with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["run", *COLUMNS])
-        writer.writeheader()
+        writer = csv.writer(fh)
+        writer.writerow(["run", *SEGMENT_COLUMNS])
         for label, rows in rows_by_run:
-            for row in rows:
-                writer.writerow({"run": label, **{k: "" if v is None else v for k, v in row.items()}})
+            writer.writerows([label, *segment_cells(row)] for row in rows)

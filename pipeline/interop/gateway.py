@@ -19,11 +19,13 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.processes import InteropError, Processes, Started
+from pipeline.interop.processes import InteropError, Processes, StartedProcess
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayPorts:
+    """The ports the real MQTT gateway listens on: MQTT, UDP and its admin API."""
+
     mqtt: int
     udp: int
     admin: int
@@ -70,7 +72,7 @@ def prepare_copy(
     return target
 
 
-def start(processes: Processes, copy: Path, ports: GatewayPorts, name: str) -> Started:
+def start(processes: Processes, copy: Path, ports: GatewayPorts, name: str) -> StartedProcess:
     gateway = processes.start(name, ["node", "app.js"], cwd=copy)
     processes.wait_port(gateway, ports.mqtt, timeout_s=60)
     return gateway

@@ -27,12 +27,17 @@ class InteropError(RuntimeError):
 
 
 @dataclass
-class Started:
+class StartedProcess:
+    """A process an interop run started: its name, the process, and the log file its output goes to.
+
+    (Not ``endpoints.serving.Started``, the lab's own servers' base class: this is an OS process.)"""
+
     name: str
     process: subprocess.Popen[bytes]
     log: Path
 
     def tail(self, lines: int = 12) -> str:
+        """The last lines of its log ("" where there is none)."""
         try:
             text = self.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -40,6 +45,7 @@ class Started:
         return "\n".join(text.rstrip().splitlines()[-lines:])
 
     def said(self, pattern: str) -> re.Match[str] | None:
+        """Where its log matches ``pattern`` first (None: nowhere, or no log)."""
         try:
             return re.search(pattern, self.log.read_text(encoding="utf-8", errors="replace"))
         except OSError:
@@ -81,7 +87,7 @@ class Processes:
     def __init__(self, logs: Path, environment: Mapping[str, str]) -> None:
         self.logs = logs
         self.environment = dict(environment)  # what every process starts with (the entry point's own)
-        self.started: list[Started] = []
+        self.started: list[StartedProcess] = []
 
     def __enter__(self) -> Processes:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -93,7 +99,7 @@ class Processes:
 
     def start(
         self, name: str, argv: Sequence[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
-    ) -> Started:
+    ) -> StartedProcess:
         log = self.logs / f"{name}.log"
         with log.open("wb") as out:
             try:
@@ -108,11 +114,11 @@ class Processes:
                 )
             except OSError as exc:
                 raise InteropError(f"{name}: cannot start {argv[0]}: {exc}") from None
-        started = Started(name, process, log)
+        started = StartedProcess(name, process, log)
         self.started.append(started)
         return started
 
-    def stop(self, started: Started, grace_s: float = 8.0) -> None:
+    def stop(self, started: StartedProcess, grace_s: float = 8.0) -> None:
         if started in self.started:
             self.started.remove(started)
         process = started.process
@@ -132,7 +138,7 @@ class Processes:
             with contextlib.suppress(OSError):
                 process.stdin.close()
 
-    def wait_port(self, started: Started, port: int, timeout_s: float, host: str = "127.0.0.1") -> None:
+    def wait_port(self, started: StartedProcess, port: int, timeout_s: float, host: str = "127.0.0.1") -> None:
         """Until ``host:port`` accepts a TCP connection; an error naming the process when it exits or the time is up."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -150,7 +156,7 @@ class Processes:
                 )
             time.sleep(0.2)
 
-    def wait_line(self, started: Started, pattern: str, timeout_s: float) -> re.Match[str]:
+    def wait_line(self, started: StartedProcess, pattern: str, timeout_s: float) -> re.Match[str]:
         """Until the process's log has a line matching ``pattern``."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -166,7 +172,7 @@ class Processes:
                 raise InteropError(f"{started.name} {how}; its log ({started.log}) ends:\n{started.tail()}")
             time.sleep(0.2)
 
-    def run(self, name: str, argv: Sequence[str], cwd: Path | None = None, timeout_s: float = 1800) -> Started:
+    def run(self, name: str, argv: Sequence[str], cwd: Path | None = None, timeout_s: float = 1800) -> StartedProcess:
         """A process run to its end (an install, a replay); an error with its log's tail when it fails."""
         started = self.start(name, argv, cwd)
         try:

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.processes import InteropError, Processes, Started
+from pipeline.interop.processes import InteropError, Processes, StartedProcess
 
 # what app.py and the selected providers import (the checkout's pin is used where it has one)
 PACKAGES = (
@@ -171,7 +171,9 @@ def server_config(s: Services, ws_port: int, http_port: int) -> dict[str, object
     }
 
 
-def start(processes: Processes, python: Path, copy: Path, ws_port: int, name: str, timeout_s: float = 120) -> Started:
+def start(
+    processes: Processes, python: Path, copy: Path, ws_port: int, name: str, timeout_s: float = 120
+) -> StartedProcess:
     """The server, up: its WebSocket port accepts connections. A provider whose package is missing is named."""
     server = processes.start(name, [str(python), "app.py"], cwd=copy)
     try:

@@ -52,6 +52,9 @@ def component(frame: FrameType | None) -> str:
 
 
 class NetGuard:
+    """The audit hook: writes each attempt to reach beyond loopback as a JSON line, naming who asked (for a
+    lookup run in a worker thread, whoever handed it there: ``asked``)."""
+
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._lock = threading.Lock()

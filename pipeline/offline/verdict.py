@@ -42,6 +42,8 @@ NAME_LOOKUP_SOCKETS = ("/var/run/nscd/socket", "/run/nscd/socket", "/run/systemd
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
+    """One attempt to reach beyond loopback: which component, how, where to, and which log saw it."""
+
     component: str
     process: str
     kind: str  # "connect", "name lookup", "datagram"
@@ -54,6 +56,8 @@ class Attempt:
 
 @dataclass(slots=True)
 class Verdict:
+    """What the offline run's logs show: the attempts, what could not be read, and why it stays unknown."""
+
     attempts: list[Attempt] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unknown_because: list[str] = field(default_factory=list)  # why "no attempt seen" does not prove "fully local"

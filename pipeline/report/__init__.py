@@ -7,11 +7,15 @@ Modules, in the order data flows through them:
   ``pipeline.analysis.read`` makes them from the spans alone, and each run's recorded settings.
 - ``sweeps``: sweeps recorded beside the traces (``sweep.json``), held against the runs' own spans.
 - ``conditions``: rows grouped by condition (A, B, B', then any other label).
-- ``bootstrap``, ``compare``, ``runs``, ``drift``, ``settings``, ``waterfall``: figures several
-  sections share (intervals, differences, per-run summaries, M11 and M20 checks).
-- ``sections/``: one module per section of the report (sweep, result, segments, wire,
-  amplification, dilution, outcomes and conclusion, integrity, uncertainty, figures, reference),
-  each owning its numbers, its tables and its words; ``build`` lists them in order.
+- ``compare``, ``runs``, ``drift``, ``settings``, ``waterfall``: figures several sections share
+  (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks); the
+  intervals themselves are statistics, ``pipeline.analysis.bootstrap``.
+- ``sections/``: one module per section of the report, each owning its numbers, its tables and its
+  words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),
+  ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``result``,
+  ``segments``, ``wire``, ``critical_path`` (what moves the silence, and three what-ifs),
+  ``amplification``, ``dilution``, ``outcomes`` and ``conclusion``, ``integrity``, ``uncertainty``,
+  ``figures``, ``reference``; ``base`` is what every section reads.
 - ``document``, ``cells``, ``cited``, ``plots``: the report's building blocks; ``markdown``,
   ``html``, ``output``: renderings and the files written (report.md, report.html, rows.csv);
   ``__main__`` is the command line.

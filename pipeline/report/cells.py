@@ -8,7 +8,7 @@ fewer than all measured turns is marked ``⚠`` (METHOD M7). A cell without data
 
 from __future__ import annotations
 
-from pipeline.report.bootstrap import Interval
+from pipeline.analysis.bootstrap import Interval
 from pipeline.report.compare import Diff, Stat
 
 NOT_MEASURED = "not measured"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.bootstrap import Interval, difference_interval, quantile_interval
 from pipeline.analysis.numbers import quantile
-from pipeline.report.bootstrap import Interval, difference_interval, quantile_interval
 from pipeline.report.conditions import Condition
 
 

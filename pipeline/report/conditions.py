@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.analysis.columns import column
-from pipeline.analysis.numbers import Row, measured
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured
 from pipeline.report.load import Dataset
 
 KNOWN = ("A", "B", "B'")
@@ -47,7 +47,7 @@ def _nan_number(value: object) -> float:
     return np.nan if found is None else found
 
 
-def per_call(row: Row) -> list[float | None]:
+def per_call(row: TurnRow) -> list[float | None]:
     """The turn's per-call first-token times (None for a call without a first token)."""
     text = row.llm_first_token_ms_per_call
     if not isinstance(text, str) or not text:
@@ -60,11 +60,13 @@ def per_call(row: Row) -> list[float | None]:
 
 @dataclass(frozen=True, slots=True)
 class Condition:
+    """One condition's rows and what its figures are read from (warm-up left out, M6)."""
+
     label: str
     runs: tuple[str, ...]
-    rows: tuple[Row, ...]  # every row, warm-up included, in run order
-    measured: tuple[Row, ...]  # warm-up excluded
-    ok: tuple[Row, ...]  # measured and successful
+    rows: tuple[TurnRow, ...]  # every row, warm-up included, in run order
+    measured: tuple[TurnRow, ...]  # warm-up excluded
+    ok: tuple[TurnRow, ...]  # measured and successful
     sentence_ms: np.ndarray  # every sentence's first token, measured ok turns (float64)
     call_ms: np.ndarray  # every call's first token, measured ok turns
     failed_stages: tuple[tuple[str, ...], ...]  # per failed measured turn
@@ -87,7 +89,7 @@ class Condition:
         """``column`` over every measured turn, failed ones too (cached)."""
         return self._numbers("measured", self.measured, metric)
 
-    def _numbers(self, kind: str, rows: Sequence[Row], metric: str) -> np.ndarray:
+    def _numbers(self, kind: str, rows: Sequence[TurnRow], metric: str) -> np.ndarray:
         key = f"{kind}:{metric}"
         if key not in self._cache:
             get = column(metric)
@@ -144,15 +146,15 @@ class Condition:
         return mine, theirs
 
 
-def rows_by_run(rows: Iterable[Row]) -> dict[str, list[Row]]:
+def rows_by_run(rows: Iterable[TurnRow]) -> dict[str, list[TurnRow]]:
     """Rows by run id, runs in first-seen order, each run's rows in the order given."""
-    out: dict[str, list[Row]] = {}
+    out: dict[str, list[TurnRow]] = {}
     for row in rows:
         out.setdefault(str(row.run_id), []).append(row)
     return out
 
 
-def _order_key(row: Row) -> tuple[str, int]:
+def _order_key(row: TurnRow) -> tuple[str, int]:
     start = row.turn_start_ns
     return str(row.run_id), int(start) if isinstance(start, int) else 0
 

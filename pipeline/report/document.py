@@ -11,24 +11,32 @@ NOTE = "note"
 
 @dataclass(frozen=True, slots=True)
 class Heading:
+    """A section's heading."""
+
     level: int
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Paragraph:
+    """A paragraph of words, plain, a warning or a note."""
+
     text: str
     tone: str = PLAIN  # plain, warning (a rule not met, a figure to distrust) or note
 
 
 @dataclass(frozen=True, slots=True)
 class Bullets:
+    """A list of points."""
+
     items: tuple[str, ...]
     tone: str = PLAIN
 
 
 @dataclass(frozen=True, slots=True)
 class Table:
+    """A table of text cells, found by its ``key``."""
+
     key: str  # stable name, e.g. "result", for tests and anchors
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -37,6 +45,8 @@ class Table:
 
 @dataclass(frozen=True, slots=True)
 class Figure:
+    """A plot as PNG bytes, with its caption and alternative text."""
+
     key: str  # file name stem, e.g. "cdf"
     png: bytes
     caption: str
@@ -48,6 +58,8 @@ Block = Heading | Paragraph | Bullets | Table | Figure
 
 @dataclass(frozen=True, slots=True)
 class Document:
+    """The whole report as blocks, before it is rendered as Markdown or HTML."""
+
     title: str
     blocks: tuple[Block, ...]
     complete: bool  # every measured cell filled, nothing refused, nothing unreadable

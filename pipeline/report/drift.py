@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis.columns import column
-from pipeline.analysis.numbers import Row, measured_ok, median
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured_ok, median
 from pipeline.report.conditions import number, rows_by_run
 
 MIN_TURNS = 6
@@ -38,6 +38,8 @@ METRICS = ("whole_turn_ms", "first_token_ms")
 
 @dataclass(frozen=True, slots=True)
 class Drift:
+    """Whether a run's latency drifted over its run order (M20), or why that was not checked."""
+
     run_id: str
     metric: str
     n: int
@@ -71,12 +73,12 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
-def _order(row: Row) -> int:
+def _order(row: TurnRow) -> int:
     start = row.turn_start_ns
     return int(start) if isinstance(start, int) else 0
 
 
-def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
+def relative_latencies(rows: Sequence[TurnRow], metric: str) -> np.ndarray:
     """Latency / same question's median (rows: one run's measured ok turns, in run order)."""
     by_question: dict[str, list[float]] = {}
     kept: list[tuple[str, float]] = []
@@ -92,16 +94,16 @@ def relative_latencies(rows: Sequence[Row], metric: str) -> np.ndarray:
     return np.asarray([v / medians[q] if medians[q] else 1.0 for q, v in kept], dtype=np.float64)
 
 
-def _measured_in_order(rows: Sequence[Row]) -> list[Row]:
+def _measured_in_order(rows: Sequence[TurnRow]) -> list[TurnRow]:
     return sorted((r for r in rows if measured_ok(r)), key=_order)
 
 
-def check(run_id: str, rows: Sequence[Row], metric: str) -> Drift:
+def check(run_id: str, rows: Sequence[TurnRow], metric: str) -> Drift:
     """``rows``: the run's rows; warm-up and failed turns are left out here."""
     return _check(run_id, _measured_in_order(rows), metric)
 
 
-def _check(run_id: str, measured: Sequence[Row], metric: str) -> Drift:
+def _check(run_id: str, measured: Sequence[TurnRow], metric: str) -> Drift:
     """``measured``: the run's measured ok turns, in run order."""
     rounds = {r.round for r in measured}
     rel = relative_latencies(measured, metric)
@@ -120,7 +122,7 @@ def _check(run_id: str, measured: Sequence[Row], metric: str) -> Drift:
     return Drift(run_id, metric, n, rho, rise, flagged, "")
 
 
-def check_runs(rows: Sequence[Row]) -> list[Drift]:
+def check_runs(rows: Sequence[TurnRow]) -> list[Drift]:
     """Every run, every drift metric, in first-seen run order."""
     runs = rows_by_run(rows)
     measured = {run_id: _measured_in_order(run_rows) for run_id, run_rows in runs.items()}  # once per run

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pipeline.analysis.traces import ReadProblems, SpanRecord, spans_from_traces_data
+from pipeline.analysis.traces import ReadProblems, ReadSpan, spans_from_traces_data
 from pipeline.report.load import Dataset, LoadError, dataset_from_spans
 from pipeline.tracing import names
 
@@ -33,6 +33,8 @@ Fetch = Callable[[str, float], bytes]
 
 @dataclass(frozen=True, slots=True)
 class JaegerQuery:
+    """A search of Jaeger's query API for one service's traces in a time window."""
+
     base_url: str  # e.g. http://localhost:16686
     service: str
     start: datetime  # timezone-aware
@@ -106,9 +108,9 @@ def documents(body: str) -> Iterator[dict[str, Any]]:
         yield doc
 
 
-def spans_from_answer(body: str, problems: ReadProblems) -> list[SpanRecord]:
+def spans_from_answer(body: str, problems: ReadProblems) -> list[ReadSpan]:
     """Spans of every ``result`` document; ``error`` documents go to ``problems``."""
-    spans: list[SpanRecord] = []
+    spans: list[ReadSpan] = []
     try:
         for number, doc in enumerate(documents(body), start=1):
             if "error" in doc:

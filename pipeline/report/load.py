@@ -17,11 +17,12 @@ from functools import cached_property
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import csv_line, read_bench_csv
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
-from pipeline.analysis.numbers import Row
-from pipeline.analysis.path import TurnGraph, graph_if_any
+from pipeline.analysis.path.build import graph_if_any
+from pipeline.analysis.path.graph import TurnGraph
 from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_graph, reread_turn
-from pipeline.analysis.traces import ReadProblems, SpanRecord, trace_files
+from pipeline.analysis.traces import ReadProblems, ReadSpan, trace_files
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
 
 
@@ -62,7 +63,7 @@ class Dataset:
     @classmethod
     def of_rows(
         cls,
-        rows: Sequence[Row],
+        rows: Sequence[TurnRow],
         source: str,
         sentence_ms: Sequence[tuple[float, ...]] | None = None,
         failed_stages: Sequence[tuple[str, ...]] | None = None,
@@ -72,7 +73,7 @@ class Dataset:
         return cls(facts_of_rows(rows, sentence_ms, failed_stages), None, runs or {}, source)
 
     @cached_property
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[TurnRow]:
         return [f.row for f in self.facts]
 
     @cached_property
@@ -167,7 +168,7 @@ def _canonical(text: str) -> str:
 
 
 def dataset_from_spans(
-    spans: Iterable[SpanRecord], problems: ReadProblems, source: str, runs: Sequence[str] = ()
+    spans: Iterable[ReadSpan], problems: ReadProblems, source: str, runs: Sequence[str] = ()
 ) -> Dataset:
     """Group spans into turns, compute one row per turn, keep the per-turn extras and the spans beside it.
 
@@ -211,7 +212,7 @@ def _folder_files(path: Path) -> list[Path]:
     return trace_files(traces) if traces.is_dir() else trace_files(path)
 
 
-def _bench_check(folder: Path, rows: Sequence[Row], runs: Sequence[str]) -> list[str]:
+def _bench_check(folder: Path, rows: Sequence[TurnRow], runs: Sequence[str]) -> list[str]:
     """Compare a bench.csv found in the folder with the rows recomputed from the traces
     (only the asked-for runs, when some were asked for)."""
     bench = folder / "bench.csv"
@@ -222,7 +223,7 @@ def _bench_check(folder: Path, rows: Sequence[Row], runs: Sequence[str]) -> list
     except (OSError, ValueError, KeyError) as exc:
         return [f"{bench}: could not be read for the cross-check ({exc}); the report uses the traces"]
 
-    def key(r: Row) -> tuple[str, str, str]:
+    def key(r: TurnRow) -> tuple[str, str, str]:
         return r.run_id, r.question_id, str(r.round)
 
     ours = {key(r) for r in rows}

@@ -24,6 +24,8 @@ ROWS_CSV = "rows.csv"
 
 @dataclass(frozen=True, slots=True)
 class Written:
+    """The files a report wrote."""
+
     markdown: Path
     html: Path
     rows_csv: Path

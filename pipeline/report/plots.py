@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from pipeline.analysis.columns import column
-from pipeline.analysis.numbers import Row, measured
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured
 from pipeline.report.conditions import Condition, number, title
 from pipeline.report.drift import Drift
 from pipeline.report.waterfall import Waterfall
@@ -111,7 +111,9 @@ def waterfall_plot(w: Waterfall) -> bytes:
     return png(fig)
 
 
-def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[str], drifts: Sequence[Drift]) -> bytes:
+def order_plot(
+    runs: Sequence[tuple[str, str, Sequence[TurnRow]]], labels: Sequence[str], drifts: Sequence[Drift]
+) -> bytes:
     """Latency against run order, one series per run; temperature on the right axis when recorded."""
     flagged = {(d.run_id, d.metric) for d in drifts if d.flagged}
     fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
@@ -168,7 +170,7 @@ def order_plot(runs: Sequence[tuple[str, str, Sequence[Row]]], labels: Sequence[
     return png(fig)
 
 
-def _start(row: Row) -> int:
+def _start(row: TurnRow) -> int:
     start = row.turn_start_ns
     return start if isinstance(start, int) else 0
 

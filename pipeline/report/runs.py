@@ -8,8 +8,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.analysis.columns import column
-from pipeline.analysis.numbers import Row, measured, median
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured, median
 from pipeline.report.conditions import Condition, number, rows_by_run
 from pipeline.report.load import RunInfo
 
@@ -37,7 +37,7 @@ class RunSummary:
     measured_first_token: float | None
 
 
-def _median(rows: Sequence[Row], metric: str) -> float | None:
+def _median(rows: Sequence[TurnRow], metric: str) -> float | None:
     get = column(metric)
     values = [v for r in rows if r.ok and (v := number(get(r))) is not None]
     return median(values) if values else None
@@ -58,7 +58,7 @@ def _expected(run: RunInfo | None, questions: int) -> int | None:
     return rounds * (min(limit, questions) if limit else questions)
 
 
-def run_summaries(rows: Sequence[Row], runs: dict[str, RunInfo]) -> list[RunSummary]:
+def run_summaries(rows: Sequence[TurnRow], runs: dict[str, RunInfo]) -> list[RunSummary]:
     out = []
     for run_id, rr in rows_by_run(rows).items():
         warm = [r for r in rr if not measured(r)]
@@ -107,7 +107,7 @@ def temperature_bands(cond: Condition, metric: str = "whole_turn_ms") -> list[tu
     return [(band, median(v), len(v)) for band, v in sorted(bands.items())]
 
 
-def duplicate_turns(rows: Sequence[Row]) -> list[tuple[str, str, object, int]]:
+def duplicate_turns(rows: Sequence[TurnRow]) -> list[tuple[str, str, object, int]]:
     """(run, question, round, rows) for every turn found more than once: two runs merged into one run id."""
     counts: dict[tuple[str, str, object], int] = {}
     for r in rows:
@@ -121,6 +121,8 @@ BUSY_SHARE = 0.10  # other processes kept a tenth of a core busy on average duri
 
 @dataclass(frozen=True, slots=True)
 class RunLoad:
+    """How busy the machine was during a run's measured turns."""
+
     run_id: str
     turns: int  # measured turns with a reading
     busy: int  # of those, measured on a busy machine
@@ -129,7 +131,7 @@ class RunLoad:
     max_load_avg: float | None
 
 
-def run_loads(rows: Sequence[Row]) -> list[RunLoad]:
+def run_loads(rows: Sequence[TurnRow]) -> list[RunLoad]:
     """Per run, how much other work the machine did during its measured turns (empty reading: virtual clock)."""
     out = []
     for run_id, rr in rows_by_run(r for r in rows if measured(r)).items():

@@ -2,13 +2,11 @@
 
 Each run's full settings are recorded in its turn spans (``lab.config_json``). Two runs may
 be compared when they differ only in the variable under study, the condition: where the
-LLM runs. So the settings that say which LLM backend serves the turn and how that backend
-is set (``CONDITION_DEFINING``: ``llm.impl`` and the backend's own keys, ``[cloud]``,
-``[network]``) may differ between conditions; every other setting (VAD, ASR, TTS, sentence
-splitting, pacing, clock, time limit, the settings' version, and the LLM role's own: call
-mode, output limit, history, tools, temperature, seed, the pretend device's tool latency)
-must be equal, and so must the question set and its order (M5). Runs of the *same*
-condition must agree on everything: they are pooled. Rounds and the question limit are not part of
+LLM runs. So the settings that say which LLM backend serves the turn (``CONDITION_DEFINING``)
+may differ between conditions; every other setting (VAD, ASR, TTS, sentence splitting,
+pacing, clock, time limit, call mode, output limit, history, tools, temperature...) must be
+equal, and so must the question set and its order (M5). Runs of the *same* condition must
+agree on everything: they are pooled. Rounds and the question limit are not part of
 ``config_id`` and never block a comparison; different round counts get a warning (M9).
 
 A run whose settings were not recorded (an older trace format) cannot be shown to differ
@@ -23,34 +21,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
 from pipeline.report.load import RunInfo
 
 IGNORED = ("run.rounds", "run.limit")
 CONDITION_DEFINING = (
     "run.condition",
-    "llm.*",
+    "llm.impl",
+    "llm.model",
+    "llm.latency.*",
+    "llm.tool_latency.*",
+    "llm.threads",
+    "llm.n_ctx",
+    "llm.base_url",
+    "llm.endpoint",
+    "llm.api_*",
+    "llm.server*",
     "cloud.*",
     "network.*",
-)
-# The LLM role's own settings (``[llm]``'s, ``pipeline.settings.stage_sections.LlmConfig``): asked of every
-# backend, so held equal across conditions. Every other ``llm.*`` key is the backend's own (``model``, llama's
-# ``n_ctx``, a scripted ``latency``, a new backend's new option) and comes with the condition.
-HELD_ACROSS_CONDITIONS = (
-    "llm.mode",
-    "llm.max_tokens",
-    "llm.max_calls",
-    "llm.tools",
-    "llm.temperature",
-    "llm.seed",
-    "llm.history_rounds",
-    "llm.tool_latency.*",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Difference:
-    """One setting whose value is not the same in every run, and whether the comparison allows it."""
+    """A setting that differs between runs, and whether the comparison allows it (M11)."""
 
     setting: str
     values: tuple[tuple[str, str], ...]  # (run_id, value as JSON), in run order
@@ -59,7 +53,7 @@ class Difference:
 
 @dataclass(frozen=True, slots=True)
 class SettingsCheck:
-    """Whether runs may be compared (M11): the differences found, why not, and what to warn of."""
+    """Whether runs may be compared on their recorded settings (M11): what differs, why not, what to know."""
 
     comparable: bool
     differences: tuple[Difference, ...]
@@ -80,12 +74,7 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def condition_defining(setting: str) -> bool:
-    """A setting that may differ between conditions (where the LLM runs, and how that backend is set)."""
-
-    def matches(patterns: tuple[str, ...]) -> bool:
-        return any(fnmatch.fnmatchcase(setting, pattern) for pattern in patterns)
-
-    return matches(CONDITION_DEFINING) and not matches(HELD_ACROSS_CONDITIONS)
+    return any(fnmatch.fnmatchcase(setting, pattern) for pattern in CONDITION_DEFINING)
 
 
 def _settings(run: RunInfo) -> dict[str, str] | None:
@@ -118,7 +107,7 @@ def _same_condition_agree(key: str, recorded: Sequence[tuple[RunInfo, dict[str, 
     return all(len(values) == 1 for values in by_condition.values())
 
 
-def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
+def _question_orders(rows: Sequence[TurnRow]) -> dict[str, tuple[str, ...]]:
     """Each run's questions in the order of its first round (its first device's: several devices
     ask the set rotated, interleaved in time, and the device count is a setting of its own)."""
     firsts: dict[str, tuple[int, list[tuple[int, str]]]] = {}
@@ -138,14 +127,14 @@ def _question_orders(rows: Sequence[Row]) -> dict[str, tuple[str, ...]]:
     return {run: tuple(q for _, q in sorted(entries)) for run, (_, entries) in firsts.items()}
 
 
-def _rounds(rows: Sequence[Row]) -> dict[str, int]:
+def _rounds(rows: Sequence[TurnRow]) -> dict[str, int]:
     out: dict[str, set[object]] = {}
     for row in rows:
         out.setdefault(str(row.run_id), set()).add(row.round)
     return {run: len(r) for run, r in out.items()}
 
 
-def check(runs: Sequence[RunInfo], rows: Sequence[Row]) -> SettingsCheck:
+def check(runs: Sequence[RunInfo], rows: Sequence[TurnRow]) -> SettingsCheck:
     reasons: list[str] = []
     warnings: list[str] = []
     if len({cid for run in runs for cid in run.config_ids}) <= 1:
@@ -174,7 +163,7 @@ def check(runs: Sequence[RunInfo], rows: Sequence[Row]) -> SettingsCheck:
     return SettingsCheck(not reasons, tuple(found), tuple(reasons), tuple(warnings))
 
 
-def _round_warnings(rows: Sequence[Row]) -> list[str]:
+def _round_warnings(rows: Sequence[TurnRow]) -> list[str]:
     rounds = _rounds(rows)
     if len(set(rounds.values())) > 1:
         listed = ", ".join(f"{run}: {n}" for run, n in rounds.items())

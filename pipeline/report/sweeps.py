@@ -9,22 +9,23 @@ settings (M11, the variable under study) and ask the same questions (M5).
 from __future__ import annotations
 
 import fnmatch
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.sweep_file import FILE, NotASweepRecord, recorded_sweeps
 from pipeline.report.load import RunInfo
 from pipeline.report.settings import differences
 
-FILE = "sweep.json"
 OK = "ok"
 
 
 @dataclass(frozen=True, slots=True)
 class SweepPoint:
+    """One point of a recorded sweep, as the report reads it."""
+
     value: str
     run_id: str
     status: str  # ok, failed or pending (the sweep never reached it)
@@ -35,6 +36,8 @@ class SweepPoint:
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
+    """A sweep recorded beside the traces: its variable, the settings its points may differ in, its points."""
+
     sweep_id: str
     variable: str
     settings: tuple[str, ...]  # dotted patterns the points may differ in
@@ -44,6 +47,8 @@ class Sweep:
 
 @dataclass(frozen=True, slots=True)
 class SweepCheck:
+    """Whether a sweep's points may be compared: why not, and what to know."""
+
     reasons: tuple[str, ...]  # why the points cannot be compared (M11, M5)
     warnings: tuple[str, ...]
 
@@ -63,11 +68,10 @@ def read_sweeps(files: Sequence[str]) -> tuple[list[Sweep], list[str]]:
     problems: list[str] = []
     for folder in sweep_folders(files):
         path = folder / FILE
-        if not path.is_file():
-            continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            sweeps.extend(_sweep(s, str(path)) for s in data["sweeps"])
+            sweeps.extend(_sweep(s, str(path)) for s in recorded_sweeps(folder))
+        except NotASweepRecord as exc:
+            problems.append(str(exc))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"{path}: unreadable sweep record ({type(exc).__name__}: {exc})")
     return sweeps, problems
@@ -97,7 +101,7 @@ def varies(sweep: Sweep, setting: str) -> bool:
     return any(fnmatch.fnmatchcase(setting, pattern) for pattern in sweep.settings)
 
 
-def check(sweep: Sweep, runs: Mapping[str, RunInfo], rows: Sequence[Row]) -> SweepCheck:
+def check(sweep: Sweep, runs: Mapping[str, RunInfo], rows: Sequence[TurnRow]) -> SweepCheck:
     """May the sweep's points that ran be compared, holding everything but the variable?"""
     ran = [p for p in sweep.points if p.status == OK and p.run_id in runs]
     infos = [runs[p.run_id] for p in ran]

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.analysis.numbers import Row, quantile
-from pipeline.analysis.traces import SpanRecord
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.numbers import quantile
+from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.report.conditions import Condition, number
 from pipeline.tracing import names
@@ -20,6 +21,8 @@ from pipeline.tracing import names
 
 @dataclass(frozen=True, slots=True)
 class Bar:
+    """One span as a bar on a waterfall lane, with its first token or first frame marked."""
+
     lane: str
     kind: str  # vad, asr, llm, tool, tts, playback
     start_ms: float
@@ -29,11 +32,13 @@ class Bar:
 
 @dataclass(frozen=True, slots=True)
 class Waterfall:
+    """One turn's stages as bars in time, for the waterfall plot."""
+
     title: str
     bars: tuple[Bar, ...]
 
 
-def _index(span: SpanRecord, key: str) -> int:
+def _index(span: ReadSpan, key: str) -> int:
     value = span.attributes.get(key)
     return int(value) if isinstance(value, (int, float)) else 0
 
@@ -95,7 +100,7 @@ def _event_index(value: object) -> int:
     return int(value) if isinstance(value, (int, float)) else 0
 
 
-def representative(cond: Condition, rows: Sequence[Row]) -> int | None:
+def representative(cond: Condition, rows: Sequence[TurnRow]) -> int | None:
     """Index (into ``rows``, the dataset's rows ``cond`` was grouped from) of a typical turn that shows
     the overlap best: among measured successful turns whose whole turn lies between the quartiles,
     the one with the most sentences, then the nearest the median, then the earliest."""

@@ -24,6 +24,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 @dataclass(frozen=True, slots=True)
 class Point:
+    """One point of a sweep: its value, its run id, and the settings it overrides."""
+
     value: str
     run_id: str
     overrides: Overrides
@@ -32,6 +34,8 @@ class Point:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """A sweep's points, in order, over one variable (M15)."""
+
     sweep_id: str
     variable: Variable
     points: tuple[Point, ...]

@@ -23,15 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.analysis.sweep_file import FILE, FORMAT, recorded_sweeps
 from pipeline.sweep.plan import Plan
 
-FORMAT = "voice-latency-lab sweep 1"
-FILE = "sweep.json"
 PENDING, OK, FAILED = "pending", "ok", "failed"
 
 
 @dataclass(slots=True)
 class PointRecord:
+    """One point of a sweep as recorded: its value, its run and how the run went."""
+
     value: str
     run_id: str
     overrides: dict[str, dict[str, Any]]
@@ -47,6 +48,8 @@ class PointRecord:
 
 @dataclass(slots=True)
 class SweepRecord:
+    """One sweep as recorded in sweep.json: what it varied, how each point was run, and the points."""
+
     sweep_id: str
     variable: str
     settings: list[str]
@@ -60,6 +63,7 @@ class SweepRecord:
 
 
 def new_record(plan: Plan, fixtures: Path, configs: list[Path], rounds: int, limit: int, started: str) -> SweepRecord:
+    """A sweep's record before its first point has run (every point pending)."""
     points = [PointRecord(p.value, p.run_id, p.overrides) for p in plan.points]
     return SweepRecord(
         plan.sweep_id,
@@ -74,23 +78,11 @@ def new_record(plan: Plan, fixtures: Path, configs: list[Path], rounds: int, lim
     )
 
 
-def read_sweeps(folder: Path) -> list[dict[str, Any]]:
-    """The sweeps already recorded in ``folder`` (none when there is no file)."""
-    path = folder / FILE
-    if not path.is_file():
-        return []
-    data = json.loads(path.read_text(encoding="utf-8"))
-    sweeps = data.get("sweeps") if isinstance(data, dict) else None
-    if not isinstance(sweeps, list):
-        raise ValueError(f"{path}: not a sweep record (no 'sweeps' list)")
-    return sweeps
-
-
 def save(folder: Path, sweep: SweepRecord) -> Path:
     """Write ``sweep`` into the folder's record, replacing an entry with the same id; atomically,
     so a reader never sees half a file."""
     mine = dataclasses.asdict(sweep)
-    sweeps = read_sweeps(folder)
+    sweeps = recorded_sweeps(folder)
     found = [i for i, s in enumerate(sweeps) if s.get("sweep_id") == sweep.sweep_id]
     if found:
         sweeps[found[0]] = mine

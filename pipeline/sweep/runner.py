@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.numbers import Row
+from pipeline.analysis.columns import TurnRow
 from pipeline.sweep.plan import OFFLINE, Point
 from pipeline.sweep.record import FAILED, OK, PointRecord
 
@@ -71,7 +71,7 @@ def run_point(point: Point, options: RunOptions, settings: Path, log: Path) -> P
     return record
 
 
-def run_rows(bench: Path, run_id: str) -> list[Row]:
+def run_rows(bench: Path, run_id: str) -> list[TurnRow]:
     if not bench.is_file():
         return []
     return [r for r in read_bench_csv(bench) if r.run_id == run_id]

@@ -32,6 +32,8 @@ class SpanParent(NamedTuple):
 
 @dataclass(slots=True)
 class SpanEvent:
+    """A span event as the lab records it before it is written (``analysis.traces.ReadEvent`` is one read back)."""
+
     name: str
     time_ns: int
     attributes: Mapping[str, AttributeValue] | None = None

@@ -13,6 +13,8 @@ from pipeline.events import StageInfo
 
 @dataclass(slots=True)
 class VadTiming:
+    """The VAD's stamps in a turn: speech start and end, the end-point, each uplink frame's arrival."""
+
     first_frame_ns: int | None = None
     speech_start_ns: int | None = None
     speech_start_offset_ms: int | None = None
@@ -24,6 +26,8 @@ class VadTiming:
 
 @dataclass(slots=True)
 class AsrTiming:
+    """The ASR's request and transcript in a turn."""
+
     start_ns: int | None = None
     end_ns: int | None = None
     text: str = ""
@@ -32,6 +36,8 @@ class AsrTiming:
 
 @dataclass(slots=True)
 class CallTiming:
+    """One LLM call in a turn: its request, first chunk and token, end, tokens and the server's own timings."""
+
     index: int
     purpose: str
     model: str
@@ -62,6 +68,8 @@ class QueueTiming:
 
 @dataclass(slots=True)
 class ToolTiming:
+    """One tool call in a turn: its round trip, where it ran, and why it failed if it did."""
+
     name: str
     start_ns: int
     end_ns: int | None = None
@@ -72,6 +80,8 @@ class ToolTiming:
 
 @dataclass(slots=True)
 class SentenceTiming:
+    """One sentence cut from the LLM's output: when it could start, its first token, its end."""
+
     index: int
     text: str
     call_index: int
@@ -82,6 +92,8 @@ class SentenceTiming:
 
 @dataclass(slots=True)
 class TtsTiming:
+    """One sentence's synthesis: its request, first frame, end and audio length."""
+
     sentence_index: int
     start_ns: int
     first_frame_ns: int | None = None
@@ -91,6 +103,8 @@ class TtsTiming:
 
 @dataclass(slots=True)
 class PlaybackTiming:
+    """The answer playing: its first and last sample, its length, and when each sentence started."""
+
     first_start_ns: int | None = None
     last_end_ns: int | None = None
     audio_ms: int = 0
@@ -142,6 +156,8 @@ class PacketCounts:
 
 @dataclass(slots=True)
 class TurnTimeline:
+    """Everything the recorder stamped in one turn, from which its spans are made (``tracing.spans``)."""
+
     start_ns: int
     stages: dict[str, StageInfo] = field(default_factory=dict)
     vad: VadTiming = field(default_factory=VadTiming)

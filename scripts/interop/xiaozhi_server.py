@@ -35,14 +35,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.server_segments import segment_rows, summarize  # noqa: E402
-from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files  # noqa: E402
+from pipeline.analysis.server_segments import read_segments, summarize  # noqa: E402
+from pipeline.analysis.traces import trace_files  # noqa: E402
 from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
 from pipeline.interop import gateway as real_gateway  # noqa: E402
 from pipeline.interop import real_server  # noqa: E402
 from pipeline.interop.compare import RunResult, markdown, write_rows  # noqa: E402
 from pipeline.interop.lab_server import lab_config  # noqa: E402
-from pipeline.interop.processes import InteropError, Processes, Started, free_ports  # noqa: E402
+from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports  # noqa: E402
 from pipeline.settings.models import ModelError, default_cache, resolve  # noqa: E402
 
 SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
@@ -52,7 +52,7 @@ UPSTREAM_KEY_ENV = "LAB_INTEROP_UPSTREAM_KEY"  # the llama-server's key, handed 
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One server's run in the interop comparison: its label, condition and trace folder."""
+    """One emulator run against a server: its label, condition, output folder, and what went wrong."""
 
     label: str
     condition: str
@@ -126,7 +126,7 @@ class Interop:
         """The condition's LLM endpoint: (base URL, model name, key)."""
         if condition == "A":
             port = self.ports["cloud"]
-            argv = [self.python, "-m", "pipeline.endpoints.cloud", "--port", str(port)]
+            argv = [self.python, "-m", "pipeline.cloud_emulator_main", "--port", str(port)]
             cloud = processes.start("cloud-A", [*argv, "--answers", str(self.args.fixtures / "manifest.csv")])
             processes.wait_line(cloud, r"emulated cloud, profile [^:]+: (http\S+)", timeout_s=60)
             try:
@@ -145,7 +145,7 @@ class Interop:
         except ServerError as exc:
             raise InteropError(f"llama-server: {exc}") from None
 
-    def services(self, condition: str, upstream: str, key: str, processes: Processes) -> Started:
+    def services(self, condition: str, upstream: str, key: str, processes: Processes) -> StartedProcess:
         """The speech services and LLM relay for one condition, listening."""
         port = self.ports["speech"]
         argv = [self.python, "-m", "pipeline.endpoints.speech", "--config", str(self.args.services_config)]
@@ -194,7 +194,7 @@ class Interop:
             finally:
                 processes.stop(server)
 
-    def start_lab(self, condition: str, config: Path, processes: Processes) -> Started:
+    def start_lab(self, condition: str, config: Path, processes: Processes) -> StartedProcess:
         argv = [self.python, "-m", "pipeline.serve", str(self.args.fixtures), "--config", str(config)]
         argv += ["--port", str(self.ports["lab_ws"]), "--out", str(self.out / "serve" / condition), "--quiet"]
         started = processes.start(f"lab-server-{condition}", argv)
@@ -232,20 +232,19 @@ class Interop:
     # --- the report --------------------------------------------------------------------------
 
     def build(self) -> list[RunResult]:
-        problems = ReadProblems()
+        problems: list[str] = []
         results, rows_by_run = [], []
         for run in self.runs:
-            device = [s for f in trace_files(run.folder / "traces") for s in read_trace_file(f, problems)]
-            services_dir = self.out / "services" / run.condition / "traces"
-            services = [s for f in trace_files(services_dir) for s in read_trace_file(f, problems)]
-            rows = segment_rows(device, services)
+            services = trace_files(self.out / "services" / run.condition / "traces")
+            rows, found = read_segments(trace_files(run.folder / "traces"), services)
+            problems += found
             rows_by_run.append((run.label, rows))
             lost, late = packets(run.folder / "bench.csv")
             results.append(RunResult(run.label, run.condition, summarize(rows), lost, late, run.note))
         write_rows(self.out / "segments.csv", rows_by_run)
         table = markdown(results)
         (self.out / "interop.md").write_text(intro(self.args) + table, encoding="utf-8")
-        for message in problems.messages:
+        for message in problems:
             print(f"warning: {message}", file=sys.stderr)
         return results
 

@@ -17,6 +17,8 @@ from pipeline.report.sections.base import MEASURED, Conditions, Context, Pair, h
 
 @dataclass(frozen=True, slots=True)
 class Spread:
+    """A set of values summarised: count, least, median, P90, greatest, mean."""
+
     n: int
     minimum: float | None
     median: float | None
@@ -40,6 +42,8 @@ def spread(sorted_values: np.ndarray) -> Spread:
 
 @dataclass(frozen=True, slots=True)
 class Amplification:
+    """How a per-call first-token difference adds up over a turn's calls, estimated and measured."""
+
     per_call: Diff  # median per-call first token, x - base
     calls_per_turn: float | None  # mean LLM calls per turn over both conditions' measured ok turns
     product: float | None  # estimated: per-call difference x calls per turn

@@ -22,12 +22,16 @@ CONCLUSION_METRICS = (
 
 @dataclass(frozen=True, slots=True)
 class Change:
+    """One figure's difference between two conditions, named."""
+
     what: str
     diff: Diff
 
 
 @dataclass(frozen=True, slots=True)
 class Balance:
+    """What a condition gains and costs against the baseline, and what stays unclear."""
+
     gains: tuple[Change, ...]
     costs: tuple[Change, ...]
     unclear: tuple[Change, ...]

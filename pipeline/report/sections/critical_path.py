@@ -18,8 +18,12 @@ from typing import TypeVar
 import matplotlib.pyplot as plt
 import numpy as np
 
-from pipeline.analysis.numbers import Row, median, quantile
-from pipeline.analysis.path import SEGMENTS, CriticalPath, TurnGraph, critical_path
+from pipeline.analysis.bootstrap import quantile_interval
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.numbers import median, quantile
+from pipeline.analysis.path.critical import CriticalPath, critical_path
+from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.path.kinds import SEGMENTS
 from pipeline.analysis.whatif import (
     Change,
     Place,
@@ -32,7 +36,6 @@ from pipeline.analysis.whatif import (
     same_questions,
 )
 from pipeline.report import cells, plots
-from pipeline.report.bootstrap import quantile_interval
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
@@ -51,6 +54,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class WhatIf:
+    """One what-if the section asks of every condition: changes, or another condition's LLM."""
+
     name: str  # as a reader reads it
     changes: tuple[Change, ...]
     other: str | None = None  # the condition whose LLM is swapped in
@@ -85,7 +90,7 @@ class Turns:
         return {question for (question, _, _), _ in self.places}
 
 
-def _place(row: Row) -> Place:
+def _place(row: TurnRow) -> Place:
     return (row.question_id, row.round, row.device or 0)
 
 

@@ -51,6 +51,8 @@ OUTCOME_RULES = (
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """How a comparison reads (one of the outcome kinds) and why."""
+
     kind: str
     reason: str
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.report import bootstrap, cited, drift
+from pipeline.analysis import bootstrap
+from pipeline.report import cited, drift
 from pipeline.report.cited import CAVEAT
 from pipeline.report.document import NOTE, Block, Bullets, Heading, Paragraph, Table
 from pipeline.report.sections.base import CITED, Context

@@ -35,6 +35,8 @@ GROWTH_SHARE = 0.5  # a part inside the first-token wait is named when it accoun
 
 @dataclass(frozen=True, slots=True)
 class Metric:
+    """A figure a sweep's reading follows across its points."""
+
     key: str
     label: str
     values: Callable[[Condition], np.ndarray]  # sorted, measured successful turns
@@ -62,6 +64,8 @@ METRICS = (
 
 @dataclass(frozen=True, slots=True)
 class Growth:
+    """How a metric moved across a sweep's points, with the first-to-last change's interval."""
+
     metric: Metric
     steps: tuple[float | None, ...]  # the quantile per point that ran, in sweep order
     change: Diff  # the last point's quantile - the first point's, with its interval

@@ -28,6 +28,8 @@ LEVEL = 0.95
 
 @dataclass(frozen=True, slots=True)
 class Interval:
+    """A 95 % bootstrap interval of an estimate (M8)."""
+
     low: float
     high: float
 
@@ -36,6 +38,7 @@ class Interval:
 
 
 def generator(name: str) -> np.random.Generator:
+    """The estimate's own random generator, seeded from ``SEED`` and its name."""
     return np.random.default_rng([SEED, zlib.crc32(name.encode("utf-8"))])
 
 
@@ -61,6 +64,7 @@ def resampled_quantiles(
 
 
 def interval(draws: np.ndarray, level: float = LEVEL) -> Interval:
+    """The central ``level`` interval of the draws (percentile bootstrap)."""
     tail = (1 - level) / 2
     lo, hi = np.quantile(draws, [tail, 1 - tail])
     return Interval(float(lo), float(hi))

@@ -1,0 +1,77 @@
+"""The critical path to a target point (the first audible sample, the last sample played): the chain of
+waits that decided its time, split by segment kind, and the work that ran beside it (slack).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from pipeline.analysis.path.graph import Dep, Point, TurnGraph
+from pipeline.analysis.path.kinds import SEGMENTS, WORK
+
+
+class Step(msgspec.Struct, frozen=True, gc=False):
+    """One piece of a critical path: a point's own work, or the lag before it began."""
+
+    kind: str
+    label: str
+    ns: int
+
+
+class CriticalPath(msgspec.Struct, frozen=True, gc=False):
+    """The steps that decided a target's time (they sum to it), and the work that ran beside them."""
+
+    steps: tuple[Step, ...]  # from the end of speech to the target, in time order
+    total_ns: int
+    slack_ns: dict[str, int]  # off-path work before the target, by kind
+
+    def by_kind(self) -> dict[str, int]:
+        """The path's time in each segment kind (ns), every kind present, in path order."""
+        out = dict.fromkeys(SEGMENTS, 0)
+        for s in self.steps:
+            out[s.kind] += s.ns
+        return out
+
+
+def critical_path(graph: TurnGraph, target: int, points: Sequence[Point] | None = None) -> CriticalPath:
+    """The chain of waits that decided ``target``'s time, and the work that ran beside it."""
+    pts = points or graph.points
+    t = graph.times(pts)
+    steps: list[Step] = []
+    on_path: set[int] = set()
+    i: int | None = target
+    while i is not None:
+        on_path.add(i)
+        p = pts[i]
+        if p.duration_ns:
+            steps.append(Step(p.kind, p.label, p.duration_ns))
+        waited = _waited_for(p, t)
+        if waited is not None and waited.lag_ns:
+            steps.append(Step(waited.kind, f"{pts[waited.point].label} -> {p.label}", waited.lag_ns))
+        i = None if waited is None else waited.point
+    steps.reverse()
+    return CriticalPath(tuple(steps), t[target], _slack(pts, t, on_path, t[target]))
+
+
+def _waited_for(p: Point, t: Sequence[int]) -> Dep | None:
+    """The dependency that set the point's start: the latest (the first listed of equals)."""
+    best: Dep | None = None
+    for d in p.deps:  # of equals, one it waited for (a lag >= 0) before one done after it began
+        if best is None or (t[d.point] + d.lag_ns, d.lag_ns >= 0) > (t[best.point] + best.lag_ns, best.lag_ns >= 0):
+            best = d
+    return best
+
+
+def _slack(pts: Sequence[Point], t: Sequence[int], on_path: set[int], until: int) -> dict[str, int]:
+    """Work off the path that ran before ``until``: it happened beside the path and delayed nobody."""
+    out: dict[str, int] = {}
+    for i, p in enumerate(pts):
+        if i in on_path or p.kind not in WORK or p.duration_ns <= 0:
+            continue
+        end = min(t[i], until)
+        ran = end - max(0, t[i] - p.duration_ns)
+        if ran > 0:
+            out[p.kind] = out.get(p.kind, 0) + ran
+    return out

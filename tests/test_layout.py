@@ -1,0 +1,47 @@
+"""The layout a newcomer reads: each part's ``__init__`` names every module in its folder (its map), and no
+module of the reading side is so long that it holds several ideas (DESIGN: small modules named for what
+they hold)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# a package -> the folders whose modules its map names
+MAPS = {
+    "pipeline/analysis": ("pipeline/analysis",),
+    "pipeline/analysis/path": ("pipeline/analysis/path",),
+    "pipeline/report": ("pipeline/report", "pipeline/report/sections"),
+    "pipeline/sweep": ("pipeline/sweep",),
+}
+
+
+@pytest.mark.parametrize("package", sorted(MAPS))
+def test_every_module_is_named_in_its_packages_map(package: str) -> None:
+    text = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))) or ""
+    modules = {p.stem for folder in MAPS[package] for p in (ROOT / folder).glob("*.py")} - {"__init__", "__main__"}
+    modules |= {p.parent.name + "/" for p in (ROOT / package).glob("*/__init__.py")}  # sub-packages
+    missing = sorted(m for m in modules if f"``{m}``" not in text)
+    assert not missing, f"{package}/__init__.py does not name {missing}"
+
+
+MOST_LINES = 400
+# the reading side of the lab and the scripts that measure it (transport and the run are sized apart)
+SIZED = (
+    *("pipeline/analysis", "pipeline/report", "pipeline/sweep", "pipeline/tracing", "pipeline/interop"),
+    *("pipeline/offline", "scripts/report_bench"),
+)
+SIZED_FILES = ("pipeline/whatif.py", "pipeline/analyze.py", "scripts/bench_report.py", "scripts/bench_whatif.py")
+
+
+def test_no_module_of_the_reading_side_is_over_400_lines() -> None:
+    files = [p for folder in SIZED for p in (ROOT / folder).rglob("*.py")] + [ROOT / f for f in SIZED_FILES]
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MOST_LINES
+    }
+    assert not long, long
