@@ -30,8 +30,8 @@ from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.messages import Listen
 from pipeline.transport.wire.opus import OpusEncoder
 from pipeline.transport.wire.udp import PacketCrypto
-from tests.wire_helpers import FIRMWARE_AUDIO
 from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, real
+from tests.wire_helpers import FIRMWARE_AUDIO
 
 KEY = "Lab-signature-Key9"  # a test's own key, never a real one
 MAC = "02:00:00:00:00:07"
@@ -487,7 +487,8 @@ def test_the_ota_answer_offers_the_mqtt_section_the_gateways_ota_makes() -> None
     assert mqtt["endpoint"] == "192.0.2.7:1883" and mqtt["port"] == 1883
     assert mqtt["client_id"] == f"GID_test@@@02_00_00_00_00_07@@@{UUID}"
     assert (mqtt["publish_topic"], mqtt["subscribe_topic"]) == ("device-server", "null")
-    assert mqtt_identity.check(mqtt["client_id"], mqtt["username"], mqtt["password"], KEY).user_data == {"ip": "127.0.0.1"}
+    identity = mqtt_identity.check(mqtt["client_id"], mqtt["username"], mqtt["password"], KEY)
+    assert identity.user_data == {"ip": "127.0.0.1"}
     assert "websocket" not in answer  # one protocol or the other, as the real server (ota_handler.py handle_post)
 
 

@@ -2,11 +2,13 @@
 
 Each run's full settings are recorded in its turn spans (``lab.config_json``). Two runs may
 be compared when they differ only in the variable under study, the condition: where the
-LLM runs. So the settings that say which LLM backend serves the turn (``CONDITION_DEFINING``)
-may differ between conditions; every other setting (VAD, ASR, TTS, sentence splitting,
-pacing, clock, time limit, call mode, output limit, history, tools, temperature...) must be
-equal, and so must the question set and its order (M5). Runs of the *same* condition must
-agree on everything: they are pooled. Rounds and the question limit are not part of
+LLM runs. So the settings that say which LLM backend serves the turn and how that backend
+is set (``CONDITION_DEFINING``: ``llm.impl`` and the backend's own keys, ``[cloud]``,
+``[network]``) may differ between conditions; every other setting (VAD, ASR, TTS, sentence
+splitting, pacing, clock, time limit, the settings' version, and the LLM role's own: call
+mode, output limit, history, tools, temperature, seed, the pretend device's tool latency)
+must be equal, and so must the question set and its order (M5). Runs of the *same*
+condition must agree on everything: they are pooled. Rounds and the question limit are not part of
 ``config_id`` and never block a comparison; different round counts get a warning (M9).
 
 A run whose settings were not recorded (an older trace format) cannot be shown to differ
@@ -27,18 +29,22 @@ from pipeline.report.load import RunInfo
 IGNORED = ("run.rounds", "run.limit")
 CONDITION_DEFINING = (
     "run.condition",
-    "llm.impl",
-    "llm.model",
-    "llm.latency.*",
-    "llm.tool_latency.*",
-    "llm.threads",
-    "llm.n_ctx",
-    "llm.base_url",
-    "llm.endpoint",
-    "llm.api_*",
-    "llm.server*",
+    "llm.*",
     "cloud.*",
     "network.*",
+)
+# The LLM role's own settings (``[llm]``'s, ``pipeline.settings.stage_sections.LlmConfig``): asked of every
+# backend, so held equal across conditions. Every other ``llm.*`` key is the backend's own (``model``, llama's
+# ``n_ctx``, a scripted ``latency``, a new backend's new option) and comes with the condition.
+HELD_ACROSS_CONDITIONS = (
+    "llm.mode",
+    "llm.max_tokens",
+    "llm.max_calls",
+    "llm.tools",
+    "llm.temperature",
+    "llm.seed",
+    "llm.history_rounds",
+    "llm.tool_latency.*",
 )
 
 
@@ -74,7 +80,12 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def condition_defining(setting: str) -> bool:
-    return any(fnmatch.fnmatchcase(setting, pattern) for pattern in CONDITION_DEFINING)
+    """A setting that may differ between conditions (where the LLM runs, and how that backend is set)."""
+
+    def matches(patterns: tuple[str, ...]) -> bool:
+        return any(fnmatch.fnmatchcase(setting, pattern) for pattern in patterns)
+
+    return matches(CONDITION_DEFINING) and not matches(HELD_ACROSS_CONDITIONS)
 
 
 def _settings(run: RunInfo) -> dict[str, str] | None:

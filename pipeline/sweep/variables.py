@@ -11,8 +11,8 @@ files for every point.
 - ``model``: ``[llm] model``; ``small``, ``default`` and ``large`` are the packaged
   ``smollm2-135m``, ``qwen2.5-0.5b`` and ``qwen2.5-1.5b``; any other registry name or GGUF
   path is taken as given.
-- ``history_rounds``, ``max_tokens``, ``threads`` (the LLM's), ``prompt_cache``: the ``[llm]``
-  setting of that name.
+- ``history_rounds``, ``max_tokens``: the LLM role's ``[llm]`` setting of that name; ``threads``,
+  ``prompt_cache``: llama.cpp's (``[llm] impl`` llama or server), refused by another backend.
 - ``network``: ``[network] profile``. A profile applies to an OpenAI-compatible endpoint only,
   so where the base settings run the LLM elsewhere every point gets the emulated cloud
   (``fast-70b-api``) and condition A, the same for all points.
@@ -23,10 +23,12 @@ files for every point.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.settings.config import Config
+from pipeline.settings.stage_sections import implementation_keys
 
 Overrides = dict[str, dict[str, Any]]
 
@@ -54,6 +56,13 @@ class Variable:
     choices: tuple[str, ...] = ()
 
 
+def _condition_settings() -> tuple[str, ...]:
+    """What a condition point may differ in: where the LLM runs, every LLM backend's own keys (the one
+    each point's backend has), the cloud and the network; never the LLM role's own (``max_tokens``...)."""
+    backends = tuple(p for key in implementation_keys("llm") for p in (f"llm.{key}", f"llm.{key}.*"))
+    return ("run.condition", "llm.impl", *backends, "cloud.*", "network.*")
+
+
 def _llm(name: str, kind: str, choices: tuple[str, ...] = ()) -> Variable:
     return Variable(name, "llm", name, kind, (f"llm.{name}",), choices)
 
@@ -68,14 +77,7 @@ VARIABLES: dict[str, Variable] = {
         _llm("threads", "int"),
         _llm("prompt_cache", "choice", choices=("off", "prefix", "carry")),
         Variable("network", "network", "profile", "name", ("network.profile",)),
-        Variable(
-            "condition",
-            "run",
-            "condition",
-            "choice",
-            ("run.condition", "llm.impl", "llm.model", "cloud.*", "network.*"),
-            choices=CONDITIONS,
-        ),
+        Variable("condition", "run", "condition", "choice", _condition_settings(), choices=CONDITIONS),
     )
 }
 
@@ -138,9 +140,15 @@ def warnings(variable: Variable, base: Config) -> list[str]:
             "no scheduler in front of the model ([scheduler] concurrency = 0): the turns' queue wait is not "
             "recorded (queue_wait_ms stays empty); set [scheduler] concurrency = 1 to see the queue (M19)"
         )
-    if variable.name in ("model", "threads", "prompt_cache") and base.llm.impl == "scripted":
+    own = {f.name for f in dataclasses.fields(base.llm.settings)} | set(base.llm.role_settings())
+    if variable.section == "llm" and variable.key not in own:
         out.append(
-            f"[llm] impl = 'scripted': {variable.name} changes only a label and config_id, not the scripted "
+            f"[llm] impl = {base.llm.impl!r} has no {variable.key} (another backend's setting): every point will "
+            "be refused; sweep it on settings whose [llm] impl has it (llama, server)"
+        )
+    if variable.name == "model" and base.llm.impl == "scripted":
+        out.append(
+            "[llm] impl = 'scripted': model changes only a label and config_id, not the scripted "
             "latencies; use real models to read this sweep"
         )
     return out

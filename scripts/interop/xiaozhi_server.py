@@ -126,7 +126,7 @@ class Interop:
         """The condition's LLM endpoint: (base URL, model name, key)."""
         if condition == "A":
             port = self.ports["cloud"]
-            argv = [self.python, "-m", "pipeline.cloud_emulator_main", "--port", str(port)]
+            argv = [self.python, "-m", "pipeline.endpoints.cloud", "--port", str(port)]
             cloud = processes.start("cloud-A", [*argv, "--answers", str(self.args.fixtures / "manifest.csv")])
             processes.wait_line(cloud, r"emulated cloud, profile [^:]+: (http\S+)", timeout_s=60)
             try:
