@@ -42,8 +42,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from pipeline.clock import RealClock, run_on_clock  # noqa: E402
 from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame  # noqa: E402
 from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
-from pipeline.run.device import speech_end_ms  # noqa: E402
-from pipeline.run.session import Ask  # noqa: E402
+from pipeline.run.device import Ask, speech_end_ms  # noqa: E402
 from pipeline.run.turn import ServerStages, run_turn  # noqa: E402
 from pipeline.settings.audio import load_audio  # noqa: E402
 from pipeline.settings.config import Config, load_config  # noqa: E402

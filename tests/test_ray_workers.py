@@ -15,7 +15,7 @@ import pytest
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
 from pipeline.replay import main
-from pipeline.run.session import Ask
+from pipeline.run.device import Ask
 from pipeline.run.workers import WORKER_LOST, WorkerSpec, run_on_ray, shares
 from pipeline.settings.config import load_config
 from pipeline.settings.fixtures import load_questions

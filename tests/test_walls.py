@@ -7,6 +7,7 @@ stages...), so a new module is checked the moment it exists; nothing here lists 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,12 @@ MAY_USE = {
     # they are served as the other endpoints are (``pipeline.endpoints.serving``)
     "speech": {"contract", "clock", "settings", "registry", "catalog", "tracing", "names", "endpoints"},
     "offline": {"settings"},
-    "transport": {"contract", "clock", "run", "tracing", "endpoints"},  # the run's turn over the device protocol
+    # the xiaozhi wire in three rooms: device -> wire <- server. The wire knows neither end; the ends never know
+    # each other; each end runs the run's turn (the single timing wrapper, its link) over the wire
+    "transport": set(),  # the map alone
+    "transport.wire": {"contract"},
+    "transport.server": {"contract", "clock", "run", "tracing", "transport.wire"},
+    "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire"},
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names"},
@@ -60,7 +66,7 @@ ENTRY_MAY_USE = {
     "pipeline.offline.__main__": {"offline"},
     "pipeline.experiment": {"analysis"},
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
-    "pipeline.cli": {"settings", "tracing", "analysis", "transport"},
+    "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
@@ -73,7 +79,7 @@ ENTRY_MAY_USE = {
     },
     "pipeline.replay": {
         *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),
-        *("offline", "transport", "entry"),
+        *("offline", "transport.device", "entry"),
     },
     "pipeline.serve": {
         "contract",
@@ -84,7 +90,8 @@ ENTRY_MAY_USE = {
         "tracing",
         "analysis",
         "endpoints",
-        "transport",
+        "transport.server",
+        "transport.wire",
         "entry",
     },
 }
@@ -112,6 +119,8 @@ def part(module: str) -> str:
         return "stages"
     if module.startswith("pipeline.endpoints.speech"):
         return "speech"
+    if module.startswith("pipeline.transport.") and module.count(".") >= 3:
+        return ".".join(module.split(".")[1:3])  # transport.wire, transport.server, transport.device
     return module.split(".")[1]
 
 
@@ -143,11 +152,16 @@ def _is_module(name: str) -> bool:
 MODULES = sorted(p for root in ("pipeline", "stages") for p in (ROOT / root).rglob("*.py"))
 
 
+def allowed_parts(module: str) -> set[str]:
+    """The parts ``module`` may import: its entry point's allowance, or its part's and its own."""
+    mine = part(module)
+    return ENTRY_MAY_USE.get(module, set()) if mine == "entry" else MAY_USE[mine] | {mine}
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_every_part_imports_only_what_it_may(path: Path) -> None:
     name = module_name(path)
-    mine = part(name)
-    allowed = ENTRY_MAY_USE.get(name, set()) if mine == "entry" else MAY_USE[mine] | {mine}
+    mine, allowed = part(name), allowed_parts(name)
     wrong = sorted(m for m in our_imports(path) if part(m) not in allowed)
     assert not wrong, f"{module_name(path)} ({mine}) imports {wrong}; {mine} may use {sorted(allowed)}"
 
@@ -255,3 +269,109 @@ def test_the_wall_check_sees_forbidden_imports(tmp_path: Path) -> None:
     expected = {"pipeline.run.turn", "stages.vad.endpointer", "pipeline.clock", "pipeline.report.load"}
     assert found == expected | {"pipeline.report.sections.base"}
     assert {part(m) for m in found} - MAY_USE["report"] - {"report"} == {"run", "stages", "clock"}
+
+
+# --- the house in numbers (scripts/house.py prints them) ------------------------------------------------
+
+MOST_LINES = 400
+PRODUCT = ("pipeline", "stages", "scripts")
+
+
+def long_modules() -> dict[str, int]:
+    """Product modules over ``MOST_LINES`` lines, with their lengths."""
+    files = sorted(p for root in PRODUCT for p in (ROOT / root).rglob("*.py"))
+    return {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MOST_LINES
+    }
+
+
+def imports_up() -> list[str]:
+    """Each import a module makes of a part its own may not use, as ``module -> imported (part)``."""
+    found = []
+    for path in MODULES:
+        name = module_name(path)
+        allowed = allowed_parts(name)
+        found += [f"{name} -> {m} ({part(m)})" for m in sorted(our_imports(path)) if part(m) not in allowed]
+    return found
+
+
+def circles() -> list[list[str]]:
+    """The import circles among our modules: each strongly connected set of more than one module."""
+    names = {module_name(p): p for p in MODULES}
+    graph = {name: sorted(m for m in our_imports(path) if m in names and m != name) for name, path in names.items()}
+    return [sorted(group) for group in _strongly_connected(graph) if len(group) > 1]
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> Iterator[list[str]]:
+    """Tarjan's algorithm, iterative (the import graph is deeper than Python's recursion likes)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            if child < len(graph[node]):
+                work.append((node, child + 1))
+                nxt = graph[node][child]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                yield group
+
+
+def test_no_product_module_is_over_400_lines() -> None:
+    assert not long_modules(), long_modules()
+
+
+def test_no_import_goes_back_up_the_layers() -> None:
+    assert not imports_up(), imports_up()
+
+
+def test_no_modules_of_ours_import_each_other_in_a_circle() -> None:
+    assert not circles(), circles()
+
+
+def test_the_circle_finder_finds_a_circle_however_long_and_nothing_else() -> None:
+    graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"]}
+    assert sorted(sorted(g) for g in _strongly_connected(graph) if len(g) > 1) == [["a", "b", "c"]]
+
+
+# the low-level trace readers: what turns a file into spans. Everything else reads through analysis/read.py
+# (read_traces, read_spans), so every figure comes from one reading of the traces (the report's Jaeger reader
+# turns Jaeger's export, the other source, into spans)
+LOW_LEVEL_READERS = {"read_trace_file", "read_lines", "read_line_at", "spans_from_traces_data"}
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.parts[-3] != "tests"], ids=lambda p: module_name(p))
+def test_only_the_reader_turns_trace_files_into_spans(path: Path) -> None:
+    name = module_name(path)
+    if part(name) == "analysis" or name == "pipeline.report.jaeger":
+        return
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    used = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names} & LOW_LEVEL_READERS
+    assert not used, f"{name} reads traces itself with {sorted(used)}: read them through pipeline.analysis.read"

@@ -10,11 +10,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from pipeline.events import AudioFrame, AudioOut, Event, SpeechEnd, Stage, StageInfo, TurnEnd
 
 _END = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One question as a device asks it: its audio, where its speech ends, and the turn span's id."""
+
+    frames: Sequence[AudioFrame]
+    speech_end_ms: int | None
+    question_id: str
+    round_no: int
+    traceparent: str  # reserved before the turn: the server's spans join this turn's trace
 
 
 class ServerSide(Protocol):

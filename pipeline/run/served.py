@@ -20,8 +20,7 @@ from pipeline.run.turn import ServerStages
 from pipeline.settings.fixtures import AUTO, Question
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
-from stages.llm import Message
-from stages.llm.backend import ToolSource
+from stages.llm import Message, ToolSource
 
 
 class ServedRequest(Protocol):

@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.clock import Clock
 from pipeline.endpoints.load import LoadProbe, TurnLoad
 from pipeline.endpoints.thermometer import Thermometer
-from pipeline.events import AudioFrame
 from pipeline.fleet.arrivals import rotated, start_offsets_ms
 from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduler import BACKGROUND, Scheduler
 from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
-from pipeline.run.device import speech_end_ms
+from pipeline.run.device import Ask, speech_end_ms
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
 from pipeline.settings.config import Config
@@ -37,17 +36,6 @@ from stages.registry import TurnInputs
 
 Progress = Callable[[str], None]
 TraceSink = Callable[[dict[str, Any]], None]  # takes each finished turn's trace line (OTLP JSON)
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """One question as a device asks it: its audio, where its speech ends, and the turn span's id."""
-
-    frames: Sequence[AudioFrame]
-    speech_end_ms: int | None
-    question_id: str
-    round_no: int
-    traceparent: str  # reserved before the turn: the server's spans join this turn's trace
 
 
 class RemoteTurns(Protocol):

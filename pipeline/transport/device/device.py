@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 
 from pipeline.clock import Clock
-from pipeline.run.session import Ask
+from pipeline.run.device import Ask
 from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.dial import open_link

@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, FRAME_SAMPLES, AudioFrame
-from pipeline.run.session import Ask
+from pipeline.run.device import Ask
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.wire.errors import ChannelGone

@@ -16,9 +16,8 @@ from typing import Protocol
 
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, AudioFrame, AudioOut, Event
-from pipeline.run.device import Player, close, drain
+from pipeline.run.device import Ask, Player, close, drain
 from pipeline.run.recorder import TurnRecorder
-from pipeline.run.session import Ask
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.microphone import Microphone, NoiseFloor

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Protocol
 
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.server.flood import FloodGuard
@@ -42,3 +43,23 @@ async def tell(channel: ServerChannel, message: Message) -> None:
     """Send a message the device may no longer be there to hear: a channel gone is no error here."""
     with contextlib.suppress(ChannelGone):
         await channel.send(message)
+
+
+class Background:
+    """Work a session's message loop must not wait for (asking a device's tools, telling it a refusal).
+
+    A device gone meanwhile is no error of ours; anything else that fails goes to the loop's handler."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def soon(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and not isinstance(exc, ChannelGone):
+            task.get_loop().call_exception_handler({"message": "device session work failed", "exception": exc})

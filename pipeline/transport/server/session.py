@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator
 
 from pipeline.clock import Clock
 from pipeline.run.inputs import push_to_talk, typed
 from pipeline.run.turn import ServerStages
-from pipeline.transport.server.channel import ServerChannel, tell
+from pipeline.transport.server.channel import Background, ServerChannel, tell
 from pipeline.transport.server.device_tools import DeviceToolsClient
 from pipeline.transport.server.flood import Flooded
 from pipeline.transport.server.idle import IdleWatch
@@ -90,7 +89,7 @@ class DeviceSession:
         self.idle = IdleWatch(settings, clock)
         self.goodbye: ServerTurn | None = None  # the idle goodbye: the connection closes after it
         self.ignored: dict[str, int] = {}  # what we do not act on, counted
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks = Background()
 
     async def serve(self) -> None:
         messages = aiter(self.channel.incoming())  # one reader of the channel, hello included
@@ -145,7 +144,7 @@ class DeviceSession:
             if self.mcp is not None:
                 self.mcp.close()
             self.mcp = DeviceToolsClient(self.channel.send, self.session_id)
-            self._soon(self.mcp.start())  # its replies come through this session's reader, which must go on
+            self.tasks.soon(self.mcp.start())  # its replies come through this session's reader, which must go on
 
     # --- what arrives ----------------------------------------------------------
 
@@ -278,7 +277,7 @@ class DeviceSession:
             stages = self.turns.stages(request)
         except Exception as exc:  # a turn that cannot be built is refused, not the connection
             self.listening = False  # and not built again for every frame that follows
-            self._soon(tell(self.channel, _refusal(exc)))
+            self.tasks.soon(tell(self.channel, ServerError(message=f"turn not started: {exc}")))
             return None
         if request.typed:
             stages = typed(stages, request.text)
@@ -384,21 +383,5 @@ class DeviceSession:
             self.mcp.close()
             self.mcp = None
 
-    def _soon(self, work: Coroutine[Any, Any, None]) -> None:
-        """Work the message loop must not wait for; a device gone meanwhile is no error of ours."""
-        task = asyncio.create_task(work)
-        self.tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        exc = None if task.cancelled() else task.exception()
-        if exc is not None and not isinstance(exc, ChannelGone):
-            task.get_loop().call_exception_handler({"message": "device session work failed", "exception": exc})
-
     def _count(self, what: str) -> None:
         self.ignored[what] = self.ignored.get(what, 0) + 1
-
-
-def _refusal(exc: Exception) -> ServerError:
-    return ServerError(message=f"turn not started: {exc}")
