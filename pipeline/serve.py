@@ -54,7 +54,7 @@ from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing.export import Tracing
-from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard
+from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
 from pipeline.transport.server.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
 from pipeline.transport.server.pacing import PACINGS
 from pipeline.transport.server.settings import AUTO_LISTENING, DoorSettings, FloodSettings, SessionSettings, describe
@@ -266,6 +266,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     if args.token_env and not token:
         raise ValueError(f"--token-env {args.token_env}: the variable is not set")
     told = public_host(args.host, args.public_host, args.mqtt_port is not None or args.ota_port is not None)
+    if args.mqtt_port is not None:
+        refuse_tls_port(args.mqtt_port)
     key = mqtt_key(args, env)
     refuse_existing_run(args.out, run_id, append=False)
     session, door = server_settings(args, 60.0)

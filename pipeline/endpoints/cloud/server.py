@@ -116,8 +116,8 @@ class EmulatedCloud(HttpApp):
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
             plan = plan_reply(body, self.answers)
-        except (BadRequest, ValueError) as exc:
-            return error(400, str(exc), "invalid_request_error")
+        except (BadRequest, ValueError, RecursionError) as exc:
+            return error(400, str(exc)[:200] or type(exc).__name__, "invalid_request_error")
         rng = random.Random(self._rng.random())
         if fault in ("garbage", "not-sse", "stall"):
             return await broken(request, fault)

@@ -7,6 +7,7 @@ so, never accepted and ignored: a client must not believe it changed the speech.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,6 +90,14 @@ def transcription(fields: Mapping[str, Any]) -> TranscriptionRequest:
         )
     response_format = _format(_text(fields, "response_format", "json").strip() or "json", TRANSCRIPTION_FORMATS)
     return TranscriptionRequest(upload.file.read(), model, language, response_format)
+
+
+def json_body(raw: bytes) -> object:
+    """A request's JSON body; ``ApiError`` 400 when it is none (nesting deeper than the decoder follows included)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON ({str(exc)[:120]})") from None
 
 
 def speech(body: object) -> SpeechRequest:

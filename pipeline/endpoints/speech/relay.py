@@ -142,7 +142,7 @@ def _chunk(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         chunk = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return chunk if isinstance(chunk, dict) else {}
 
@@ -172,7 +172,7 @@ def _prompt_tokens(chunk: dict[str, Any]) -> dict[str, int]:
 def _request_attributes(body: bytes) -> dict[str, str | int | bool]:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a caller's body, however deep its nesting, costs no exception
         return {}
     if not isinstance(data, dict):
         return {}

@@ -219,10 +219,7 @@ class SpeechServices(HttpApp):
     async def _speak(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
         raw = await self._read(request, "application/json", request.read)
         self._received(timing, len(raw))
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:  # UnicodeDecodeError included
-            raise ApiError(400, "invalid_json", f"the body is not valid JSON ({exc})") from None
+        body = forms.json_body(raw)
         if isinstance(body, dict):
             for key, field in ((names.SERVICE_MODEL, "model"), (names.SERVICE_VOICE, "voice")):
                 if isinstance(body.get(field), str):

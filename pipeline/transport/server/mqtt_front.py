@@ -54,11 +54,16 @@ class MqttFrontSettings:
     door: DoorSettings = field(default_factory=DoorSettings)
 
     def __post_init__(self) -> None:
-        if self.port == TLS_PORT:
-            raise ValueError(
-                f"MQTT port {TLS_PORT} is MQTT over TLS to the firmware and desktop clients, and this listener "
-                "is plain: they would start TLS against it. Choose another port (the gateway's is 1883)"
-            )
+        refuse_tls_port(self.port)
+
+
+def refuse_tls_port(port: int) -> None:
+    """A ValueError for the port firmware and desktop clients dial with TLS: this listener is plain."""
+    if port == TLS_PORT:
+        raise ValueError(
+            f"MQTT port {TLS_PORT} is MQTT over TLS to the firmware and desktop clients, and this listener "
+            "is plain: they would start TLS against it. Choose another port (the gateway's is 1883)"
+        )
 
 
 class _Datagrams(asyncio.DatagramProtocol):

@@ -103,13 +103,9 @@ class OtaServer:
         missing = [name for name in ("Device-Id", "Client-Id") if not request.headers.get(name)]
         if missing:  # the real server refuses these too (ota_handler.py handle_post)
             return self._refusal(f"the {' and '.join(missing)} header(s) are missing")
-        raw = await request.read()
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (ValueError, RecursionError):
-            return self._refusal("the body is not JSON (a device sends its system information as a JSON object)")
-        if not isinstance(body, dict):
-            return self._refusal("the body is not a JSON object")
+        body = system_info(await request.read())
+        if isinstance(body, str):
+            return self._refusal(body)
         device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
         told = f"mqtt {self.settings.mqtt_endpoint}" if self.mqtt else self.settings.websocket_url
         self.note(f"OTA: {device} is told {told}")
@@ -154,6 +150,15 @@ class OtaServer:
     def _refusal(self, message: str) -> web.Response:
         body = {"success": False, "message": message}
         return web.json_response(body, status=HTTPStatus.BAD_REQUEST, headers=self.cors, dumps=_compact)
+
+
+def system_info(raw: bytes) -> dict[str, Any] | str:
+    """A device's system information (its POST body), or what is wrong with it; an empty body is none."""
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (ValueError, RecursionError):  # nesting deeper than the decoder follows is no JSON either
+        return "the body is not JSON (a device sends its system information as a JSON object)"
+    return body if isinstance(body, dict) else "the body is not a JSON object"
 
 
 def _version(body: dict[str, Any]) -> str:

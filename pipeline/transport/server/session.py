@@ -211,7 +211,8 @@ class DeviceSession:
         elif self.settings.wake_reply_cache:
             self.mute_pending = True
             await self._stop_answers("a wake word was detected")
-            await play_cached_reply(self.channel, self.turns, self.settings, self.session_id)
+            virtual = self.clock.kind == "virtual"
+            await play_cached_reply(self.channel, self.turns, self.settings, self.session_id, virtual)
             self.idle.active()
         else:
             self.mute_pending = True

@@ -36,10 +36,10 @@ from pipeline.transport.server.channel import ServerChannel, tell
 from pipeline.transport.server.pacing import DownlinkPacer, pacing
 from pipeline.transport.server.requests import TurnRequest
 from pipeline.transport.server.settings import SessionSettings
-from pipeline.transport.server.texts import stt_text
+from pipeline.transport.server.texts import stt_text, wake_text
 from pipeline.transport.server.uplink import Reframer
 from pipeline.transport.wire.messages import Llm, Message, Stt, Tts
-from pipeline.transport.wire.opus import OpusEncoder, codec_threads
+from pipeline.transport.wire.opus import OpusEncoder, encode_off_loop
 
 
 class TurnWatcher(Protocol):
@@ -84,6 +84,7 @@ class ServerTurn:
         self.candidate = request.started_by == "speech" or (request.started_by == "listen" and request.mode != "manual")
         self.speech = asyncio.Event()
         self.recorder = TurnRecorder(clock, observer=self.observe)
+        self.virtual = clock.kind == "virtual"
 
     # --- the pipeline's side (run.device.ServerSide) ---------------------------
 
@@ -108,6 +109,9 @@ class ServerTurn:
             self.watcher.endpointed(self)
         elif role == "asr" and isinstance(event, Transcript):
             self.speech.set()
+            if not wake_text(event.text):  # recognised as nothing: the real server says nothing, asks no LLM
+                self.abort("empty_transcript", "the utterance was recognised as nothing (the device is told nothing)")
+                return
             self.watcher.recognised(self)
             if self.request.tells_stt:
                 self.outbox.put_nowait(Stt(text=stt_text(event.text), session_id=sid))
@@ -211,8 +215,7 @@ async def _send(turn: ServerTurn) -> None:
             text = turn.texts.get(sentence, "")
             await turn.channel.send(Tts("sentence_start", text=text, session_id=turn.request.session_id))
         await pacer.before_frame()
-        # libopus runs without the GIL: encoding beside the loop keeps other devices' uplink on time
-        packet = await loop.run_in_executor(codec_threads(), turn.encoder.encode, item.pcm)
+        packet = await encode_off_loop(turn.encoder, item.pcm, inline=turn.virtual)
         turn.recorder.sent()  # handed to the transport now: the device may have it before send_audio returns
         await turn.channel.send_audio(packet, timestamp_ms=frames * FRAME_MS)
         pacer.sent()

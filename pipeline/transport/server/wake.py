@@ -17,11 +17,14 @@ from pipeline.transport.server.pacing import DownlinkPacer, pacing
 from pipeline.transport.server.requests import Turns
 from pipeline.transport.server.settings import SessionSettings
 from pipeline.transport.wire.messages import Tts
-from pipeline.transport.wire.opus import OpusEncoder, codec_threads
+from pipeline.transport.wire.opus import OpusEncoder, encode_off_loop
 
 
-async def play_cached_reply(channel: ServerChannel, turns: Turns, settings: SessionSettings, session_id: str) -> None:
-    """Tell the device the cached reply, paced as the real server paces any answer, and end it."""
+async def play_cached_reply(
+    channel: ServerChannel, turns: Turns, settings: SessionSettings, session_id: str, virtual: bool = False
+) -> None:
+    """Tell the device the cached reply, paced as the real server paces any answer, and end it (``virtual``:
+    on a virtual clock, encoded inline)."""
     frames = await turns.cached_reply(settings.wake_reply, session_id)
     loop = asyncio.get_running_loop()
     encoder = OpusEncoder(preset=settings.downlink_codec)
@@ -30,7 +33,7 @@ async def play_cached_reply(channel: ServerChannel, turns: Turns, settings: Sess
     await channel.send(Tts("sentence_start", session_id=session_id, text=settings.wake_reply))
     for index, pcm in enumerate(frames):
         await pacer.before_frame()
-        packet = await loop.run_in_executor(codec_threads(), encoder.encode, pcm)
+        packet = await encode_off_loop(encoder, pcm, inline=virtual)
         await channel.send_audio(packet, timestamp_ms=index * FRAME_MS)
         pacer.sent()
     await pacer.before_stop()

@@ -7,6 +7,7 @@ or the real server's downlink (24 kHz). A decoder takes any of those streams bac
 
 from __future__ import annotations
 
+import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -173,6 +174,14 @@ def codec_threads() -> ThreadPoolExecutor:
     if _threads is None:
         _threads = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="opus")
     return _threads
+
+
+async def encode_off_loop(encoder: OpusEncoder, pcm: bytes, inline: bool = False) -> bytes:
+    """One frame encoded in the codec's threads, so the loop serves other devices meanwhile; ``inline`` on a
+    virtual clock, whose time would jump ahead while the loop waited for a thread."""
+    if inline:
+        return encoder.encode(pcm)
+    return await asyncio.get_running_loop().run_in_executor(codec_threads(), encoder.encode, pcm)
 
 
 def audible(pcm: bytes, threshold: int = 64) -> bool:
