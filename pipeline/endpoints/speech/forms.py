@@ -24,6 +24,8 @@ MAX_INPUT_CHARS = 4096  # OpenAI's limit on ``input``
 
 @dataclass(frozen=True, slots=True)
 class TranscriptionRequest:
+    """A checked ``POST /v1/audio/transcriptions``: the uploaded file and the fields the configured ASR honours."""
+
     audio: bytes
     model: str
     language: str  # "" = detect
@@ -32,6 +34,8 @@ class TranscriptionRequest:
 
 @dataclass(frozen=True, slots=True)
 class SpeechRequest:
+    """A checked ``POST /v1/audio/speech``: the text to speak and the fields the configured TTS honours."""
+
     model: str
     text: str
     voice: str
