@@ -98,6 +98,8 @@ class SpeechEnd:
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
+    """What the ASR heard the user say, and in which language: the LLM's input for the turn."""
+
     text: str
     language: str
 
@@ -147,6 +149,8 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
+    """A tool's answer to the current call's ``ToolCall``, handed back to the model in the next call."""
+
     name: str
     result: str
     where: str = ""  # "device": the tool ran on the device, called over its link (xiaozhi MCP)

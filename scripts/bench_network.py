@@ -47,6 +47,8 @@ MESSAGE = b"x" * 200
 
 @dataclass(frozen=True, slots=True)
 class Dist:
+    """A set of times (ms) as the tables print them: median, P90, standard deviation and count."""
+
     median: float
     p90: float
     sd: float

@@ -88,6 +88,9 @@ def opus_costs(frames: list[AudioFrame], repeats: int, preset: str = "lab") -> t
 
 
 class ScriptedTurns:
+    """The lab side of a transport server (``Turns``): every turn gets the scripted stages of the one clip, and its
+    timeline is kept for the tables."""
+
     def __init__(self, cfg: Config, engines: Engines, question: Question) -> None:
         self.cfg, self.engines, self.question = cfg, engines, question
         self.done: list[TurnTimeline] = []

@@ -52,6 +52,8 @@ SERVER_START_S = 120.0
 
 @dataclass(frozen=True, slots=True)
 class SkewArgs:
+    """What every run of the skew comparison shares: the questions, the settings, how many turns, the link."""
+
     fixtures: Path
     configs: tuple[Path, ...]
     limit: int

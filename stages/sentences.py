@@ -21,6 +21,8 @@ CLOSERS = "\"'”’）)】」』"
 
 @dataclass(frozen=True, slots=True)
 class SplitRules:
+    """Where a sentence may end besides its end punctuation: the first one at a comma, any one at ``max_chars``."""
+
     first_cut_at_comma: bool = True
     min_first_chars: int = 4  # a comma earlier than this does not cut the first sentence
     max_chars: int = 80
@@ -86,6 +88,9 @@ def _soft_cut(text: str, limit: int) -> int:
 
 
 class SentenceSplitter:
+    """The sentences stage: token deltas in, one ``Sentence`` out as soon as each is complete, marked with the delta
+    it began in."""
+
     def __init__(self, rules: SplitRules = SplitRules()) -> None:
         self.rules = rules
         self.info = StageInfo(

@@ -31,7 +31,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 class ServerError(RuntimeError):
-    pass
+    """llama-server is missing, exited, never became ready or serves another model; the message says which."""
 
 
 def server_binary() -> Path:
@@ -59,6 +59,9 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class LlamaServer:
+    """One llama-server process for one model: ``with LlamaServer(...) as server`` starts it and waits until it is
+    ready, ``base_url`` and ``api_key`` are what a client needs, and leaving the block stops it."""
+
     def __init__(
         self,
         model: Path,

@@ -19,17 +19,24 @@ PROC = Path("/proc")
 
 @dataclass(frozen=True, slots=True)
 class CpuSample:
+    """The CPU-time counters at one moment; two of them, a turn apart, give the turn's ``TurnLoad``."""
+
     machine_ticks: int  # busy CPU time of all cores (user, nice, system, irq, softirq, steal)
     tree_ticks: int  # CPU time of this process, its descendants and its reaped children
 
 
 @dataclass(frozen=True, slots=True)
 class TurnLoad:
+    """The other load during one turn, as the turn span records it."""
+
     other_cpu_ms: float  # CPU time other processes used during the turn
     load_avg_1m: float | None
 
 
 class LoadProbe:
+    """Reads ``/proc`` at a turn's start and end (``sample``) and turns the two readings into the turn's load
+    (``between``); None wherever ``/proc`` cannot be read."""
+
     def __init__(self, proc: Path = PROC, pid: int | None = None) -> None:
         self.proc = proc
         self.pid = pid if pid is not None else os.getpid()

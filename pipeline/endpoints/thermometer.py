@@ -61,6 +61,8 @@ class ProbeSettings(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Sample:
+    """One temperature reading and when it was taken."""
+
     at_ns: int  # when the reading arrived, on the run's clock
     celsius: float
 
@@ -70,6 +72,9 @@ def _silent(_message: str) -> None:
 
 
 class Thermometer:
+    """Samples the temperature in the background while a run lasts (``async with``) and gives each turn its
+    reading (``reading``); ``for_run`` builds the one a run's ``[probe]`` asks for."""
+
     def __init__(
         self,
         read: Reader | None,

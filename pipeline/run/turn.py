@@ -22,6 +22,8 @@ from pipeline.tracing.timeline import TurnTimeline
 
 @dataclass(frozen=True, slots=True)
 class ServerStages:
+    """One turn's server stages, one per role in the order ``serve_turn`` chains them (``SERVER_ROLES``)."""
+
     vad: Stage
     asr: Stage
     llm: Stage

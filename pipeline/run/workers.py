@@ -119,6 +119,8 @@ def shares(devices: int, workers: int) -> list[tuple[int, ...]]:
 
 @dataclass
 class Outcome:
+    """What a Ray run brought back: how many trace lines the workers handed over, and which workers were lost."""
+
     lines: int = 0
     lost: list[str] = field(default_factory=list)  # one message per worker that died
 

@@ -45,6 +45,8 @@ class BadAudio(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class LoadedAudio:
+    """A question's audio ready to send: its frames, its length, and the conversions the turn's row notes."""
+
     frames: tuple[AudioFrame, ...]
     duration_ms: int
     note: str = ""  # what was converted, if anything

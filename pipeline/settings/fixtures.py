@@ -34,6 +34,9 @@ class FixtureError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Question:
+    """One question of a fixtures folder: what is said, its audio, the scripted LLM's answer or tool call, and
+    what a good answer contains."""
+
     id: str
     language: str
     category: str
@@ -47,6 +50,9 @@ class Question:
 
 @dataclass(frozen=True, slots=True)
 class QuestionSet:
+    """A fixtures folder's questions in the order a run asks them, with what was wrong in the folder but did not
+    stop it (``warnings``, shown to the user)."""
+
     folder: Path
     questions: tuple[Question, ...]
     warnings: tuple[str, ...] = field(default=())

@@ -15,6 +15,8 @@ from stages.registry import Implementation, TurnInputs
 
 
 class OracleAsr:
+    """The ASR stage that knows the answer: at the end-point, one scripted delay, then the question's reference text."""
+
     def __init__(self, text: str, language: str, latency: LatencyProfile, salt: int = 0) -> None:
         self.text = text
         self.language = language
@@ -32,6 +34,8 @@ class OracleAsr:
 
 @dataclass(frozen=True, slots=True)
 class OracleSettings:
+    """The ``[asr]`` keys of ``impl = "oracle"``: its latency, as data."""
+
     latency: LatencyProfile = field(default_factory=lambda: LatencyProfile(first_ms=300, jitter_ms=40, seed=1))
 
 

@@ -30,6 +30,8 @@ SERVICE_LANGUAGES = ("zh", "en")
 
 @dataclass(frozen=True, slots=True)
 class ServiceAsrSettings:
+    """The ``[asr]`` keys of ``impl = "service"``: where the speech service listens and which model to ask for."""
+
     url: str = ""  # the transcription endpoint: http://HOST:PORT/v1/audio/transcriptions
     model: str = "whisper-base"  # sent as the request's ``model``
 
@@ -45,6 +47,8 @@ def wav_bytes(pcm: bytes, rate: int = SAMPLE_RATE) -> bytes:
 
 
 class ServiceAsr:
+    """The ASR stage that uploads the utterance to the speech service at the end-point and passes on its text."""
+
     def __init__(self, settings: ServiceAsrSettings, language: str) -> None:
         require_url("asr", settings.url, "/v1/audio/transcriptions")
         self.settings, self.language = settings, language

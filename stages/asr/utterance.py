@@ -43,6 +43,9 @@ class UtteranceEngine:
 
 
 class UtteranceAsr:
+    """The ASR stage over an ``UtteranceEngine``: one transcript per turn, decoded at the end-point on the engine's
+    thread; an implementation only names its engine, its record and its languages."""
+
     def __init__(self, engine: UtteranceEngine, language: str, info: StageInfo, languages: tuple[str, ...]) -> None:
         if language and language not in languages:
             raise ValueError(f"{info.impl} ASR here supports {', '.join(languages)}, not {language!r}")

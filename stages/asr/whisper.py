@@ -55,6 +55,8 @@ class WhisperEngine(UtteranceEngine):
 
 
 class WhisperAsr(UtteranceAsr):
+    """The ASR stage over a loaded ``WhisperEngine``; it records the model and the beam size."""
+
     def __init__(self, engine: WhisperEngine, language: str) -> None:
         attributes = (("asr.model", engine.name), ("asr.beam_size", engine.beam_size))
         super().__init__(engine, language, StageInfo("asr", "whisper", attributes=attributes), WHISPER_LANGUAGES)
@@ -62,6 +64,8 @@ class WhisperAsr(UtteranceAsr):
 
 @dataclass(frozen=True, slots=True)
 class WhisperSettings:
+    """The ``[asr]`` keys of ``impl = "whisper"``: the model, the beam size and the CPU threads it decodes on."""
+
     model: str = "whisper-base"
     beam_size: int = 1
     threads: int = 2

@@ -22,12 +22,17 @@ TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 
 
 class Reading(Enum):
+    """What a call's output so far is, and so what to do with it."""
+
     MAYBE = "maybe"  # could still become a tool call: hold it
     TOOL = "tool"  # a tool call: it will never be spoken
     TEXT = "text"  # cannot be a tool call: release it
 
 
 class ToolCallDetector:
+    """Tells, for the tools offered to one call, whether its output so far is a tool call, may become one or is
+    text (``read``), and reads the complete call out of it (``parse``)."""
+
     def __init__(self, tool_names: Iterable[str]) -> None:
         self.names = {name for name in tool_names}
         self._heads = tuple(f'{{"name":"{name}"' for name in sorted(self.names))

@@ -29,6 +29,7 @@ VOICES = {"zh": "cmn-latn-pinyin", "en": "en-us"}
 
 
 def espeak_binary() -> str:
+    """The espeak-ng program; a ``ValueError`` that says how to install it when there is none."""
     path = shutil.which("espeak-ng")
     if path is None:
         raise ValueError("espeak-ng is not installed (Debian: apt-get install espeak-ng)")
@@ -36,6 +37,7 @@ def espeak_binary() -> str:
 
 
 def voice_and_text(text: str) -> tuple[str, str]:
+    """The voice for ``text`` and what it reads: English as written, Chinese as tone-numbered pinyin."""
     if not _CJK.search(text):
         return VOICES["en"], text
     from pypinyin import Style, lazy_pinyin
@@ -45,6 +47,8 @@ def voice_and_text(text: str) -> tuple[str, str]:
 
 
 class EspeakTts:
+    """The TTS stage that has espeak-ng speak each sentence and passes its audio on in 60 ms frames as it comes."""
+
     def __init__(self, words_per_minute: int = 160) -> None:
         self.binary = espeak_binary()
         self.words_per_minute = words_per_minute
@@ -134,6 +138,8 @@ async def _skip_header(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 @dataclass(frozen=True, slots=True)
 class EspeakSettings:
+    """The ``[tts]`` keys of ``impl = "espeak"``: how fast it speaks."""
+
     words_per_minute: int = 160
 
     def __post_init__(self) -> None:

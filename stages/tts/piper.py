@@ -26,6 +26,8 @@ PIPER_LANGUAGES = ("en",)
 
 
 class PiperEngine:
+    """One loaded piper voice, shared by every turn; one synthesis at a time on its own thread."""
+
     def __init__(self, voice_dir: Path) -> None:
         from piper import PiperVoice
 
@@ -47,6 +49,9 @@ class PiperEngine:
 
 
 class PiperTts:
+    """The TTS stage over a loaded ``PiperEngine``: each sentence synthesised on the engine's thread, then sent on
+    in 60 ms frames; a Chinese sentence fails the turn, as the voice cannot speak it."""
+
     def __init__(self, engine: PiperEngine) -> None:
         self.engine = engine
         self.info = StageInfo(role="tts", impl="piper", attributes=(("tts.voice", engine.name),))
@@ -64,6 +69,8 @@ class PiperTts:
 
 @dataclass(frozen=True, slots=True)
 class PiperSettings:
+    """The ``[tts]`` keys of ``impl = "piper"``: the voice."""
+
     voice: str = "piper-joe"
 
 

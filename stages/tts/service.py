@@ -24,6 +24,8 @@ from stages.tts.frames import frames_of
 
 @dataclass(frozen=True, slots=True)
 class ServiceTtsSettings:
+    """The ``[tts]`` keys of ``impl = "service"``: where the speech service listens and which voice to ask for."""
+
     url: str = ""  # the speech endpoint: http://HOST:PORT/v1/audio/speech
     voice: str = "piper-joe"  # sent as the request's ``voice``
 
@@ -32,6 +34,8 @@ class ServiceTtsSettings:
 
 
 class ServiceTts:
+    """The TTS stage that asks the speech service for each sentence's WAV and sends it on in 60 ms frames."""
+
     def __init__(self, settings: ServiceTtsSettings) -> None:
         require_url("tts", settings.url, "/v1/audio/speech")
         self.settings = settings

@@ -40,6 +40,9 @@ _TONE = _tone_frame()
 
 
 class StubTts:
+    """The TTS stage with scripted timing: a tone as long as the sentence would take to say, its first frame after
+    a scripted delay, the rest at ``real_time_factor`` of their duration."""
+
     def __init__(self, first_frame: LatencyProfile, real_time_factor: float = 0.1) -> None:
         if not real_time_factor >= 0:
             raise ValueError(f"real_time_factor must be >= 0, got {real_time_factor}")
@@ -63,6 +66,8 @@ class StubTts:
 
 @dataclass(frozen=True, slots=True)
 class StubSettings:
+    """The ``[tts]`` keys of ``impl = "stub"``: the first frame's latency and the real-time factor, as data."""
+
     first_frame: LatencyProfile = field(default_factory=lambda: LatencyProfile(first_ms=180, jitter_ms=30, seed=3))
     real_time_factor: float = 0.15
 

@@ -18,6 +18,8 @@ HYSTERESIS = 0.15
 
 
 class FrameClassifier(Protocol):
+    """What ``FrameVad`` needs of a classifier: how likely each frame is speech, and a fresh start each turn."""
+
     name: str
 
     def reset(self) -> None:
@@ -34,6 +36,9 @@ def check_end_pointing(threshold: float, silence_ms: int, min_speech_ms: int) ->
 
 
 class FrameVad:
+    """The VAD stage over a ``FrameClassifier``: frames in, ``SpeechStart``, the utterance's frames and
+    ``SpeechEnd`` out; frames before speech is confirmed are held and passed on with its start."""
+
     def __init__(
         self,
         classifier: FrameClassifier,

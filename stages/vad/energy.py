@@ -39,6 +39,8 @@ class EnergyClassifier:
 
 @dataclass(frozen=True, slots=True)
 class EnergySettings:
+    """The ``[vad]`` keys of ``impl = "energy"``: the loudness that counts as speech, and the end-pointing."""
+
     threshold_dbfs: float = -45.0
     silence_ms: int = 600
     min_speech_ms: int = 120

@@ -22,6 +22,9 @@ from stages.registry import Implementation, Loaded, Models, TurnInputs, load_fil
 
 
 class FsmnVadModel:
+    """A loaded FSMN VAD model, its end silence fixed at load, shared by every turn (each turn streams with its own
+    cache); a folder holding another kind of model is refused."""
+
     def __init__(self, model_dir: Path, silence_ms: int) -> None:
         self.silence_ms = silence_ms
         self.model = load_automodel(model_dir, max_end_silence_time=silence_ms)
@@ -31,6 +34,9 @@ class FsmnVadModel:
 
 
 class FsmnVad:
+    """The VAD stage over a loaded ``FsmnVadModel``: each frame streamed to the model, and the frames passed on from
+    the one in which it hears speech begin until it says speech ended."""
+
     def __init__(self, model: FsmnVadModel) -> None:
         self.model = model
         self.info = StageInfo(role="vad", impl="fsmn", attributes=(("vad.silence_ms", model.silence_ms),))
@@ -57,6 +63,8 @@ class FsmnVad:
 
 @dataclass(frozen=True, slots=True)
 class FsmnSettings:
+    """The ``[vad]`` keys of ``impl = "fsmn"``: the model folder and the end-point's silence."""
+
     model: str = "fsmn-vad"
     silence_ms: int = 600
 

@@ -46,6 +46,9 @@ class SileroModel:
 
 
 class SileroClassifier:
+    """One turn's Silero over the shared model, holding the turn's recurrent state: a ``FrameClassifier`` for the
+    lab's end-pointer and a ``ChunkClassifier`` for the xiaozhi-server one."""
+
     name = "silero"
 
     def __init__(self, model: SileroModel) -> None:
@@ -87,6 +90,8 @@ def _samples(pcm: bytes) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class SileroSettings:
+    """The ``[vad]`` keys of ``impl = "silero"``: the model, the end-pointer (``profile``) and the settings of each."""
+
     model: str = "silero-vad"
     threshold: float = 0.5
     silence_ms: int = 600

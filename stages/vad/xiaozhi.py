@@ -40,6 +40,9 @@ PROFILE = "xiaozhi-server"
 
 
 class ChunkClassifier(Protocol):
+    """What ``XiaozhiServerVad`` needs of a classifier: the speech probability of each 512-sample chunk, and a fresh
+    start each turn."""
+
     name: str
 
     def reset(self) -> None:

@@ -18,6 +18,8 @@ from pipeline.endpoints.link.profiles import NetProfile
 
 @dataclass(slots=True)
 class DatagramStats:
+    """What one direction of the relay did with its datagrams: how many it passed on, how many it dropped."""
+
     relayed: int = 0
     lost: int = 0
 

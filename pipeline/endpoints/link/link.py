@@ -15,6 +15,8 @@ SPIN_MS = 1.5  # the last stretch of a wait is spent yielding to the loop rather
 
 @dataclass(slots=True)
 class DirectionStats:
+    """What one direction of an emulated link did, over all its connections: the figures a network run reports."""
+
     chunks: int = 0
     bytes: int = 0
     retransmissions: int = 0

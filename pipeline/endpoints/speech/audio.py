@@ -23,6 +23,8 @@ PCM_RATE = 24000  # OpenAI's ``pcm``: raw 24 kHz 16-bit signed little-endian mon
 
 @dataclass(frozen=True, slots=True)
 class OutputFormat:
+    """How one ``response_format`` is written: libsndfile's container and subtype, and the response's content type."""
+
     container: str  # libsndfile's format name; "" for raw PCM
     subtype: str
     content_type: str
@@ -47,6 +49,8 @@ class NoSamples(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Upload:
+    """An uploaded file as the ASR stages take it, with its length and what it was read as."""
+
     pcm: bytes  # 16 kHz mono 16-bit little-endian
     duration_ms: int
     kind: str  # what it was read as, e.g. "WAV PCM_16"

@@ -25,6 +25,8 @@ MAX_INPUT_CHARS = 4096  # OpenAI's limit on ``input``
 
 @dataclass(frozen=True, slots=True)
 class TranscriptionRequest:
+    """A checked ``POST /v1/audio/transcriptions``: the uploaded file and the fields the configured ASR honours."""
+
     audio: bytes
     model: str
     language: str  # "" = detect
@@ -33,6 +35,8 @@ class TranscriptionRequest:
 
 @dataclass(frozen=True, slots=True)
 class SpeechRequest:
+    """A checked ``POST /v1/audio/speech``: the text to speak and the fields the configured TTS honours."""
+
     model: str
     text: str
     voice: str

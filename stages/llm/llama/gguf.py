@@ -52,11 +52,13 @@ Value = str | int | float | bool | list["Value"]
 
 
 class GgufError(ValueError):
-    pass
+    """The file cannot be a model: missing, not GGUF, an unknown version, or a truncated or corrupt header."""
 
 
 @dataclass(frozen=True, slots=True)
 class GgufInfo:
+    """What the header says about a model: enough to check it before loading it and to name it in the record."""
+
     path: Path
     architecture: str
     name: str
