@@ -67,6 +67,8 @@ Result = bool | int | str | dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Tool:
+    """One tool the emulated firmware offers: its name and description as listed, its arguments, what it does."""
+
     name: str
     description: str
     props: tuple[Prop, ...]

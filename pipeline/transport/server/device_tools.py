@@ -43,6 +43,8 @@ class McpError(ToolFailed):
 
 @dataclass(frozen=True, slots=True)
 class McpSettings:
+    """How the server talks MCP to a device: the real server's waits, and the vision endpoint it announces."""
+
     call_timeout_s: float = 30.0  # mcp_handler.py call_mcp_tool: timeout=30
     list_delay_s: float = 1.0  # mcp_handler.py: asyncio.sleep(1) between initialize's answer and tools/list
     # initialize's vision capability: xiaozhi-sdk reads both keys and fails without them. The lab

@@ -47,6 +47,8 @@ class OtaError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class OtaSettings:
+    """What the OTA endpoint tells devices (where to connect, with which credential) and where it listens."""
+
     websocket_url: str  # what devices are told to connect to: ws://PUBLIC_HOST:PORT/xiaozhi/v1/
     host: str = "127.0.0.1"
     port: int = 8003  # the real server's http_port

@@ -41,6 +41,8 @@ class MqttPacket:
 
 @dataclass(frozen=True, slots=True)
 class Connect:
+    """A CONNECT packet's fields: who the device says it is, and its keep-alive."""
+
     protocol_level: int  # 3: MQTT 3.1, 4: 3.1.1
     keep_alive_s: int
     client_id: str
@@ -51,6 +53,8 @@ class Connect:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
+    """A PUBLISH packet's fields: the topic, the payload (a JSON message from a device), and its QoS."""
+
     topic: str
     payload: bytes
     qos: int = 0

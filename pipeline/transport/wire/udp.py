@@ -24,6 +24,8 @@ class PacketError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class AudioPacket:
+    """One UDP audio packet, opened: its header's ssrc, timestamp and sequence, and the Opus it carries."""
+
     ssrc: int
     timestamp: int
     sequence: int
