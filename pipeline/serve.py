@@ -53,6 +53,7 @@ from pipeline.run.session import Run, TraceSink, attach_scheduler, session_attri
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
+from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
 from pipeline.transport.server.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
@@ -356,7 +357,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     trace_path = args.out / "traces" / f"{run.run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
     sink = RowSink(p.bench, 0, say_nothing if args.quiet else say_on_stderr)
-    tracing.start_session(session_attributes(run), clock.now_ns())
+    served = {**session_attributes(run), names.SERVER_SETTINGS: describe(p.session, p.door)}
+    tracing.start_session(served, clock.now_ns())
     try:
         serve(args, p, tracing, sink)
     except OSError as exc:  # the address is taken, or not ours

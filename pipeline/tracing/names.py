@@ -71,6 +71,7 @@ REFERENCE_TEXT = "lab.reference_text"
 EXPECTED_KEYWORDS = "lab.expected_keywords"  # ";"-separated groups of "|"-separated alternatives
 LLM_ENDPOINT = "lab.llm.endpoint"  # "in-process llama.cpp", "emulated cloud, profile X; network Y", ...
 CONFIG_JSON = "lab.config_json"  # every setting of the run, so a report can say what differs
+SERVER_SETTINGS = "lab.server.settings"  # a xiaozhi server's session and door settings (pipeline.serve), name=value
 SCRIPTED = "lab.scripted_stages"
 IMPL_PREFIX = "lab.impl."  # + role: "lab.impl.llm" = "scripted"
 
