@@ -92,6 +92,7 @@ ENTRY_MAY_USE = {
         "endpoints",
         "transport.server",
         "transport.wire",
+        "names",
         "entry",
     },
 }
