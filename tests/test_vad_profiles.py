@@ -8,6 +8,7 @@ frame ceil((k+1) * 512 / 960) - 1.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -159,6 +160,18 @@ def test_the_ten_frames_before_speech_are_passed_on() -> None:
     assert bounds == [896, 1152]
     assert seqs[0] == 6 and seqs == list(range(6, seqs[-1] + 1))
     assert where[0] == ("SpeechStart", 0)
+
+
+def test_the_pre_roll_is_ten_of_the_devices_packets_not_ten_frames() -> None:
+    """asr/base.py keeps asr_audio[-10:] of the packets a device sent: 200 ms from a desktop client's 20 ms
+    packets, which reach the stage cut into 60 ms frames (the lab kept 600 ms for every client)."""
+    probs = [0.1] * 28 + [0.9] * 40  # speech is heard at chunk 30, which frame 16 completes
+    twenty = [dataclasses.replace(f, packet_ms=20) for f in frames(60)]
+    events = run_stage(XiaozhiServerVad(ScriptedChunks(probs), XiaozhiServerProfile()), twenty).events
+    passed = [(e.seq, len(e.pcm) // 32) for e in events if isinstance(e, AudioFrame)]
+    assert passed[:5] == [(12, 20), (13, 60), (14, 60), (15, 60), (16, 60)]  # 200 ms before frame 16
+    sixty = [e.seq for e in xs(probs, 60, XiaozhiServerProfile()) if isinstance(e, AudioFrame)]
+    assert sixty[0] == 6  # the firmware's 60 ms packets: ten of them, 600 ms
 
 
 def test_an_utterance_of_900_ms_or_less_is_dropped_and_listening_goes_on() -> None:

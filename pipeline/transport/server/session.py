@@ -183,7 +183,7 @@ class DeviceSession:
             if self.collecting is not None:  # manual mode: the utterance ends here
                 self.collecting.close_uplink()
                 self.collecting = None
-            self.listening = self._listens_on() and self.mode != "manual"
+            self.listening = self._listens_on()
         elif message.state == "detect":
             await self._detect(message)
         else:
