@@ -16,6 +16,9 @@ MAPS = {
     "pipeline/analysis/path": ("pipeline/analysis/path",),
     "pipeline/report": ("pipeline/report", "pipeline/report/sections"),
     "pipeline/sweep": ("pipeline/sweep",),
+    "pipeline/transport/wire": ("pipeline/transport/wire",),
+    "pipeline/transport/server": ("pipeline/transport/server",),
+    "pipeline/transport/device": ("pipeline/transport/device",),
 }
 
 

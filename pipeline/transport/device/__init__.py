@@ -1,7 +1,7 @@
 """The device's end of the xiaozhi wire: the lab's emulated device, as a stock firmware behaves on the wire.
 
-``settings`` says how it behaves, ``link`` opens a ``DeviceLink`` (``websocket_link``,
-``mqtt_udp_link``), ``device`` holds the session and asks questions, ``turn`` runs one (clip out,
-answer in, playout, barge-in), ``microphone`` streams in realtime mode, ``tools`` answers MCP as the
-firmware does. Nothing here imports the server side.
+``settings`` says how it behaves; ``dial`` opens the ``link`` a URL names (``websocket_link``,
+``mqtt_udp_link``); ``device`` holds the session and asks questions; ``turn`` runs one (clip out, answer
+in, playout, barge-in); ``microphone`` streams in realtime mode; ``tools`` answers MCP as the firmware
+does. Nothing here imports the server side.
 """
