@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import AsyncIterator
 
 import pytest
 
-from pipeline.events import LatencyProfile
+from pipeline.events import Event, LatencyProfile, StageInfo
 from pipeline.run.turn import ServerStages
 from pipeline.transport.server.requests import TurnRequest
 from pipeline.transport.server.settings import SessionSettings
@@ -218,3 +219,41 @@ def test_audio_in_the_two_seconds_after_a_wake_reply_is_ignored_then_heard() -> 
     ((request, timeline),) = turns.done
     assert request.started_by == "listen" and timeline.ok
     assert timeline.dropped["audio in the mute after a wake word or typed text"] == 2000 // 60 + 1
+
+
+class _Deaf:
+    """An ASR that hears nothing it can write down: no transcript at all."""
+
+    info = StageInfo("asr", "deaf")
+
+    async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        async for _ in events:
+            pass
+        return
+        yield
+
+
+class _DeafFirst(Turns):
+    def stages(self, request: TurnRequest) -> ServerStages:
+        built = super().stages(request)
+        return dataclasses.replace(built, asr=_Deaf()) if not self.done else built
+
+
+def test_a_turn_that_told_the_device_nothing_ends_with_nothing_not_a_tts_stop() -> None:
+    """A listener whose VAD heard speech and whose ASR wrote nothing down must not end with ``tts stop``: the
+    device was never told ``tts start``, and a stray stop would end its next question (the real server sends
+    none: asr/base.py)."""
+    turns = _DeafFirst()
+
+    async def device(channel: FakeChannel) -> None:
+        say_hello(channel)
+        channel.say({"type": "listen", "state": "start", "mode": "auto"})
+        await speak(channel, CLIP)
+        while not turns.done:
+            await speak(channel, [SILENCE])
+        await speak(channel, [SILENCE] * 10)
+        channel.leave()
+
+    channel, done = run(device, turns)
+    assert [tl.ok for _, tl in done.done] == [False]
+    assert channel.messages("tts") == [] and channel.messages("stt") == []

@@ -204,8 +204,9 @@ async def _send(turn: ServerTurn) -> None:
     while True:
         item = await turn.outbox.get()
         if isinstance(item, TurnEnd):
-            await pacer.before_stop()  # the device plays out what it holds before it hears stop
-            await turn.channel.send(turn.tell_stop())
+            if turn.told_start and not turn.stop_sent:  # a turn that told the device nothing ends with nothing
+                await pacer.before_stop()  # the device plays out what it holds before it hears stop
+                await turn.channel.send(turn.tell_stop())
             return
         if not isinstance(item, AudioOut):
             await turn.channel.send(item)
