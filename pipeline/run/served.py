@@ -8,6 +8,7 @@ so the run never imports the transport that serves it.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
@@ -65,11 +66,19 @@ class ServedTurns:
     def stages(self, request: ServedRequest) -> ServerStages:
         """The turn's stages; a device that speaks MCP (``request.device``) has its own tools offered to
         the LLM once it has listed them (read when the LLM is asked, not now: the list may be on its way)."""
-        self.count += 1
         history = tuple(self.history.get(request.session_id, ()))
         return build_stages(
-            self.run.config, self.run.engines, self.question(request), self.count, history, request.device
+            self.run.config, self.run.engines, self.question(request), self.salt(request), history, request.device
         )
+
+    def salt(self, request: ServedRequest) -> int:
+        """What seeds a turn's scripted latencies: the question and round the device names, so the draws do not
+        depend on how many listeners the server built before it (one after every end-point); a turn that names
+        none takes the next number."""
+        if request.question_id:
+            return zlib.crc32(f"{request.question_id}\0{request.round}".encode()) & 0x7FFFFFFF
+        self.count += 1
+        return self.count
 
     def finished(self, request: ServedRequest, timeline: TurnTimeline) -> None:
         if timeline.ok:
