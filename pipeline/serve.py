@@ -201,8 +201,7 @@ class OtaFront:
     port: int
     token: str = field(default="", repr=False)
     note: Callable[[str], None] = print
-
-    cors_origin: str = ""
+    cors_origin: str = ""  # the one web origin that may read the answers; "": none
 
     def settings(self, ws: WebSocketSettings, ws_port: int, mqtt_endpoint: str = "", mqtt_key: str = "") -> OtaSettings:
         offset_min = (time.localtime().tm_gmtoff or 0) // 60  # a device shows the lab machine's local time

@@ -494,6 +494,31 @@ def test_a_connection_the_server_closed_while_the_device_was_idle_is_opened_agai
     assert conns[1].of("listen", "start")[0][1]["session_id"] == "s1"
 
 
+def test_a_server_that_says_nothing_of_a_question_fails_it_at_the_answer_timeout_not_the_turn_limit() -> None:
+    """The real server sends nothing at all for an utterance it did not recognise (asr/base.py): the device
+    gives up ``answer_timeout_s`` after its question's last frame (and its noise tail), aborts, and the next
+    question goes on."""
+
+    async def script(conn: Conn) -> None:
+        await conn.next_json("listen")  # heard nothing it could write down: says nothing
+        await conn.next_json("abort")
+        await conn.send({"type": "tts", "state": "stop"})
+        await answer_each(conn, 1)
+
+    async def scenario() -> tuple[TurnTimeline, TurnTimeline, float]:
+        changes = {"answer_timeout_s": 0.5, "tail_ms": 300}
+        async with scripted(script) as (url, _), EmulatedDevice(settings(url, **changes), CLOCK) as device:
+            start = asyncio.get_running_loop().time()
+            silent = await device.turn(ask("q1"))
+            took = asyncio.get_running_loop().time() - start
+            return silent, await device.turn(ask("q2")), took
+
+    silent, answered, took = real(scenario)
+    assert silent.error_type == "empty_transcript" and "said nothing within 0.5 s" in silent.error_message
+    assert took < 3.0  # clip 0.3 s + tail 0.3 s + 0.5 s (1.1 s in all), far from the 10 s turn limit
+    assert answered.ok, answered.error_message
+
+
 def test_settings_the_firmware_does_not_have_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="listen_mode 'push'"):
         DeviceSettings(url="ws://127.0.0.1:1/", listen_mode="push")

@@ -94,10 +94,11 @@ class ServedTurns:
         self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
 
     async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
-        """``text`` spoken once by the run's TTS and kept, as 60 ms frames; the session's history gets it."""
+        """``text`` spoken once by the run's TTS and kept, as 60 ms frames; the session's history gets it
+        (``session_id`` "": made ahead, for no session)."""
         if text not in self.replies:
             self.replies[text] = await self.speak(text)
-        if self.run.config.llm.history_rounds:
+        if session_id and self.run.config.llm.history_rounds:
             self.history.setdefault(session_id, []).append(Message("assistant", text))
         return self.replies[text]
 
