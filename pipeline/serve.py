@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import sys
 import time
@@ -270,9 +269,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
         refuse_tls_port(args.mqtt_port)
     key = mqtt_key(args, env)
     refuse_existing_run(args.out, run_id, append=False)
-    session, door = server_settings(args, 60.0)
     cfg = load_config(args.config, {}, base=SERVE_BASE)
-    session = dataclasses.replace(session, turn_timeout_s=cfg.run.turn_timeout_s)
+    session, door = server_settings(args, cfg.run.turn_timeout_s)
     language = heard_language(args.language)
     questions = load_questions(args.fixtures, language) if args.fixtures else QuestionSet(Path("."), ())
     refuse_oracle_without_texts(cfg.asr.impl, questions)

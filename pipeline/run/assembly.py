@@ -201,6 +201,11 @@ def build_stages(
     )
 
 
+def build_tts(cfg: Config, engines: Engines, question: Question) -> Stage:
+    """The TTS alone: a server speaks a reply it keeps ready (the wake word's) with the TTS a run would use."""
+    return _stage(cfg, engines, "tts", turn_inputs(question, 0))  # type: ignore[no-any-return]
+
+
 def build_vad(cfg: Config, engines: Engines, question: Question) -> Stage:
     """The VAD alone: a device emulator finds where a clip's speech ends with the VAD a run would use."""
     return _stage(cfg, engines, "vad", turn_inputs(question, 0))  # type: ignore[no-any-return]

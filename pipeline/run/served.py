@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pipeline.events import AudioOut, Event, Sentence
-from pipeline.run.assembly import build_stages
+from pipeline.run.assembly import build_stages, build_tts
 from pipeline.run.inputs import written_language
 from pipeline.run.session import Run, TraceSink, exchange, keep_history, turn_attributes
 from pipeline.run.turn import ServerStages
@@ -105,7 +105,7 @@ class ServedTurns:
     async def speak(self, text: str) -> list[bytes]:
         """``text`` through the run's TTS, untimed: audio the server has ready before anyone asks."""
         question = Question("reply", written_language(text), "", text, Path())
-        tts = build_stages(self.run.config, self.run.engines, question, 0).tts
+        tts = build_tts(self.run.config, self.run.engines, question)
         frames: list[bytes] = []
         async for event in tts.run(_one(Sentence(0, text, 0, 0))):
             if isinstance(event, AudioOut):

@@ -156,7 +156,6 @@ class DeviceTurn:
                 raise
             wait = self.settings.answer_timeout_s
             self.recorder.fail("empty_transcript", f"the server said nothing within {wait:g} s of the question's end")
-            close(self.playout)
 
     async def _receive(self) -> None:
         decoder = OpusDecoder()

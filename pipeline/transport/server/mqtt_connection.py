@@ -155,7 +155,7 @@ class MqttConnection:
         except NotAMessage as exc:
             raise Hangup(f"a PUBLISH whose payload is no JSON message: {exc}") from None
         except ProtocolError as exc:
-            message = Malformed(str(exc).split(":", 1)[0], str(exc))
+            message = Malformed.of(exc)
         channel = self.channel if self.channel is not None and not self.channel.closed else None
         if channel is None or isinstance(message, Hello | Goodbye | UdpTimeout):
             self.guard.control()

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from pipeline.clock import Clock
+from pipeline.events import FRAME_BYTES, FRAME_MS
 from pipeline.run.inputs import push_to_talk, typed
 from pipeline.run.turn import ServerStages
 from pipeline.transport.server.channel import Background, ServerChannel, tell
@@ -244,7 +245,7 @@ class DeviceSession:
             self.channel.guard.audio(self.packet_ms)
             self._count("undecodable packet")
             return
-        self.channel.guard.audio(len(pcm) / 32)  # 16 kHz 16-bit mono: 32 bytes a millisecond
+        self.channel.guard.audio(len(pcm) * FRAME_MS / FRAME_BYTES)
         if now < self.muted_until_ns:
             self._count("audio in the mute after a wake word or typed text")
             return

@@ -176,6 +176,11 @@ class Malformed(msgspec.Struct, frozen=True):
     what: str
     reason: str
 
+    @classmethod
+    def of(cls, error: ProtocolError) -> Malformed:
+        """What a ``ProtocolError`` said, counted by the words before its first colon."""
+        return cls(str(error).split(":", 1)[0], str(error))
+
 
 class _Envelope(msgspec.Struct):
     type: str
@@ -216,7 +221,7 @@ def read(data: str | bytes) -> Message | Other | Malformed:
     try:
         return decode(data)
     except ProtocolError as exc:
-        return Malformed(str(exc).split(":", 1)[0], str(exc))
+        return Malformed.of(exc)
 
 
 _NESTED = ("audio_params", "features", "udp", "lab")  # our structs inside a message; a payload is left whole
