@@ -19,6 +19,7 @@ from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, FRAME_SAMPLES, AudioFrame
 from pipeline.run.device import Ask
 from pipeline.transport.device.link import DeviceLink
+from pipeline.transport.device.pacer import send_lateness
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.wire.errors import ChannelGone
 from pipeline.transport.wire.messages import Lab
@@ -82,6 +83,7 @@ class Microphone:
         loop = asyncio.get_running_loop()
         encoder = OpusEncoder(preset=self.settings.encoder_preset)
         due, position = loop.time(), 0
+        late = send_lateness()
         with contextlib.suppress(ChannelGone):  # the connection is gone: so is its microphone
             while True:
                 due += FRAME_MS / 1000
@@ -93,6 +95,7 @@ class Microphone:
                     spoken = turn.frames[turn.mic_pos]
                     turn.mic_pos += 1
                 packet = encoder.encode(spoken.pcm if spoken is not None else self.noise.frame())
+                late.record((loop.time() - due) * 1000)
                 now = self.clock.now_ns()
                 await self.link.send_audio(packet, position * FRAME_MS)
                 position += 1

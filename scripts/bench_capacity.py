@@ -1,0 +1,186 @@
+"""How many devices: the capacity figures of issue 32, in one run, printed side by side.
+
+Parts (``--parts``, a comma list; each part is one function of ``PARTS``):
+
+- ``fleet``: the load generator holds itself. A sink (``python -m pipeline.capacity.sink``, its own
+  process: it answers hello and discards the rest) takes N realtime emulated devices from this
+  process, for N in ``--counts`` (default 100, 500, 1000); each device streams its microphone as paced
+  60 ms Opus frames. Once all are connected, for ``--hold`` seconds: devices still connected, frames
+  sent, the generator's own send lateness (every paced send's start minus its due time) P50/P99/max,
+  and the CPU of this process and of the sink (share of one core). Goal: P99 <= 5 ms at 1,000.
+
+Run it on a quiet machine: every figure here is wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.clock import RealClock, real_event_loop  # noqa: E402
+from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice  # noqa: E402
+from pipeline.transport.device.pacer import send_lateness  # noqa: E402
+
+CONNECTING_AT_ONCE = 50  # devices dialling together: a thousand handshakes at once would time out on 2 cores
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStep:
+    """One fleet size held against the sink."""
+
+    devices: int
+    connected: int  # connected at the start of the hold and still connected at its end
+    frames: int  # paced sends during the hold
+    late_p50_ms: float
+    late_p99_ms: float
+    late_max_ms: float
+    cpu_generator: float  # share of one core during the hold
+    cpu_sink: float
+    hold_s: float
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class SinkProcess:
+    """``python -m pipeline.capacity.sink`` on a free port, for as long as the ``with`` lasts."""
+
+    def __enter__(self) -> SinkProcess:
+        command = [sys.executable, "-m", "pipeline.capacity.sink", "--port", "0"]
+        self.proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("ws://"):
+            self.proc.kill()
+            raise RuntimeError(f"the sink did not start (it said {self.url!r})")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        self.said = out.strip()
+
+
+async def _connect(devices: list[EmulatedDevice]) -> list[EmulatedDevice]:
+    gate = asyncio.Semaphore(CONNECTING_AT_ONCE)
+
+    async def one(device: EmulatedDevice) -> EmulatedDevice | None:
+        async with gate:
+            try:
+                await device.__aenter__()
+            except DeviceError as exc:
+                print(f"  {device.settings.device_id}: {exc}", file=sys.stderr)
+                return None
+            return device
+
+    return [d for d in await asyncio.gather(*(one(d) for d in devices)) if d is not None]
+
+
+async def hold_fleet(url: str, count: int, hold_s: float, sink_pid: int) -> FleetStep:
+    """``count`` realtime devices connected to ``url``, then held for ``hold_s``: what the hold cost."""
+    clock = RealClock()
+    devices = [
+        EmulatedDevice(
+            DeviceSettings(url=url, listen_mode="realtime", device_id=f"02:00:00:00:{i // 256:02x}:{i % 256:02x}", mcp_wait_s=0.0),
+            clock,
+        )
+        for i in range(count)
+    ]
+    connected = await _connect(devices)
+    gc.collect()
+    gc.freeze()  # what the fleet is made of lives for the whole hold: no collection need walk it again
+    record = send_lateness()
+    record.take()  # dialling is not holding
+    cpu0, sink0, wall0 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
+    await asyncio.sleep(hold_s)
+    late = record.take()
+    cpu1, sink1, wall1 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
+    still = sum(d.link.is_open for d in connected)
+    await asyncio.gather(*(d.__aexit__(None, None, None) for d in connected), return_exceptions=True)
+    gc.unfreeze()
+    wall = wall1 - wall0
+    p50, p99, most = (float(v) for v in np.percentile(late, [50, 99, 100])) if late.size else (float("nan"),) * 3
+    return FleetStep(count, still, int(late.size), p50, p99, most, (cpu1 - cpu0) / wall, (sink1 - sink0) / wall, wall)
+
+
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return real_event_loop
+
+
+def fleet(args: argparse.Namespace) -> None:
+    """Part ``fleet``: the generator's own lateness and CPU at each fleet size against a sink."""
+    steps: list[FleetStep] = []
+    with SinkProcess() as sink:
+        for count in args.counts:
+            with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
+                step = runner.run(hold_fleet(sink.url, count, args.hold, sink.proc.pid))
+            steps.append(step)
+            print(f"  {count} devices: {step.connected} held, P99 {step.late_p99_ms:.2f} ms", file=sys.stderr)
+    print(f"\n== fleet: realtime devices against a sink ({args.loop} loop, hold {args.hold:g} s) ==")
+    print(f"{'devices':>8} {'held':>6} {'frames':>8} {'late P50':>9} {'P99':>7} {'max':>7} {'CPU gen':>8} {'CPU sink':>9}")
+    for s in steps:
+        print(
+            f"{s.devices:>8} {s.connected:>6} {s.frames:>8} {s.late_p50_ms:>8.2f}m {s.late_p99_ms:>6.2f}m "
+            f"{s.late_max_ms:>6.1f}m {s.cpu_generator:>7.0%} {s.cpu_sink:>8.0%}"
+        )
+    print(f"(lateness in ms; CPU as a share of one core; the sink said: {sink.said})")
+
+
+PARTS: dict[str, Callable[[argparse.Namespace], None]] = {"fleet": fleet}
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of device counts, e.g. 100,500,1000") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every count is 1 or more")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", default="fleet", help=f"comma list of: {', '.join(PARTS)}")
+    parser.add_argument("--counts", type=_counts, default=[100, 500, 1000], help="fleet sizes (fleet)")
+    parser.add_argument("--hold", type=float, default=30.0, help="seconds each fleet is held once connected")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the generator's event loop")
+    args = parser.parse_args(argv)
+    parts = args.parts.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(PARTS)}")
+    if args.hold <= 0:
+        parser.error(f"--hold {args.hold:g}: more than 0 seconds")
+    for part in parts:
+        PARTS[part](args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
