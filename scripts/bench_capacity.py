@@ -102,7 +102,9 @@ async def hold_fleet(url: str, count: int, hold_s: float, sink_pid: int) -> Flee
     clock = RealClock()
     devices = [
         EmulatedDevice(
-            DeviceSettings(url=url, listen_mode="realtime", device_id=f"02:00:00:00:{i // 256:02x}:{i % 256:02x}", mcp_wait_s=0.0),
+            DeviceSettings(
+                url=url, listen_mode="realtime", device_id=f"02:00:00:00:{i // 256:02x}:{i % 256:02x}", mcp_wait_s=0.0
+            ),
             clock,
         )
         for i in range(count)
@@ -142,7 +144,9 @@ def fleet(args: argparse.Namespace) -> None:
             steps.append(step)
             print(f"  {count} devices: {step.connected} held, P99 {step.late_p99_ms:.2f} ms", file=sys.stderr)
     print(f"\n== fleet: realtime devices against a sink ({args.loop} loop, hold {args.hold:g} s) ==")
-    print(f"{'devices':>8} {'held':>6} {'frames':>8} {'late P50':>9} {'P99':>7} {'max':>7} {'CPU gen':>8} {'CPU sink':>9}")
+    print(
+        f"{'devices':>8} {'held':>6} {'frames':>8} {'late P50':>9} {'P99':>7} {'max':>7} {'CPU gen':>8} {'CPU sink':>9}"
+    )
     for s in steps:
         print(
             f"{s.devices:>8} {s.connected:>6} {s.frames:>8} {s.late_p50_ms:>8.2f}m {s.late_p99_ms:>6.2f}m "

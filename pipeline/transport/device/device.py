@@ -19,10 +19,11 @@ from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.dial import open_link
 from pipeline.transport.device.link import DeviceError, DeviceLink
-from pipeline.transport.device.microphone import Microphone, NoiseFloor
+from pipeline.transport.device.microphone import Microphone
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.device.turn import DeviceTurn, abandon, check_answered
+from pipeline.transport.device.uplink import NoiseLoop
 from pipeline.transport.wire.errors import ChannelGone
 from pipeline.transport.wire.messages import LabTag, Listen, Mcp
 
@@ -36,7 +37,7 @@ class EmulatedDevice:
         self.settings, self.clock = settings, clock
         self.link_settings = settings.link()
         self.tools = EmulatedTools()  # the device's state outlives its connections
-        self.noise = NoiseFloor(settings.device_id)
+        self.noise = NoiseLoop(settings.device_id, settings.encoder_preset)
         self.link = self._new_link()
         self.label = self.link.label
         self.mic: Microphone | None = None

@@ -1,17 +1,28 @@
-"""How late the device emulator's paced sends went: the load generator's own lateness, one record per event loop.
+"""Paced sends for every device on an event loop: one shared pacer, and how late the sends went.
+
+A thousand devices each sleeping 60 ms per frame put a thousand timers in the loop's heap and wake
+the loop for each; the ``Pacer`` keeps one timer for the whole loop instead. Due times are whole
+microseconds of loop time; waiters with the same due time share one slot and are released together,
+in the order they asked, so devices whose start phase sits on the pacer's grid (``start_us``) share
+slots: at most 60 distinct due times per 60 ms frame, however many devices there are.
 
 A fleet that falls behind its own schedule measures itself, not the server (a capacity step where
-the generator was late is void). Every paced send records how far it went after its due time;
-values are kept in a flat array of doubles, not as objects the garbage collector must chase.
+the generator was late is void). Every paced send records how far it went after its due time
+(``send_lateness``); values are kept in a flat array of doubles, not as objects the garbage
+collector must chase.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import weakref
 from array import array
+from typing import cast
 
 import numpy as np
+
+GRID_US = 1000  # start phases are rounded up to this: devices share slots, the loop wakes at most once a ms
 
 
 class SendLateness:
@@ -29,13 +40,77 @@ class SendLateness:
         return values
 
 
-_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SendLateness] = weakref.WeakKeyDictionary()
+class Pacer:
+    """Releases each waiter at its due time (whole µs of loop time) with one loop timer for all of them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, grid_us: int = GRID_US) -> None:
+        # weakly: the pacer is kept per loop in a weak-keyed table, which a strong reference would pin
+        self.loop: asyncio.AbstractEventLoop = cast(asyncio.AbstractEventLoop, weakref.proxy(loop))
+        self.grid_us = grid_us
+        self._slots: dict[int, list[asyncio.Future[None]]] = {}
+        self._dues: list[int] = []  # a heap of the slots' due times
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = 0
+
+    def now_us(self) -> int:
+        return round(self.loop.time() * 1_000_000)
+
+    def start_us(self) -> int:
+        """Now, rounded up to the grid: a phase that shares its slots with other devices'."""
+        return -(-self.now_us() // self.grid_us) * self.grid_us
+
+    def late_ms(self, due_us: int) -> float:
+        """How far after ``due_us`` it is now (ms)."""
+        return self.loop.time() * 1000 - due_us / 1000
+
+    def wait(self, due_us: int) -> asyncio.Future[None]:
+        """Done at ``due_us`` (at once, if that has passed), after every waiter with an earlier due time."""
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        slot = self._slots.get(due_us)
+        if slot is not None:
+            slot.append(waiter)
+            return waiter
+        self._slots[due_us] = [waiter]
+        heapq.heappush(self._dues, due_us)
+        if self._timer is None or due_us < self._timer_due:
+            self._arm(due_us)
+        return waiter
+
+    def _arm(self, due_us: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due_us
+        self._timer = self.loop.call_at(due_us / 1_000_000, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self.now_us()
+        dues, slots = self._dues, self._slots
+        while dues and dues[0] <= now:
+            for waiter in slots.pop(heapq.heappop(dues)):
+                if not waiter.done():  # its device stopped meanwhile
+                    waiter.set_result(None)
+        if dues:
+            self._arm(dues[0])
+
+
+_LATENESS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SendLateness] = weakref.WeakKeyDictionary()
+_PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
 
 
 def send_lateness() -> SendLateness:
     """The running loop's record: every device on the loop shares it."""
     loop = asyncio.get_running_loop()
-    record = _BY_LOOP.get(loop)
+    record = _LATENESS.get(loop)
     if record is None:
-        record = _BY_LOOP[loop] = SendLateness()
+        record = _LATENESS[loop] = SendLateness()
     return record
+
+
+def pacer() -> Pacer:
+    """The running loop's pacer: every device on the loop shares it."""
+    loop = asyncio.get_running_loop()
+    shared = _PACERS.get(loop)
+    if shared is None:
+        shared = _PACERS[loop] = Pacer(loop)
+    return shared

@@ -20,12 +20,14 @@ from pipeline.run.device import Ask, Player, close, drain
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.link import DeviceLink
-from pipeline.transport.device.microphone import Microphone, NoiseFloor
+from pipeline.transport.device.microphone import Microphone
+from pipeline.transport.device.pacer import pacer, send_lateness
 from pipeline.transport.device.settings import DeviceSettings
+from pipeline.transport.device.uplink import NoiseLoop, clip_packets
 from pipeline.transport.wire.errors import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.messages import Abort, Listen, Llm, Malformed, Message, Other, Stt, Tts, kind
-from pipeline.transport.wire.opus import CodecError, OpusDecoder, OpusEncoder, audible
+from pipeline.transport.wire.opus import CodecError, OpusDecoder, audible
 
 _DRAINED = object()  # in the playout queue: everything before it has been played
 
@@ -37,7 +39,7 @@ class TurnHost(Protocol):
     clock: Clock
     link: DeviceLink
     mic: Microphone | None
-    noise: NoiseFloor
+    noise: NoiseLoop
 
     @property
     def session_id(self) -> str: ...
@@ -124,16 +126,18 @@ class DeviceTurn:
         """Auto and manual mode's microphone: each frame once its 60 ms are captured; in auto mode the
         noise floor after the clip until the server hears (at most ``tail_ms``); manual: ``listen stop``."""
         loop = asyncio.get_running_loop()
-        encoder = OpusEncoder(preset=self.settings.encoder_preset)
-        due = loop.time()
+        paced, late = pacer(), send_lateness()
+        packets = clip_packets(self.frames, self.settings.encoder_preset)
+        due = paced.now_us()
         tail = self.settings.tail_ms // FRAME_MS if self.settings.listen_mode == "auto" else 0
         for index in range(len(self.frames) + tail):
             if index >= len(self.frames) and self.heard.is_set():
                 break
             frame = self.frames[index] if index < len(self.frames) else None
-            due += (frame.duration_ms if frame is not None else FRAME_MS) / 1000
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            packet = encoder.encode(frame.pcm if frame is not None else self.device.noise.frame())
+            due += (frame.duration_ms if frame is not None else FRAME_MS) * 1000
+            await paced.wait(due)
+            packet = packets[index] if frame is not None else self.device.noise.next()
+            late.record(paced.late_ms(due))
             now = self.clock.now_ns()  # handed to the transport now: the server may have it before send_audio returns
             await self.link.send_audio(packet, index * FRAME_MS)
             self.sent(frame, now)

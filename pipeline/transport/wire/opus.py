@@ -187,4 +187,5 @@ async def encode_off_loop(encoder: OpusEncoder, pcm: bytes, inline: bool = False
 def audible(pcm: bytes, threshold: int = 64) -> bool:
     """Whether a frame holds something a listener hears: any sample above about -54 dBFS."""
     samples = np.frombuffer(pcm, dtype="<i2")
-    return bool(samples.size) and int(np.abs(samples.astype(np.int32)).max()) > threshold
+    # the extremes, not abs(): no widened copy of the frame, and -32768 needs none
+    return bool(samples.size) and (int(samples.max()) > threshold or int(samples.min()) < -threshold)
