@@ -24,6 +24,7 @@ ENTRY_POINTS = {
     "pipeline.serve",
     "pipeline.sweep.__main__",
     "pipeline.endpoints.speech.__main__",
+    "pipeline.capacity.sink",
     "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
 }
 # part -> the parts it may import (its own part always allowed)
@@ -54,12 +55,15 @@ MAY_USE = {
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names"},
+    # how many devices a server holds: fleets of the device emulator against a server; the sink speaks the wire
+    "capacity": {"contract", "clock", "transport.device", "transport.wire"},
 }
 
 
 # entry point -> the parts it may import: a command wires parts together, but only the parts its job
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
+    "pipeline.capacity.sink": {"transport.wire"},  # a server that answers hello and discards the rest
     "pipeline.analyze": {"analysis"},
     "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
     "pipeline.report.__main__": {"report", "analysis"},
