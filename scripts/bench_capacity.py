@@ -51,6 +51,29 @@ class FleetStep:
     cpu_generator: float  # share of one core during the hold
     cpu_sink: float
     hold_s: float
+    gc_max_ms: float  # the longest garbage collection during the hold
+    gc_total_ms: float
+
+
+class GcPauses:
+    """How long each garbage collection stopped the loop, while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._start) * 1000)
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 def _cpu_s(pid: int) -> float:
@@ -114,16 +137,19 @@ async def hold_fleet(url: str, count: int, hold_s: float, sink_pid: int) -> Flee
     gc.freeze()  # what the fleet is made of lives for the whole hold: no collection need walk it again
     record = send_lateness()
     record.take()  # dialling is not holding
-    cpu0, sink0, wall0 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
-    await asyncio.sleep(hold_s)
-    late = record.take()
-    cpu1, sink1, wall1 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
+    with GcPauses() as pauses:
+        cpu0, sink0, wall0 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
+        await asyncio.sleep(hold_s)
+        late = record.take()
+        cpu1, sink1, wall1 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
     still = sum(d.link.is_open for d in connected)
     await asyncio.gather(*(d.__aexit__(None, None, None) for d in connected), return_exceptions=True)
     gc.unfreeze()
     wall = wall1 - wall0
     p50, p99, most = (float(v) for v in np.percentile(late, [50, 99, 100])) if late.size else (float("nan"),) * 3
-    return FleetStep(count, still, int(late.size), p50, p99, most, (cpu1 - cpu0) / wall, (sink1 - sink0) / wall, wall)
+    gc_max, gc_total = max(pauses.pauses, default=0.0), sum(pauses.pauses)
+    cpu, sink_cpu = (cpu1 - cpu0) / wall, (sink1 - sink0) / wall
+    return FleetStep(count, still, int(late.size), p50, p99, most, cpu, sink_cpu, wall, gc_max, gc_total)
 
 
 def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -144,15 +170,14 @@ def fleet(args: argparse.Namespace) -> None:
             steps.append(step)
             print(f"  {count} devices: {step.connected} held, P99 {step.late_p99_ms:.2f} ms", file=sys.stderr)
     print(f"\n== fleet: realtime devices against a sink ({args.loop} loop, hold {args.hold:g} s) ==")
-    print(
-        f"{'devices':>8} {'held':>6} {'frames':>8} {'late P50':>9} {'P99':>7} {'max':>7} {'CPU gen':>8} {'CPU sink':>9}"
-    )
+    columns = ("devices", "held", "frames", "late P50", "P99", "max", "CPU gen", "CPU sink", "GC max", "GC all")
+    print(" ".join(f"{c:>9}" for c in columns))
     for s in steps:
-        print(
-            f"{s.devices:>8} {s.connected:>6} {s.frames:>8} {s.late_p50_ms:>8.2f}m {s.late_p99_ms:>6.2f}m "
-            f"{s.late_max_ms:>6.1f}m {s.cpu_generator:>7.0%} {s.cpu_sink:>8.0%}"
-        )
-    print(f"(lateness in ms; CPU as a share of one core; the sink said: {sink.said})")
+        cells = [f"{s.devices}", f"{s.connected}", f"{s.frames}"]
+        cells += [f"{v:.2f}" for v in (s.late_p50_ms, s.late_p99_ms, s.late_max_ms)]
+        cells += [f"{s.cpu_generator:.0%}", f"{s.cpu_sink:.0%}", f"{s.gc_max_ms:.1f}", f"{s.gc_total_ms:.0f}"]
+        print(" ".join(f"{c:>9}" for c in cells))
+    print(f"(lateness and GC pauses in ms; CPU as a share of one core; the sink said: {sink.said})")
 
 
 PARTS: dict[str, Callable[[argparse.Namespace], None]] = {"fleet": fleet}

@@ -50,6 +50,7 @@ class Microphone:
     def __init__(self, link: DeviceLink, settings: DeviceSettings, noise: NoiseLoop, clock: Clock) -> None:
         self.link, self.settings, self.noise, self.clock = link, settings, noise, clock
         self.turn: Speaker | None = None  # whose question is spoken, and whose frames these are
+        noise.ready()
         self.task = asyncio.create_task(self._run())
 
     def ask(self, turn: Speaker) -> None:

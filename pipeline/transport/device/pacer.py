@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 import weakref
 from array import array
 from typing import cast
 
 import numpy as np
+
+from pipeline.clock import VirtualEventLoop
 
 GRID_US = 1000  # start phases are rounded up to this: devices share slots, the loop wakes at most once a ms
 
@@ -47,13 +50,19 @@ class Pacer:
         # weakly: the pacer is kept per loop in a weak-keyed table, which a strong reference would pin
         self.loop: asyncio.AbstractEventLoop = cast(asyncio.AbstractEventLoop, weakref.proxy(loop))
         self.grid_us = grid_us
+        # a virtual loop's time is its own; a real loop's is the monotonic clock (asyncio's loop.time()), read
+        # here itself because uvloop's loop.time() is cached once per loop iteration, in whole milliseconds
+        self._virtual = isinstance(loop, VirtualEventLoop)
         self._slots: dict[int, list[asyncio.Future[None]]] = {}
         self._dues: list[int] = []  # a heap of the slots' due times
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0
 
+    def _time(self) -> float:
+        return self.loop.time() if self._virtual else time.monotonic()
+
     def now_us(self) -> int:
-        return round(self.loop.time() * 1_000_000)
+        return round(self._time() * 1_000_000)
 
     def start_us(self) -> int:
         """Now, rounded up to the grid: a phase that shares its slots with other devices'."""
@@ -61,7 +70,7 @@ class Pacer:
 
     def late_ms(self, due_us: int) -> float:
         """How far after ``due_us`` it is now (ms)."""
-        return self.loop.time() * 1000 - due_us / 1000
+        return self._time() * 1000 - due_us / 1000
 
     def wait(self, due_us: int) -> asyncio.Future[None]:
         """Done at ``due_us`` (at once, if that has passed), after every waiter with an earlier due time."""

@@ -88,6 +88,11 @@ class NoiseLoop:
             None  # encoded on first use: a device that never streams never loads libopus
         )
 
+    def ready(self) -> None:
+        """Encoded now (once per process per preset), not when the first frame falls due among other devices'."""
+        if self._packets is None:
+            self._packets = noise_packets(self.preset)
+
     def next(self) -> bytes:
         packets = self._packets
         if packets is None:
