@@ -124,7 +124,9 @@ class DeviceTurn:
 
     async def send(self) -> None:
         """Auto and manual mode's microphone: each frame once its 60 ms are captured; in auto mode the
-        noise floor after the clip until the server hears (at most ``tail_ms``); manual: ``listen stop``."""
+        noise floor after the clip until the server hears (at most ``tail_ms``); manual: ``listen stop``.
+        The packets are pre-encoded (``uplink``: the clip's are what a fresh encoder makes of it), paced by
+        the loop's shared pacer; each send's lateness is recorded (``pacer.send_lateness``)."""
         loop = asyncio.get_running_loop()
         paced, late = pacer(), send_lateness()
         packets = clip_packets(self.frames, self.settings.encoder_preset)
