@@ -9,6 +9,7 @@ judged (``verdict``) and appended to DIR/capacity.json and DIR/steps.csv before 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -237,7 +238,10 @@ class Ramp:
 
 
 def reachable(target: Target, env: Mapping[str, str]) -> None:
-    """One device says hello and leaves: an unreachable or refusing server is said before any step starts."""
+    """One device says hello and leaves: an unreachable or refusing server is said before any step starts.
+
+    It waits for the server's MCP exchange as every device does (``mcp_wait_s``): an MQTT device that left
+    in the middle of it was seen never to finish closing, so the whole check also has a time limit."""
     from pipeline.clock import RealClock
     from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 
@@ -246,17 +250,21 @@ def reachable(target: Target, env: Mapping[str, str]) -> None:
         token=env.get(target.token_env, ""),
         mqtt_signature_key=env.get(target.mqtt_signature_key_env, ""),
         protocol_version=target.protocol_version,
-        mcp_wait_s=0.0,
     )
+    limit_s = settings.connect_timeout_s + settings.mcp_wait_s + 5
 
     async def hello() -> None:
-        async with EmulatedDevice(settings, RealClock()):
+        async with asyncio.timeout(limit_s), EmulatedDevice(settings, RealClock()):
             pass
 
     try:
         run_on_clock(hello(), RealClock())
     except (DeviceError, ValueError) as exc:
         raise RampError(f"server {public_url(target.url)} unreachable: {exc}") from None
+    except TimeoutError:
+        raise RampError(
+            f"server {public_url(target.url)}: a device's hello and goodbye took over {limit_s:g} s"
+        ) from None
 
 
 def step_line(s: Step) -> str:
