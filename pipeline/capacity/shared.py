@@ -120,8 +120,8 @@ def compare(path: Path) -> Comparison:
     return Comparison(path, record.distributed.what, device, shared)
 
 
-def find_records(files: Sequence[str], depth: int = 4) -> list[Path]:
-    """Crossover records above these trace files (a capacity folder's traces lie in steps/<N>/traces/)."""
+def find_records(files: Sequence[str], depth: int = 5) -> list[Path]:
+    """Crossover records above these trace files: a ramp's step traces lie in DIR/<ramp>/steps/<N>/traces/."""
     found: dict[Path, None] = {}
     for name in files:
         for folder in list(Path(name).parents)[:depth]:
