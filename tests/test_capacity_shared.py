@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from pipeline.report.load import load_paths
 from pipeline.report.sections import centralised
 from pipeline.report.sections.conclusion import CONCURRENCY_IN_WORDS
 
-EXPERIMENT = Path(__file__).resolve().parent / "data" / "report" / "experiment"
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENT = ROOT / "tests" / "data" / "report" / "experiment"
 CLOUD = "emulated cloud 'busy' (2 slots)"
 OWN = "each device its own LLM"
 
@@ -134,3 +136,27 @@ def test_a_record_that_cannot_be_read_is_a_warning_and_the_boundary_stays_in_wor
     text = build(load_paths([folder]), draw=False).text()
     assert CONCURRENCY_IN_WORDS in text
     assert f"{folder / RECORD}: not a crossover record" in text
+
+
+def test_the_bench_prints_a_measured_folder_side_by_side_with_the_crossings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import capacity_shared_bench
+
+    measured_folder(tmp_path, CLOUD_STEPS)
+    assert capacity_shared_bench.main(["--read", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    table = out[out.index(f"{'devices':>8}{'device':>18}{'shared 1':>18}") :]
+    assert table[1:5] == [
+        f"{1:>8}{'3000/4000':>18}{'1800/2000':>18}",
+        f"{2:>8}{'3000*/4000*':>18}{'1900/2200':>18}",
+        f"{4:>8}{'3000*/4000*':>18}{'2600/3200':>18}",
+        f"{8:>8}{'3000*/4000*':>18}{'5000/7200':>18}",
+    ]
+    assert table[6] == (
+        "  shared 1: P50: the shared LLM reaches a device's own LLM at 4.7 devices (estimated: interpolated between "
+        "the measured steps 4 and 8; the distributed figure at 8 devices is an estimate: the single-device figure)."
+    )
+    assert capacity_shared_bench.main(["--read", str(tmp_path / "device")]) == 1
+    assert "device/crossover.json: cannot be read" in capsys.readouterr().err
