@@ -33,6 +33,10 @@ from pipeline.capacity.probe import ProbeError, check_pid
 from pipeline.capacity.profile import ProfileError, load_profile
 from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
 
+DESCRIPTION = (
+    "Ramp emulated xiaozhi devices against a server, step by step, and say how many it holds: the last step "
+    "whose P90 silence stayed within the margin of one device's, with no failed turn."
+)
 _HELP_MARGIN = (
     f"a step holds when its P90 silence is at most the first step's plus this share of it (default "
     f"{DEFAULT_MARGIN_PCT:g}%%) or --margin-floor-ms, whichever is more: a change a user can be told about, "
@@ -41,7 +45,7 @@ _HELP_MARGIN = (
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pipeline.capacity", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pipeline.capacity", description=DESCRIPTION)
     p.add_argument("fixtures", type=Path, help="folder with manifest.csv and WAV files (the questions asked)")
     p.add_argument("--server", required=True, help="ws://HOST:PORT/xiaozhi/v1/, mqtt://HOST:PORT or an OTA URL")
     p.add_argument("--steps", default="1,2,5,10,20,50,100,200", help="devices per step, increasing")
@@ -61,6 +65,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"measured turns a step needs for its P90 (default {DEFAULT_MIN_TURNS})",
     )
     p.add_argument("--server-pid", type=int, help="the server's process id, when local: its CPU and RSS per step")
+    p.add_argument(
+        "--server-traces",
+        type=Path,
+        help="the lab's server's trace folder (pipeline.serve --out DIR/traces): each silence split on the wire, "
+        "and which part grew first",
+    )
     p.add_argument("--label", default="", help="the server's name in the report's curve (default: its URL)")
     p.add_argument("--config", type=Path, action="append", help="TOML settings for the devices' runs (as the replay's)")
     p.add_argument("--language", default="", help="language of questions that name none")
@@ -126,6 +136,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             args.language,
             args.timeout,
             args.server_pid,
+            args.server_traces,
         )
         ramp = Ramp(target, profile, plan, args.out, env, ramp_id=args.run_id)
         ramp.found.label = args.label
