@@ -160,3 +160,23 @@ def test_the_bench_prints_a_measured_folder_side_by_side_with_the_crossings(
     )
     assert capacity_shared_bench.main(["--read", str(tmp_path / "device")]) == 1
     assert "device/crossover.json: cannot be read" in capsys.readouterr().err
+
+
+def test_a_report_of_ramps_only_gives_the_concurrency_boundary_under_its_own_heading(tmp_path: Path) -> None:
+    from tests.test_capacity_report import ramp
+
+    ramp(tmp_path / "device", "device", "holds")
+    ramp(tmp_path / "cloud", "cloud", "holds")
+    write_record(tmp_path, Record(Arm("device", OWN), [Arm("cloud", CLOUD)]))
+    doc = build(load_paths([tmp_path]), draw=False)
+    text = doc.text()
+    assert "How many devices this server holds" in text and centralised.TITLE in text
+    assert (
+        f"{CLOUD}: silence P90 1001 ms (measured) at 1 device(s), 1002 ms (measured) at 2, against 1001 ms "
+        "(estimated) for a device with its own LLM; the shared LLM is no quieter than a device's own from the "
+        "first measured step (measured)."
+    ) in text
+    assert doc.table("centralised").rows == (
+        ("1", "901 / 1001 (measured)", "901 / 1001 (measured)"),
+        ("2", "901 / 1001 (estimated)", "902 / 1002 (measured)"),
+    )

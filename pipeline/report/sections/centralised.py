@@ -6,7 +6,8 @@ centralised-vs-distributed trade-off" carries its figures: each shared LLM's sil
 the most devices measured, the device's own figure, and where the two cross; a table beside it gives the
 curves. Every figure is labelled measured or estimated (M12): the device's own LLM is measured with one
 device and estimated beyond (each device its own hardware); a crossing between two steps is interpolated.
-Without a record the boundary stays in words.
+Without a record the boundary stays in words. In a report of capacity ramps only (no condition sections,
+so no boundaries) ``section`` gives the same figures under a heading of their own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from dataclasses import dataclass
 
 from pipeline.capacity.crossover import CROSSES, ESTIMATED, NEVER_QUIETER, Crossing, Point, headcounts
 from pipeline.capacity.shared import Comparison, RecordError, Shared, compare, find_records
-from pipeline.report.document import WARNING, Block, Bullets, Paragraph, Table
+from pipeline.report.document import WARNING, Block, Bullets, Heading, Paragraph, Table
+from pipeline.report.sections.base import Context
+from pipeline.report.sections.conclusion import CONCURRENCY_IN_WORDS
+
+TITLE = "Centralised against distributed (M21 (3))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +108,12 @@ def blocks(found: Found) -> list[Block]:
             )
         )
     return out
+
+
+def section(ctx: Context) -> list[Block]:
+    """The concurrency boundary with its figures, where the boundaries themselves are not shown (a report of
+    capacity ramps only); nothing without a crossover record."""
+    found = read(ctx.data.files)
+    if not found.comparisons and not found.problems:
+        return []
+    return [Heading(2, TITLE), Bullets((boundary(found) or CONCURRENCY_IN_WORDS,)), *blocks(found)]
