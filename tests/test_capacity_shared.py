@@ -111,7 +111,8 @@ def test_the_report_gives_the_concurrency_boundary_its_figures_and_the_curves_be
         "Concurrency capacity is a trade-off between a centralised and a distributed architecture, not better or "
         "worse; measured on this machine (table below, silence = end of speech to first audible): "
         f"{CLOUD}: silence P90 2000 ms (measured) at 1 device(s), 3900 ms (measured) at 8, against 4000 ms "
-        "(estimated) for a device with its own LLM; no crossing within the measured range (up to 8 devices, measured)."
+        "(measured) with 1 device for a device with its own LLM; the same, estimated, for each of 8; no crossing "
+        "within the measured range (up to 8 devices, measured)."
     ) in boundaries
     table = doc.table("centralised")
     assert table.headers == ("devices", "own LLM on each device", CLOUD)
@@ -173,8 +174,8 @@ def test_a_report_of_ramps_only_gives_the_concurrency_boundary_under_its_own_hea
     assert "How many devices this server holds" in text and centralised.TITLE in text
     assert (
         f"{CLOUD}: silence P90 1001 ms (measured) at 1 device(s), 1002 ms (measured) at 2, against 1001 ms "
-        "(estimated) for a device with its own LLM; the shared LLM is no quieter than a device's own from the "
-        "first measured step (measured)."
+        "(measured) with 1 device for a device with its own LLM; the same, estimated, for each of 2; the shared "
+        "LLM is no quieter than a device's own from the first measured step (measured)."
     ) in text
     assert doc.table("centralised").rows == (
         ("1", "901 / 1001 (measured)", "901 / 1001 (measured)"),

@@ -57,11 +57,13 @@ def _crossing(c: Crossing) -> str:
 
 def _shared_sentence(s: Shared, device: Comparison) -> str:
     first, last = s.curve.points[0], s.curve.points[-1]
-    own = device.device.point(last.devices) or device.device.points[0]
+    own = device.device.points[0]  # the one measured, with 1 device
     p90 = next(c for c in s.crossings if c.quantile == "p90")
+    beyond = f"; the same, {ESTIMATED}, for each of {last.devices}" if last.devices > 1 else ""
     return (
         f"{s.what}: silence P90 {_ms(first, 'p90')} at {first.devices} device(s), {_ms(last, 'p90')} at "
-        f"{last.devices}, against {_ms(own, 'p90')} for a device with its own LLM; {_crossing(p90)}"
+        f"{last.devices}, against {_ms(own, 'p90')} with 1 device for a device with its own LLM{beyond}; "
+        f"{_crossing(p90)}"
     )
 
 
