@@ -158,7 +158,7 @@ def print_comparison(found: Comparison) -> None:
     print("\nsilence (end of speech -> first audible), P50/P90 ms; * estimated, every other figure measured")
     print(f"  device: {found.device_what}")
     for i, s in enumerate(found.shared):
-        print(f"  shared {i + 1}: {s.what} (devices held at the ramp's margin: {s.knee})")
+        print(f"  shared {i + 1}: {s.what}")
     print(f"{'devices':>8}" + "".join(f"{n:>18}" for n in names))
     for n in headcounts(curves):
         cells = []
@@ -166,6 +166,7 @@ def print_comparison(found: Comparison) -> None:
             p = c.point(n)
             cells.append("-" if p is None else f"{cell(p.p50_ms, p.label)}/{cell(p.p90_ms, p.label)}")
         print(f"{n:>8}" + "".join(f"{x:>18}" for x in cells))
+    print("(past a shared LLM's saturation its queue grows through each hold: figures there depend on --hold)")
     print("where one shared LLM reaches a device's own:")
     for i, s in enumerate(found.shared):
         for x in s.crossings:

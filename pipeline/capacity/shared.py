@@ -80,7 +80,6 @@ class Shared:
     what: str
     curve: Curve
     crossings: tuple[Crossing, ...]  # one per QUANTILES
-    knee: int | None  # the capacity ramp's own devices held (at its margin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +107,11 @@ def compare(path: Path) -> Comparison:
         if single is None:
             raise RecordError(f"{path}: {record.distributed.folder} has no 1-device step: the distributed figure")
         curves = [(arm, _capacity(folder, arm)) for arm in record.shared]
-        shared_curves = [(arm, curve_of(c, arm.what), c.devices_held) for arm, c in curves]
-        everyone = sorted({n for _, c, _ in shared_curves for n in c.devices})
+        shared_curves = [(arm, curve_of(c, arm.what)) for arm, c in curves]
+        everyone = sorted({n for _, c in shared_curves for n in c.devices})
         device = distributed(single, everyone, record.distributed.what)
         shared = tuple(
-            Shared(arm.what, c, tuple(crossing(c, device, q) for q in QUANTILES), held)
-            for arm, c, held in shared_curves
+            Shared(arm.what, c, tuple(crossing(c, device, q) for q in QUANTILES)) for arm, c in shared_curves
         )
     except CurveError as exc:
         raise RecordError(f"{path}: {exc}") from None

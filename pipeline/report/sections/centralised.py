@@ -96,18 +96,12 @@ def blocks(found: Found) -> list[Block]:
         caption = (
             f"Centralised against distributed (M21 (3)): silence P50 / P90 in ms against devices, from {c.path}. "
             f"Own LLM: {c.device_what}; measured with 1 device, {ESTIMATED} beyond (each device has its own "
-            "hardware, so no device waits for another's)."
+            "hardware, so no device waits for another's). Past a shared LLM's saturation its queue grows through "
+            "each step's hold, so the figures there depend on how long the step was held."
         )
         out.append(Table(f"centralised-{i + 1}" if i else "centralised", headers, rows, caption))
         out.append(
-            Bullets(
-                tuple(
-                    f"{s.what}, {x.quantile.upper()}: {_crossing(x)}; devices held at the ramp's margin: "
-                    f"{s.knee if s.knee is not None else '-'}"
-                    for s in c.shared
-                    for x in s.crossings
-                )
-            )
+            Bullets(tuple(f"{s.what}, {x.quantile.upper()}: {_crossing(x)}" for s in c.shared for x in s.crossings))
         )
     return out
 
