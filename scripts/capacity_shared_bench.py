@@ -1,8 +1,8 @@
 """Centralised against distributed, measured (METHOD M21 (3)): one shared LLM serving N devices against every
 device with its own LLM; the silence against N and the headcount where the two cross.
 
-    .venv/bin/python scripts/capacity_shared_bench.py [--cloud-steps 1,2,4,6,8] [--hub-steps 1,2,3]
-        [--hub-slots 2] [--hold 45s] [--min-turns 5] [--out DIR]
+    .venv/bin/python scripts/capacity_shared_bench.py [--cloud-steps 1,16,32,48] [--hub-steps 1,2,3]
+        [--hub-slots 2] [--hold 40s] [--min-turns 5] [--out DIR]
     .venv/bin/python scripts/capacity_shared_bench.py --read DIR     # print a measured folder again
 
 Three ramps of ``python -m pipeline.capacity`` against ``python -m pipeline.serve`` (each server its own
@@ -175,10 +175,10 @@ def print_comparison(found: Comparison) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cloud-steps", default="1,2,4,6,8", help="devices per step against the emulated cloud ('' skips)")
+    p.add_argument("--cloud-steps", default="1,16,32,48", help="devices per step against the emulated cloud ('' skips)")
     p.add_argument("--hub-steps", default="1,2,3", help="devices per step against the hub ('' skips)")
     p.add_argument("--hub-slots", type=int, default=2, help="the hub's llama-server --parallel")
-    p.add_argument("--hold", default="45s", help="each step's hold (pipeline.capacity --hold)")
+    p.add_argument("--hold", default="40s", help="each step's hold (pipeline.capacity --hold)")
     p.add_argument("--min-turns", type=int, default=5, help="turns a step needs (pipeline.capacity --min-turns)")
     p.add_argument("--out", type=Path, help="where the ramps go (default: bench-capacity/shared-<time>)")
     p.add_argument("--read", type=Path, help="only print an already measured folder (its crossover.json)")
