@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.cloud import EmulatedCloud, get_compute_profile
-from pipeline.endpoints.llama_server import LlamaServer
+from pipeline.endpoints.llama_server import LlamaServer, ServerError
 from pipeline.events import CallEnd, LatencyProfile, ToolCall, Transcript
 from pipeline.run import endpoints
 from pipeline.run.assembly import load_engines, open_chat
@@ -127,6 +128,43 @@ def test_the_server_wants_its_own_key_and_serves_the_model_it_was_asked_for(serv
     server._check_model()  # /props names the file it was started with
 
 
+async def two_at_once(server: LlamaServer, parallel: int) -> list[tuple[int, int]]:
+    """Two questions asked together on ``server``: (first token ns, end ns) of each call."""
+    cfg = load_config(None, {"llm": {"impl": "server", "max_tokens": 24, "parallel": parallel}})
+    settings = LlmSettings(max_tokens=24, system_prompt=SYSTEM_PROMPTS["en"])
+    async with client(cfg, server) as backend:
+        stages = [LlmStage(backend, settings, scripted=False) for _ in QUESTIONS[:2]]
+        runs = await asyncio.gather(
+            *(stage_run(stage, [Transcript(q, "en")], RealClock()) for stage, q in zip(stages, QUESTIONS, strict=False))
+        )
+    return [(c.first_token_ns or 0, c.end_ns or 0) for r in runs for c in r.timeline.calls]
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_parallel_slots_each_hold_the_context_asked_and_decode_together(parallel: int) -> None:
+    """llama-server splits --ctx-size over its slots: every slot still gets n_ctx. With two slots two
+    questions asked together both have their first token before either ends; with one, the second
+    waits for the first's whole answer in the server's queue."""
+    model = resolve("qwen2.5-0.5b", CACHE)
+    with LlamaServer(model, threads=2, n_ctx=512, seed=1, parallel=parallel) as server:
+        assert server.command[server.command.index("--ctx-size") + 1] == str(512 * parallel)
+        props = json.loads(server._get("/props")[1])
+        assert (props["total_slots"], props["default_generation_settings"]["n_ctx"]) == (parallel, 512)
+        calls = asyncio.run(two_at_once(server, parallel))
+    assert len(calls) == 2 and all(first and end for first, end in calls)
+    together = max(first for first, _ in calls) < min(end for _, end in calls)
+    assert together == (parallel == 2)
+
+
+def test_a_server_that_splits_the_context_otherwise_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another llama-server build that gives each slot a share of n_ctx must not run as if it gave n_ctx."""
+    server = LlamaServer(resolve("qwen2.5-0.5b", CACHE), threads=1, n_ctx=512, seed=1, parallel=2)
+    monkeypatch.setattr(server, "command", [*server.command[: server.command.index("--ctx-size") + 1], "512",
+                                            *server.command[server.command.index("--ctx-size") + 2 :]])  # fmt: skip
+    with pytest.raises(ServerError, match=r"runs 2 slot\(s\) of n_ctx 256, not the 2 of n_ctx 512 asked"):
+        server.start()
+
+
 def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     code = (
         "import sys; from pathlib import Path; from pipeline.endpoints.llama_server import LlamaServer\n"
@@ -152,8 +190,8 @@ class _Started:
     base_url: ClassVar[str] = ""
     api_key: ClassVar[str | None] = None
 
-    def __init__(self, path: Path, threads: int, n_ctx: int, seed: int, env: object) -> None:
-        _Started.asked = {"path": path, "threads": threads, "n_ctx": n_ctx, "seed": seed}
+    def __init__(self, path: Path, threads: int, n_ctx: int, seed: int, env: object, parallel: int) -> None:
+        _Started.asked = {"path": path, "threads": threads, "n_ctx": n_ctx, "seed": seed, "parallel": parallel}
 
     def start(self) -> _Started:
         return self
@@ -167,10 +205,11 @@ def test_the_run_starts_llama_server_on_the_model_the_implementation_checked_wit
 ) -> None:
     """The ``server`` implementation's own keys reach the process and its client, through the registry only."""
     monkeypatch.setattr(endpoints, "LlamaServer", _Started)
-    llm = {"impl": "server", "threads": 3, "n_ctx": 1024, "seed": 7, "prompt_cache": "off"}
+    llm = {"impl": "server", "threads": 3, "n_ctx": 1024, "seed": 7, "prompt_cache": "off", "parallel": 4}
     cfg = load_config(None, {"llm": llm, "vad": {"impl": "energy"}, "asr": {"impl": "oracle"}, "tts": {"impl": "stub"}})
     engines = load_engines(cfg, CACHE)
-    assert _Started.asked == {"path": resolve("qwen2.5-0.5b", CACHE), "threads": 3, "n_ctx": 1024, "seed": 7}
+    asked = {"path": resolve("qwen2.5-0.5b", CACHE), "threads": 3, "n_ctx": 1024, "seed": 7, "parallel": 4}
+    assert _Started.asked == asked
     assert engines.identity["llm"].endswith(" Q4_K_M")  # the checked GGUF's quantisation, in config_id
 
     async def settings() -> OpenAISettings:

@@ -91,6 +91,8 @@ def test_only_the_llm_role_has_settings_of_its_own_and_the_report_holds_them_acr
         ),
         ({"llm": {"impl": "llama", "threads": 0}}, r"\[llm\] threads = 0: must be positive"),
         ({"llm": {"impl": "server", "model": ""}}, r"\[llm\] model = '': name a packaged model or a GGUF file"),
+        ({"llm": {"impl": "server", "parallel": 0}}, r"\[llm\] parallel = 0: must be positive"),
+        ({"llm": {"impl": "llama", "parallel": 2}}, r"for impl = 'llama': parallel; known: "),
         ({"llm": {"impl": "scripted", "latency": {"jitter_ms": -5}}}, r"\[llm.latency\] latency jitter_ms must be"),
         (
             {"llm": {"impl": "scripted", "prompt_cache": "off"}},

@@ -103,6 +103,10 @@ def test_a_sweep_of_one_backends_setting_warns_before_running_on_another_backend
     assert "[llm] impl = 'scripted' has no threads (another backend's setting): every point will be refused" in refused
     assert warnings(get_variable("threads"), local) == warnings(get_variable("max_tokens"), scripted) == []
     assert "changes only a label" in warnings(get_variable("model"), scripted)[0]
+    [in_process] = warnings(get_variable("parallel"), local)  # llama-server's slots: impl = "server" only
+    assert "[llm] impl = 'llama' has no parallel (another backend's setting)" in in_process
+    served = load_config(ROOT / "configs" / "local.toml", {"llm": {"impl": "server"}})
+    assert warnings(get_variable("parallel"), served) == []
 
 
 def test_condition_points_may_differ_in_any_backends_own_settings_never_in_the_llm_roles() -> None:

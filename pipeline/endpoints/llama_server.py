@@ -70,8 +70,10 @@ class LlamaServer:
         seed: int,
         host: str = "127.0.0.1",
         env: Mapping[str, str] | None = None,
+        parallel: int = 1,
     ) -> None:
         self.model = model
+        self.n_ctx, self.parallel = n_ctx, parallel
         self.host = host
         self.port = free_port()
         self.api_key = secrets.token_urlsafe(24)
@@ -83,9 +85,9 @@ class LlamaServer:
             "--port", str(self.port),
             "--threads", str(threads),
             "--threads-batch", str(threads),
-            "--ctx-size", str(n_ctx),
+            "--ctx-size", str(n_ctx * parallel),  # split evenly over the slots: n_ctx for each
             "--seed", str(seed),
-            "--parallel", "1",
+            "--parallel", str(parallel),
             "--no-webui",
             "--jinja",
         ]  # fmt: skip
@@ -119,6 +121,7 @@ class LlamaServer:
                 raise ServerError(f"llama-server exited with code {self._proc.returncode}:\n{self.log_tail()}")
             if self._healthy():
                 self._check_model()
+                self._check_slots()
                 return
             time.sleep(0.1)
         raise ServerError(f"llama-server did not become ready within {timeout_s:g} s:\n{self.log_tail()}")
@@ -145,6 +148,20 @@ class LlamaServer:
             raise ServerError(f"llama-server on port {self.port} did not say which model it serves ({exc})") from None
         if status != 200 or Path(served).resolve() != self.model.resolve():
             raise ServerError(f"the server on port {self.port} serves {served!r}, not {self.model}")
+
+    def _check_slots(self) -> None:
+        """The server runs the slots asked for, each with the context asked for (how llama-server splits
+        ``--ctx-size`` has changed between its versions; a run must not measure another split)."""
+        try:
+            props = json.loads(self._get("/props")[1])
+            slots, n_ctx = props.get("total_slots"), props.get("default_generation_settings", {}).get("n_ctx")
+        except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
+            raise ServerError(f"llama-server on port {self.port} did not say its slots ({exc})") from None
+        if (slots, n_ctx) != (self.parallel, self.n_ctx):
+            raise ServerError(
+                f"llama-server runs {slots} slot(s) of n_ctx {n_ctx}, "
+                f"not the {self.parallel} of n_ctx {self.n_ctx} asked"
+            )
 
     def log_tail(self, lines: int = 15) -> str:
         self._log.flush()

@@ -13,6 +13,7 @@ from pipeline.report.load import Dataset
 from pipeline.report.sections import (
     amplification,
     capacity,
+    centralised,
     critical_path,
     dilution,
     figures,
@@ -54,8 +55,9 @@ SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, r
 
 
 # A folder that is one or more capacity ramps (every run a step of one): the ramps are the reading; the
-# condition sections would pool steps of different device counts, which differ by design.
-CAPACITY_SECTIONS: tuple[Section, ...] = (capacity.section, reference.method_section)
+# condition sections would pool steps of different device counts, which differ by design. M21 (3)'s figures,
+# when a crossover record is there, stay: its boundaries are not shown otherwise.
+CAPACITY_SECTIONS: tuple[Section, ...] = (capacity.section, centralised.section, reference.method_section)
 
 
 def build(data: Dataset, draw: bool = True) -> Document:

@@ -68,7 +68,8 @@ def _open(impl: Implementation, settings: object, served: Served) -> contextlib.
 
 class LlamaServerEndpoint:
     """llama.cpp's own server, started as a local process on 127.0.0.1 for the run, on the model the
-    implementation loaded (checked to be a chat model) with its ``threads`` and ``n_ctx``."""
+    implementation loaded (checked to be a chat model) with its ``threads``, ``n_ctx`` (each slot's) and
+    ``parallel`` slots."""
 
     scripted = False
 
@@ -78,9 +79,12 @@ class LlamaServerEndpoint:
         self.cfg, self.impl = cfg, impl
         self.settings = impl.settings_from(cfg.llm)
         threads, n_ctx = self.settings.threads, self.settings.n_ctx  # llama.cpp's knobs, its server's arguments
-        self.server = LlamaServer(loaded.engine, threads, n_ctx, cfg.llm.seed, env=env).start()
+        parallel = self.settings.parallel
+        self.server = LlamaServer(loaded.engine, threads, n_ctx, cfg.llm.seed, env=env, parallel=parallel).start()
         self.identity: dict[str, str] = {}  # the model's is its load's
         self.label = f"llama.cpp server (local process), {self.settings.model}"
+        if parallel > 1:
+            self.label += f", {parallel} slots"
 
     @contextlib.asynccontextmanager
     async def open(self, api_key: str | None, answers: Mapping[str, str]) -> AsyncIterator[ChatBackend]:

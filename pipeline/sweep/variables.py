@@ -75,6 +75,7 @@ VARIABLES: dict[str, Variable] = {
         _llm("history_rounds", "int"),
         _llm("max_tokens", "int"),
         _llm("threads", "int"),
+        _llm("parallel", "int"),
         _llm("prompt_cache", "choice", choices=("off", "prefix", "carry")),
         Variable("network", "network", "profile", "name", ("network.profile",)),
         Variable("condition", "run", "condition", "choice", _condition_settings(), choices=CONDITIONS),

@@ -100,15 +100,21 @@ def _quality(conds: Conditions) -> str:
     return "measured answer quality (share of expected keywords found, median): " + ", ".join(parts)
 
 
-def boundaries(conds: Conditions) -> tuple[str, ...]:
-    """M21: always stated with the conclusion."""
+CONCURRENCY_IN_WORDS = (
+    "Concurrency capacity is a trade-off between a centralised and a distributed architecture, not "
+    "better or worse; these runs had a single client, which never sees queueing (M19)."
+)
+
+
+def boundaries(conds: Conditions, concurrency: str | None = None) -> tuple[str, ...]:
+    """M21: always stated with the conclusion; the third (concurrency) with its figures when a centralised
+    against distributed measurement is among the inputs (``centralised.boundary``), in words otherwise."""
     temps = [f"{label}: {_temp(cond)}" for label, cond in conds.items()]
     return (
         "An on-device small model is weaker than a cloud 70B-class model; capability loss does not show in "
         f"latency figures ({_quality(conds)}).",
         "On-device TTS voice quality is usually below cloud TTS; these figures do not measure voice quality.",
-        "Concurrency capacity is a trade-off between a centralised and a distributed architecture, not "
-        "better or worse; these runs had a single client, which never sees queueing (M19).",
+        concurrency or CONCURRENCY_IN_WORDS,
         "On-device performance depends on temperature; temperature during these runs: "
         + ("; ".join(temps) or "-")
         + ".",

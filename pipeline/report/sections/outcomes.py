@@ -1,4 +1,5 @@
-"""Section 5, outcomes (M16), the offline check (M13), the conclusion (M22) and the boundaries (M21).
+"""Section 5, outcomes (M16), the offline check (M13), the conclusion (M22) and the boundaries (M21), the
+concurrency boundary with its figures when a centralised-against-distributed measurement is among the inputs.
 
 The outcome rules (B or B' against A, on the first-token median; documented in the report):
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pipeline.report.compare import diff, success, success_percent
 from pipeline.report.conditions import Condition
 from pipeline.report.document import NOTE, WARNING, Block, Bullets, Heading, Paragraph, Table
+from pipeline.report.sections import centralised
 from pipeline.report.sections.base import Conditions, Context, Pair
 from pipeline.report.sections.conclusion import boundaries, conclusion
 
@@ -154,5 +156,7 @@ def section(ctx: Context) -> list[Block]:
     else:
         out.append(Paragraph("No conclusion: the comparison was refused (M11), see Integrity.", WARNING))
     out.append(Heading(3, "Boundaries (M21)"))
-    out.append(Bullets(boundaries(ctx.conds)))
+    found = centralised.read(ctx.data.files)
+    out.append(Bullets(boundaries(ctx.conds, centralised.boundary(found))))
+    out.extend(centralised.blocks(found))
     return out

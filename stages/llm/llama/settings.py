@@ -1,5 +1,6 @@
 """llama.cpp's settings, the ``[llm]`` keys of ``impl = "llama"`` (in-process) and ``impl = "server"``
-(llama.cpp's own server, as a process): one model file, the same knobs, either way.
+(llama.cpp's own server, as a process): one model file, the same knobs, either way; the server has one
+more, its ``parallel`` slots (several devices served at once by one model: a home hub).
 
 Sampling (``temperature``, ``seed``) is not here: the LLM stage asks it of every call, whatever the backend.
 """
@@ -27,3 +28,19 @@ class LlamaSettings:
         require_positive("llm", n_ctx=self.n_ctx, threads=self.threads)
         if self.prompt_cache not in PROMPT_CACHES:
             raise ConfigError(f"[llm] prompt_cache = {self.prompt_cache!r}: choose one of {', '.join(PROMPT_CACHES)}")
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaServerSettings(LlamaSettings):
+    """``impl = "server"``'s keys: llama.cpp's, and how many requests its server decodes at once.
+
+    llama-server splits its ``--ctx-size`` evenly over its ``--parallel`` slots when the count is
+    given (its KV cache is then not unified), so the server is started with ``n_ctx * parallel``:
+    ``n_ctx`` stays what every call may use, whatever the slot count. A request that finds every slot
+    busy waits in the server's own queue (first come, first served)."""
+
+    parallel: int = 1  # llama-server's --parallel: requests decoded together (continuous batching)
+
+    def __post_init__(self) -> None:
+        LlamaSettings.__post_init__(self)
+        require_positive("llm", parallel=self.parallel)
