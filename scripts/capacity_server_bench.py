@@ -164,8 +164,15 @@ async def _read(ws: ClientConnection, fleet: Fleet, asked: dict[str, float]) -> 
             asked["stopped"] = time.monotonic()
 
 
-async def device(url: str, noise: list[bytes], question: tuple[str, list[bytes], int] | None, start: float, ask_at: float,
-                 until: float, fleet: Fleet) -> None:
+async def device(
+    url: str,
+    noise: list[bytes],
+    question: tuple[str, list[bytes], int] | None,
+    start: float,
+    ask_at: float,
+    until: float,
+    fleet: Fleet,
+) -> None:
     """One realtime device: hello, ``listen start`` realtime, then paced packets until ``until``; an asker
     names its question and speaks it from ``ask_at``."""
     loop = asyncio.get_running_loop()
@@ -276,7 +283,8 @@ def run_step(load: Load, configs: list[Path], profile_s: float, out: Path) -> St
     results, commands = ctx.Queue(), ctx.Queue()
     server = ctx.Process(target=serve_process, args=(argv, results, commands), daemon=True)
     server.start()
-    assert server.pid is not None
+    pid = server.pid
+    assert pid is not None
     try:
         _wait_for(port, server)
         url = f"ws://127.0.0.1:{port}/xiaozhi/v1/"
@@ -285,19 +293,19 @@ def run_step(load: Load, configs: list[Path], profile_s: float, out: Path) -> St
 
         async def measured() -> Fleet:
             loop = asyncio.get_running_loop()
-            loop.call_later(ramp_s + load.warmup_s, lambda: marks.update(t0=time.monotonic(), c0=cpu_s(server.pid)))
+            loop.call_later(ramp_s + load.warmup_s, lambda: marks.update(t0=time.monotonic(), c0=cpu_s(pid)))
             spy = None
             task = asyncio.create_task(fleet_step(url, load, noise, clips))
             if profile_s:
                 await asyncio.sleep(ramp_s + load.warmup_s)
-                spy = _py_spy(server.pid, profile_s, out / f"profile-n{load.devices}.txt")
+                spy = _py_spy(pid, profile_s, out / f"profile-n{load.devices}.txt")
             fleet = await task
             if spy is not None:
                 await asyncio.to_thread(spy.wait)
             return fleet
 
         fleet = asyncio.run(measured())
-        t1, c1 = time.monotonic(), cpu_s(server.pid)
+        t1, c1 = time.monotonic(), cpu_s(pid)
         commands.put((marks["t0"], t1))
         lags, uplink = results.get(timeout=30)
         commands.put(None)
@@ -342,8 +350,10 @@ def top_entries(raw: Path, n: int = 20) -> list[str]:
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")"
-                  if " (" in f else f for f in stack.split(";")]
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")" if " (" in f else f
+            for f in stack.split(";")
+        ]
         samples = int(count)
         total += samples
         own[frames[-1]] += samples
