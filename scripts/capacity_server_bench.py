@@ -343,27 +343,33 @@ def _py_spy(pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def top_entries(raw: Path, n: int = 20) -> list[str]:
-    """py-spy's collapsed stacks as the functions most samples were in (self) and under (inclusive)."""
+def top_entries(raw: Path, n: int = 15) -> list[str]:
+    """py-spy's collapsed stacks of the event loop's thread as the functions most samples were in (self) and under
+    (inclusive), in shares of that thread's samples (py-spy counts threads blocked in C, this script's own
+    reader and idle codec threads, as busy: they are left out)."""
     own: Counter[str] = Counter()
     under: Counter[str] = Counter()
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        frames = [
-            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1] + ")" if " (" in f else f
-            for f in stack.split(";")
-        ]
-        samples = int(count)
-        total += samples
-        own[frames[-1]] += samples
+        if "run_forever" not in stack:
+            continue
+        frames = [_frame(f) for f in stack.split(";")]
+        total += int(count)
+        own[frames[-1]] += int(count)
         for f in set(frames):
-            under[f] += samples
-    lines = [f"{total} samples; self:"]
+            under[f] += int(count)
+    lines = [f"{total} samples of the event loop's thread; self:"]
     lines += [f"  {v / total * 100:5.1f}%  {k}" for k, v in own.most_common(n)]
-    lines += ["inclusive:"]
-    lines += [f"  {v / total * 100:5.1f}%  {k}" for k, v in under.most_common(n)]
+    lines += ["inclusive (below the loop's own frames):"]
+    lines += [f"  {v / total * 100:5.1f}%  {k}" for k, v in under.most_common(n + 12)[12:]]
     return lines
+
+
+def _frame(entry: str) -> str:
+    """``function (path/to/file.py:line)`` as ``function (file.py)``."""
+    name, _, where = entry.partition(" (")
+    return f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})" if where else name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,15 +4,18 @@ probabilities and the same end-points as one stream alone, on the packaged fixtu
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
 
-from pipeline.clock import VirtualClock, run_on_clock
+from pipeline.clock import RealClock, VirtualClock, run_on_clock
 from pipeline.events import AudioFrame, Event, SpeechEnd, SpeechStart, Stage
 from pipeline.settings.audio import load_audio
+from pipeline.settings.models import resolve
 from stages.vad.endpointer import FrameVad
 from stages.vad.silero import SileroClassifier, SileroModel
 from stages.vad.silero_batch import CHUNK, CONTEXT, STATE_SHAPE, SileroBatcher
@@ -85,6 +88,31 @@ def test_streams_that_take_turns_make_one_batch_per_round() -> None:
 
     run_on_clock(main(), VirtualClock())
     assert model.batches == [4, 4, 4]
+
+
+class SlowSumModel(SumModel):
+    def run(self, names: object, feeds: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        time.sleep(0.05)  # long enough for the loop to take more chunks while this batch runs
+        return super().run(names, feeds)
+
+
+def test_on_its_thread_a_batch_runs_while_the_next_one_gathers() -> None:
+    model = SlowSumModel()
+    with ThreadPoolExecutor(1) as executor:
+        batcher = SileroBatcher(model, executor)
+
+        async def main() -> list[float]:
+            context, state = fresh()
+            first = [batcher.submit(pcm(v), context, state) for v in (1, 2)]
+            await asyncio.sleep(0.01)  # the first batch is on the thread now
+            second = [batcher.submit(pcm(v), context, state + 7) for v in (3, 4, 5)]
+            results = await asyncio.gather(*first, *second)
+            assert [float(s[0, 0, 0]) for _p, _c, s in results] == [1, 1, 8, 8, 8]
+            return [p for p, _c, _s in results]
+
+        probabilities = asyncio.run(main())
+    assert model.batches == [2, 3]
+    assert probabilities == [512 * v / 32768 for v in (1, 2, 3, 4, 5)]
 
 
 def test_a_model_failure_reaches_every_stream_in_the_batch() -> None:
@@ -213,3 +241,20 @@ def test_a_stream_alone_hears_what_the_model_called_directly_hears() -> None:
         return [await classifier.chunk_probability(c) for c in chunks]
 
     assert run_on_clock(batched(), VirtualClock()) == direct
+
+
+@pytest.mark.real
+def test_batches_on_their_own_thread_hear_what_batches_on_the_loop_hear() -> None:
+    from tests import real_models as models
+
+    threaded = SileroModel(resolve("silero-vad", models.CACHE), batch_thread=True)
+    (alone, _together), _calls = alone_and_together(models.silero(), XiaozhiServerVad)
+    audio = clips()
+
+    async def together() -> list[Any]:
+        stages = [XiaozhiServerVad(SileroClassifier(threaded)) for _ in CLIPS]
+        return list(await asyncio.gather(*(stage_run(s, f, RealClock()) for s, f in zip(stages, audio, strict=True))))
+
+    runs = run_on_clock(together(), RealClock())
+    assert [bounds(r.events) for r in runs] == [bounds(events) for events, _probs in alone]
+    assert threaded.batcher.chunks > 2 * threaded.batcher.calls

@@ -15,6 +15,7 @@ every stream whose chunk is pending in the same turn of the loop (``silero_batch
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ class SileroModel:
     """The loaded ONNX model, shared by every turn (its recurrent state is per turn), and its batcher: every
     stream's chunk pending in one turn of the event loop goes to the model in one call."""
 
-    def __init__(self, model_path: Path, threads: int = 1) -> None:
+    def __init__(self, model_path: Path, threads: int = 1, batch_thread: bool = False) -> None:
         import onnxruntime as ort  # imported here: the entry point sets ORT_DISABLE_TELEMETRY first
 
         options = ort.SessionOptions()
@@ -44,7 +45,8 @@ class SileroModel:
             self.session: Any = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types for bad files
             raise ValueError(f"{model_path}: not a usable Silero VAD model ({exc})") from None
-        self.batcher = SileroBatcher(self.session)
+        executor = ThreadPoolExecutor(1, thread_name_prefix="silero") if batch_thread else None
+        self.batcher = SileroBatcher(self.session, executor)
 
 
 class SileroClassifier:
@@ -89,6 +91,9 @@ class SileroSettings:
     silence_ms: int = 600
     min_speech_ms: int = 120
     profile: str = "lab"  # or "xiaozhi-server"
+    # the batches run on a thread of their own beside the event loop (a server's second core), not on the loop;
+    # for the real clock only: a virtual clock's time would jump ahead while the loop waited for the thread
+    batch_thread: bool = False
     xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
 
     def __post_init__(self) -> None:
@@ -100,7 +105,7 @@ class SileroSettings:
 
 
 def _load(s: SileroSettings, models: Models) -> Loaded:
-    return load_file(models, s.model, SileroModel)
+    return load_file(models, s.model, lambda path: SileroModel(path, batch_thread=s.batch_thread))
 
 
 def _build(s: SileroSettings, model: SileroModel, _turn: TurnInputs) -> FrameVad | XiaozhiServerVad:

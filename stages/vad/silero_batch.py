@@ -13,6 +13,7 @@ adapts to the load without a timer, and no chunk waits longer than the loop's cu
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -36,12 +37,19 @@ class _Pending:
 
 
 class SileroBatcher:
-    """``await submit(pcm, context, state)`` -> (probability, next context, next state), batched per loop turn."""
+    """``await submit(pcm, context, state)`` -> (probability, next context, next state), batched per loop turn.
 
-    def __init__(self, session: Any) -> None:
+    With an ``executor`` (one thread), a batch runs there while the loop goes on serving (onnxruntime lets go
+    of the GIL), and the chunks submitted meanwhile make the next batch, started when this one ends: one batch
+    at a time, so a stream's chunks are still heard in order. Without one it runs on the loop, as a virtual
+    clock needs (its time would jump ahead while the loop waited for a thread)."""
+
+    def __init__(self, session: Any, executor: Executor | None = None) -> None:
         self._session = session
+        self._executor = executor
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
-        self._pending: _Pending | None = None
+        self._pending: _Pending | None = None  # collecting
+        self._running: _Pending | None = None  # on the executor's thread
         self.calls = 0  # how many model calls, and how many chunks they held: the batching, observable
         self.chunks = 0
 
@@ -55,7 +63,9 @@ class SileroBatcher:
         pending = self._pending
         if pending is None or pending.loop is not loop:  # a batch left on a loop that stopped is not ours
             pending = self._pending = _Pending(loop)
-            loop.call_soon(self._flush, pending)
+            running = self._running
+            if running is None or running.loop is not loop:  # else the running batch starts this one when done
+                loop.call_soon(self._start, pending)
         future: asyncio.Future[tuple[float, np.ndarray, np.ndarray]] = loop.create_future()
         pending.chunks.append(pcm)
         pending.contexts.append(context)
@@ -63,19 +73,30 @@ class SileroBatcher:
         pending.futures.append(future)
         return future
 
-    def _flush(self, pending: _Pending) -> None:
+    def _start(self, pending: _Pending) -> None:
         if self._pending is pending:
             self._pending = None
-        try:
-            probabilities, states, x = self.run(pending.chunks, pending.contexts, pending.states)
-        except Exception as exc:  # every stream in the batch hears the model's failure
-            for future in pending.futures:
-                if not future.done():
-                    future.set_exception(exc)
+        if self._executor is None:
+            try:
+                _deliver(pending, self.run(pending.chunks, pending.contexts, pending.states))
+            except Exception as exc:  # every stream in the batch hears the model's failure
+                _fail(pending, exc)
             return
-        for i, future in enumerate(pending.futures):
-            if not future.done():  # a turn cancelled meanwhile no longer waits
-                future.set_result((float(probabilities[i]), x[i, -CONTEXT:], states[:, i : i + 1, :]))
+        self._running = pending
+        work = pending.loop.run_in_executor(self._executor, self.run, pending.chunks, pending.contexts, pending.states)
+        work.add_done_callback(lambda done: self._ended(pending, done))
+
+    def _ended(self, batch: _Pending, done: asyncio.Future[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        if self._running is batch:
+            self._running = None
+        exc = None if done.cancelled() else done.exception()
+        if exc is not None or done.cancelled():
+            _fail(batch, exc if isinstance(exc, Exception) else RuntimeError("the Silero batch was cancelled"))
+        else:
+            _deliver(batch, done.result())
+        nxt = self._pending
+        if nxt is not None and nxt.loop is batch.loop:
+            self._start(nxt)
 
     def run(
         self, chunks: list[bytes], contexts: list[np.ndarray], states: list[np.ndarray]
@@ -88,6 +109,19 @@ class SileroBatcher:
         np.multiply(pcm, 1 / 32768.0, out=x[:, CONTEXT:], casting="unsafe")
         state = states[0] if batch == 1 else np.concatenate(states, axis=1)
         out, next_state = self._session.run(None, {"input": x, "state": state, "sr": self._sr})
-        self.calls += 1
+        self.calls += 1  # on one thread at a time: the loop's, or the executor's while the loop waits for it
         self.chunks += batch
         return out[:, 0], next_state, x
+
+
+def _deliver(batch: _Pending, results: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    probabilities, states, x = results
+    for i, future in enumerate(batch.futures):
+        if not future.done():  # a turn cancelled meanwhile no longer waits
+            future.set_result((float(probabilities[i]), x[i, -CONTEXT:], states[:, i : i + 1, :]))
+
+
+def _fail(batch: _Pending, exc: Exception) -> None:
+    for future in batch.futures:
+        if not future.done():
+            future.set_exception(exc)
