@@ -115,6 +115,25 @@ def test_on_its_thread_a_batch_runs_while_the_next_one_gathers() -> None:
     assert probabilities == [512 * v / 32768 for v in (1, 2, 3, 4, 5)]
 
 
+def test_within_the_window_after_a_batch_chunks_gather_for_the_next_one() -> None:
+    model = SumModel()
+    batcher = SileroBatcher(model, window_ms=10)
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        context, state = fresh()
+        await batcher.submit(pcm(1), context, state)  # the first batch starts at once: t = 0
+        heard = [loop.time()]
+        await asyncio.sleep(0.002)
+        later = batcher.submit(pcm(2), context, state)
+        await asyncio.sleep(0.003)
+        await asyncio.gather(later, batcher.submit(pcm(3), context, state))
+        return [*heard, loop.time()]
+
+    assert run_on_clock(main(), VirtualClock()) == [0.0, 0.01]  # the second batch 10 ms after the first
+    assert model.batches == [1, 2]
+
+
 def test_a_model_failure_reaches_every_stream_in_the_batch() -> None:
     batcher = SileroBatcher(Failing())
 

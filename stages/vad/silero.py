@@ -35,7 +35,9 @@ class SileroModel:
     """The loaded ONNX model, shared by every turn (its recurrent state is per turn), and its batcher: every
     stream's chunk pending in one turn of the event loop goes to the model in one call."""
 
-    def __init__(self, model_path: Path, threads: int = 1, batch_thread: bool = False) -> None:
+    def __init__(
+        self, model_path: Path, threads: int = 1, batch_thread: bool = False, batch_window_ms: float = 0.0
+    ) -> None:
         import onnxruntime as ort  # imported here: the entry point sets ORT_DISABLE_TELEMETRY first
 
         options = ort.SessionOptions()
@@ -46,7 +48,7 @@ class SileroModel:
         except Exception as exc:  # onnxruntime raises its own exception types for bad files
             raise ValueError(f"{model_path}: not a usable Silero VAD model ({exc})") from None
         executor = ThreadPoolExecutor(1, thread_name_prefix="silero") if batch_thread else None
-        self.batcher = SileroBatcher(self.session, executor)
+        self.batcher = SileroBatcher(self.session, executor, batch_window_ms)
 
 
 class SileroClassifier:
@@ -94,18 +96,25 @@ class SileroSettings:
     # the batches run on a thread of their own beside the event loop (a server's second core), not on the loop;
     # for the real clock only: a virtual clock's time would jump ahead while the loop waited for the thread
     batch_thread: bool = False
+    # a batch starts no sooner than this after the one before (0: as soon as the loop's turn ends), so that
+    # chunks gather into batches at any load; each waits at most this long for its probability
+    batch_window_ms: float = 0.0
     xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
 
     def __post_init__(self) -> None:
         check_end_pointing(self.threshold, self.silence_ms, self.min_speech_ms)
         if self.profile not in PROFILES:
             raise ConfigError(f"[vad] profile = {self.profile!r}: choose one of {', '.join(PROFILES)}")
+        if not 0 <= self.batch_window_ms <= 100:
+            raise ConfigError(f"[vad] batch_window_ms = {self.batch_window_ms}: between 0 and 100 ms")
         if problem := self.xiaozhi_server.problem():
             raise ConfigError(f"[vad.xiaozhi_server] {problem}")
 
 
 def _load(s: SileroSettings, models: Models) -> Loaded:
-    return load_file(models, s.model, lambda path: SileroModel(path, batch_thread=s.batch_thread))
+    return load_file(
+        models, s.model, lambda path: SileroModel(path, batch_thread=s.batch_thread, batch_window_ms=s.batch_window_ms)
+    )
 
 
 def _build(s: SileroSettings, model: SileroModel, _turn: TurnInputs) -> FrameVad | XiaozhiServerVad:

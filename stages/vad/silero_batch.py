@@ -44,9 +44,11 @@ class SileroBatcher:
     at a time, so a stream's chunks are still heard in order. Without one it runs on the loop, as a virtual
     clock needs (its time would jump ahead while the loop waited for a thread)."""
 
-    def __init__(self, session: Any, executor: Executor | None = None) -> None:
+    def __init__(self, session: Any, executor: Executor | None = None, window_ms: float = 0.0) -> None:
         self._session = session
         self._executor = executor
+        self._window_s = window_ms / 1000
+        self._last_start = float("-inf")  # loop time the latest batch started
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self._pending: _Pending | None = None  # collecting
         self._running: _Pending | None = None  # on the executor's thread
@@ -65,7 +67,7 @@ class SileroBatcher:
             pending = self._pending = _Pending(loop)
             running = self._running
             if running is None or running.loop is not loop:  # else the running batch starts this one when done
-                loop.call_soon(self._start, pending)
+                self._schedule(pending)
         future: asyncio.Future[tuple[float, np.ndarray, np.ndarray]] = loop.create_future()
         pending.chunks.append(pcm)
         pending.contexts.append(context)
@@ -73,9 +75,19 @@ class SileroBatcher:
         pending.futures.append(future)
         return future
 
+    def _schedule(self, pending: _Pending) -> None:
+        """At the end of this loop turn, or a window after the latest batch started, whichever is later."""
+        loop = pending.loop
+        due = self._last_start + self._window_s
+        if due > loop.time():
+            loop.call_at(due, self._start, pending)
+        else:
+            loop.call_soon(self._start, pending)
+
     def _start(self, pending: _Pending) -> None:
         if self._pending is pending:
             self._pending = None
+        self._last_start = pending.loop.time()
         if self._executor is None:
             try:
                 _deliver(pending, self.run(pending.chunks, pending.contexts, pending.states))
@@ -96,7 +108,7 @@ class SileroBatcher:
             _deliver(batch, done.result())
         nxt = self._pending
         if nxt is not None and nxt.loop is batch.loop:
-            self._start(nxt)
+            self._schedule(nxt)
 
     def run(
         self, chunks: list[bytes], contexts: list[np.ndarray], states: list[np.ndarray]
