@@ -15,8 +15,7 @@ arrival - k x 60 ms, minus the turn's smallest), the server's CPU (``/proc``), t
 send lateness, and the askers' turns: answered or not, and the silence from the packet after the clip's last loud
 frame (sent) to the first answer packet received. A step holds when the loop lateness P99 is within
 ``GOAL_P99_MS``, every asker was answered and no connection was lost; a step whose generator itself
-sent late (P99 over the goal) is void. ``--profile S`` records the server with py-spy for S seconds
-of the hold and prints its top entries.
+sent late (P99 over the goal) is void. ``--profile S``: py-spy on the server for S s of the hold.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -121,8 +121,6 @@ def serve_process(argv: list[str], out: Any, commands: Any) -> None:
         while (window := commands.get()) is not None:
             t0, t1 = window
             out.put(([v for t, v in list(lags) if t0 <= t <= t1], [v for t, v in list(uplink) if t0 <= t <= t1]))
-
-    import threading
 
     threading.Thread(target=answer, daemon=True).start()
 
@@ -271,14 +269,13 @@ class Step:
 
 def run_step(load: Load, configs: list[Path], profile_s: float, out: Path) -> Step:
     """One step against a fresh server process."""
-    noise_path, encoder = FIXTURES / "edge" / "noise.wav", OpusEncoder()
-    noise = packets(noise_path, encoder)
+    encoder = OpusEncoder()
+    noise = packets(FIXTURES / "edge" / "noise.wav", encoder)
     by_id = {q.id: q for q in load_questions(FIXTURES, "").questions}
     clips = [(qid, packets(by_id[qid].audio, encoder), speech_ends(by_id[qid].audio)) for qid in QUESTIONS]
     port = free_port()
     argv = [str(FIXTURES), "--port", str(port), "--out", str(out / f"n{load.devices}"), "--quiet"]
-    for c in configs:
-        argv += ["--config", str(c)]
+    argv += [arg for c in configs for arg in ("--config", str(c))]
     ctx = mp.get_context("spawn")
     results, commands = ctx.Queue(), ctx.Queue()
     server = ctx.Process(target=serve_process, args=(argv, results, commands), daemon=True)
@@ -294,8 +291,8 @@ def run_step(load: Load, configs: list[Path], profile_s: float, out: Path) -> St
         async def measured() -> Fleet:
             loop = asyncio.get_running_loop()
             loop.call_later(ramp_s + load.warmup_s, lambda: marks.update(t0=time.monotonic(), c0=cpu_s(pid)))
-            spy = None
             task = asyncio.create_task(fleet_step(url, load, noise, clips))
+            spy = None
             if profile_s:
                 await asyncio.sleep(ramp_s + load.warmup_s)
                 spy = _py_spy(pid, profile_s, out / f"profile-n{load.devices}.txt")
@@ -344,9 +341,8 @@ def _py_spy(pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
 
 
 def top_entries(raw: Path, n: int = 15) -> list[str]:
-    """py-spy's collapsed stacks of the event loop's thread as the functions most samples were in (self) and under
-    (inclusive), in shares of that thread's samples (py-spy counts threads blocked in C, this script's own
-    reader and idle codec threads, as busy: they are left out)."""
+    """The event loop thread's functions most py-spy samples were in (self) and under (inclusive); other threads
+    are left out (py-spy counts threads blocked in C, this script's reader and idle codec threads, as busy)."""
     own: Counter[str] = Counter()
     under: Counter[str] = Counter()
     total = 0
