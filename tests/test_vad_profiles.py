@@ -44,7 +44,7 @@ class ScriptedChunks:
     def reset(self) -> None:
         self.calls = 0
 
-    def chunk_probability(self, pcm: bytes) -> float:
+    async def chunk_probability(self, pcm: bytes) -> float:
         assert len(pcm) == CHUNK_BYTES
         self.calls += 1
         return self.probs[self.calls - 1] if self.calls <= len(self.probs) else 0.0
@@ -213,7 +213,7 @@ def test_a_bad_profile_is_refused_with_its_reason() -> None:
 
 def build_silero(vad: VadConfig) -> FrameVad | XiaozhiServerVad:
     impl = registry().get("vad", "silero")
-    model = SimpleNamespace(session=None)  # building reads no weights; nothing runs here
+    model = SimpleNamespace(session=None, batcher=None)  # building reads no weights; nothing runs here
     stage = impl.build(impl.settings_from(vad), model, TurnInputs(text="", language="en"))
     assert isinstance(stage, (FrameVad, XiaozhiServerVad))
     return stage

@@ -25,7 +25,8 @@ class FrameClassifier(Protocol):
     def reset(self) -> None:
         """Forget everything heard: a new turn starts."""
 
-    def speech_probability(self, pcm: bytes) -> float: ...
+    async def speech_probability(self, pcm: bytes) -> float:
+        """How likely this frame is speech; awaited, so that a model may batch the frames of many streams."""
 
 
 def check_end_pointing(threshold: float, silence_ms: int, min_speech_ms: int) -> None:
@@ -74,7 +75,7 @@ class FrameVad:
         async for event in events:
             if not isinstance(event, AudioFrame):
                 continue
-            p = self.classifier.speech_probability(event.pcm)
+            p = await self.classifier.speech_probability(event.pcm)
             frame_end = offset + event.duration_ms
             if not in_speech:
                 pending = [*pending, event][-(self.min_speech_ms // event.duration_ms + 1) :]

@@ -33,7 +33,7 @@ class EnergyClassifier:
     def reset(self) -> None:
         pass
 
-    def speech_probability(self, pcm: bytes) -> float:
+    async def speech_probability(self, pcm: bytes) -> float:
         return 1.0 if frame_dbfs(pcm) > self.threshold_dbfs else 0.0
 
 

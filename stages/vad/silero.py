@@ -1,7 +1,8 @@
 """Silero VAD (ONNX, run with onnxruntime) as a frame or chunk classifier, under one of two end-pointers.
 
 The model takes 512-sample chunks at 16 kHz with 64 samples of context and a
-recurrent state. About 0.2-0.3 ms per chunk here (STACK.md), so it runs on the event loop.
+recurrent state. About 0.2-0.3 ms per chunk here (STACK.md), so it runs on the event loop, batched over
+every stream whose chunk is pending in the same turn of the loop (``silero_batch``).
 
 ``[vad] profile`` picks the end-pointer:
 
@@ -14,26 +15,29 @@ recurrent state. About 0.2-0.3 ms per chunk here (STACK.md), so it runs on the e
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.events import SAMPLE_RATE, VAD_PROFILES, XiaozhiServerProfile
+from pipeline.events import VAD_PROFILES, XiaozhiServerProfile
 from stages.registry import ConfigError, Implementation, Loaded, Models, TurnInputs, load_file
 from stages.vad.endpointer import FrameVad, check_end_pointing
+from stages.vad.silero_batch import CHUNK, CONTEXT, STATE_SHAPE, SileroBatcher
 from stages.vad.xiaozhi import XiaozhiServerVad
 
-CHUNK = 512
 PROFILES = VAD_PROFILES
-CONTEXT = 64
 
 
 class SileroModel:
-    """The loaded ONNX model, shared by every turn (its recurrent state is per turn)."""
+    """The loaded ONNX model, shared by every turn (its recurrent state is per turn), and its batcher: every
+    stream's chunk pending in one turn of the event loop goes to the model in one call."""
 
-    def __init__(self, model_path: Path, threads: int = 1) -> None:
+    def __init__(
+        self, model_path: Path, threads: int = 1, batch_thread: bool = False, batch_window_ms: float = 0.0
+    ) -> None:
         import onnxruntime as ort  # imported here: the entry point sets ORT_DISABLE_TELEMETRY first
 
         options = ort.SessionOptions()
@@ -43,6 +47,8 @@ class SileroModel:
             self.session: Any = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types for bad files
             raise ValueError(f"{model_path}: not a usable Silero VAD model ({exc})") from None
+        executor = ThreadPoolExecutor(1, thread_name_prefix="silero") if batch_thread else None
+        self.batcher = SileroBatcher(self.session, executor, batch_window_ms)
 
 
 class SileroClassifier:
@@ -52,40 +58,30 @@ class SileroClassifier:
     name = "silero"
 
     def __init__(self, model: SileroModel) -> None:
-        self._session = model.session
-        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        self._batcher = model.batcher
         self.reset()
 
     def reset(self) -> None:
-        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._state = np.zeros(STATE_SHAPE, dtype=np.float32)
         self._context = np.zeros(CONTEXT, dtype=np.float32)
-        self._buffer = np.zeros(0, dtype=np.float32)
+        self._buffer = b""
 
-    def speech_probability(self, pcm: bytes) -> float:
+    async def speech_probability(self, pcm: bytes) -> float:
         """The highest probability of the chunks this frame completes (0 when it completes none)."""
-        self._buffer = np.concatenate([self._buffer, _samples(pcm)])
+        self._buffer += pcm
         best = 0.0
-        while len(self._buffer) >= CHUNK:
-            chunk, self._buffer = self._buffer[:CHUNK], self._buffer[CHUNK:]
-            best = max(best, self._run(chunk))
+        while len(self._buffer) >= CHUNK * 2:
+            chunk, self._buffer = self._buffer[: CHUNK * 2], self._buffer[CHUNK * 2 :]
+            best = max(best, await self._run(chunk))
         return best
 
-    def chunk_probability(self, pcm: bytes) -> float:
+    async def chunk_probability(self, pcm: bytes) -> float:
         """The probability of exactly one chunk (the caller cuts the chunks)."""
-        chunk = _samples(pcm)
-        if len(chunk) != CHUNK:
-            raise ValueError(f"a Silero chunk is {CHUNK} samples, not {len(chunk)}")
-        return self._run(chunk)
+        return await self._run(pcm)
 
-    def _run(self, chunk: np.ndarray) -> float:
-        x = np.concatenate([self._context, chunk])[np.newaxis, :]
-        out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
-        self._context = chunk[-CONTEXT:]
-        return float(out[0][0])
-
-
-def _samples(pcm: bytes) -> np.ndarray:
-    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+    async def _run(self, chunk: bytes) -> float:
+        p, self._context, self._state = await self._batcher.submit(chunk, self._context, self._state)
+        return p
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,18 +93,28 @@ class SileroSettings:
     silence_ms: int = 600
     min_speech_ms: int = 120
     profile: str = "lab"  # or "xiaozhi-server"
+    # the batches run on a thread of their own beside the event loop (a server's second core), not on the loop;
+    # for the real clock only: a virtual clock's time would jump ahead while the loop waited for the thread
+    batch_thread: bool = False
+    # a batch starts no sooner than this after the one before (0: as soon as the loop's turn ends), so that
+    # chunks gather into batches at any load; each waits at most this long for its probability
+    batch_window_ms: float = 0.0
     xiaozhi_server: XiaozhiServerProfile = field(default_factory=XiaozhiServerProfile)
 
     def __post_init__(self) -> None:
         check_end_pointing(self.threshold, self.silence_ms, self.min_speech_ms)
         if self.profile not in PROFILES:
             raise ConfigError(f"[vad] profile = {self.profile!r}: choose one of {', '.join(PROFILES)}")
+        if not 0 <= self.batch_window_ms <= 100:
+            raise ConfigError(f"[vad] batch_window_ms = {self.batch_window_ms}: between 0 and 100 ms")
         if problem := self.xiaozhi_server.problem():
             raise ConfigError(f"[vad.xiaozhi_server] {problem}")
 
 
 def _load(s: SileroSettings, models: Models) -> Loaded:
-    return load_file(models, s.model, SileroModel)
+    return load_file(
+        models, s.model, lambda path: SileroModel(path, batch_thread=s.batch_thread, batch_window_ms=s.batch_window_ms)
+    )
 
 
 def _build(s: SileroSettings, model: SileroModel, _turn: TurnInputs) -> FrameVad | XiaozhiServerVad:

@@ -48,8 +48,9 @@ class ChunkClassifier(Protocol):
     def reset(self) -> None:
         """Forget everything heard: a new turn starts."""
 
-    def chunk_probability(self, pcm: bytes) -> float:
-        """Speech probability of one chunk of ``CHUNK_SAMPLES`` samples (16-bit little-endian PCM)."""
+    async def chunk_probability(self, pcm: bytes) -> float:
+        """Speech probability of one chunk of ``CHUNK_SAMPLES`` samples (16-bit little-endian PCM); awaited, so
+        that a model may batch the chunks of many streams."""
 
 
 def _ms(samples: int) -> int:
@@ -122,12 +123,12 @@ class _Listener:
         self.buffer_start = 0  # where the buffer's first sample lies in the turn's audio
         self.received = 0  # samples received so far
 
-    def hear(self, frame: AudioFrame) -> None:
+    async def hear(self, frame: AudioFrame) -> None:
         arrival = frame.arrival_ms if frame.arrival_ms is not None else _ms(self.received)
         self.buffer += frame.pcm
         self.received += len(frame.pcm) // 2
         while len(self.buffer) >= CHUNK_BYTES:
-            p = self.classifier.chunk_probability(self.buffer[:CHUNK_BYTES])
+            p = await self.classifier.chunk_probability(self.buffer[:CHUNK_BYTES])
             start = self.buffer_start
             self.decision.chunk(p, _ms(start), _ms(start + CHUNK_SAMPLES), arrival)
             self.buffer = self.buffer[CHUNK_BYTES:]
@@ -180,7 +181,7 @@ class XiaozhiServerVad:
         async for event in events:
             if not isinstance(event, AudioFrame):
                 continue
-            listener.hear(event)
+            await listener.hear(event)
             if kept:
                 yield event
             else:
