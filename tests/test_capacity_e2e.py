@@ -53,7 +53,9 @@ def test_the_lab_server_ramped_over_both_transports(tmp_path: Path, capsys: pyte
     server, ws, mqtt = start_server(tmp_path / "server")
     try:
         codes = {
-            "websocket": main(ramp(tmp_path / "ws", ws, server.pid), env={}),
+            "websocket": main(
+                [*ramp(tmp_path / "ws", ws, server.pid), "--server-traces", str(tmp_path / "server" / "traces")], env={}
+            ),
             "mqtt": main(ramp(tmp_path / "mqtt", mqtt, server.pid), env={"MQTT_SIGNATURE_KEY": KEY}),
         }
     finally:

@@ -64,7 +64,7 @@ START_NS = [0]
 
 
 def step(
-    tmp_path: Path, profile: LoadProfile, devices: int, refused: frozenset[int] = frozenset()
+    tmp_path: Path, profile: LoadProfile, devices: int, refused: frozenset[int] = frozenset(), run_id: str = "cap-1"
 ) -> tuple[Window, list[Any], Path]:
     FakeDevice.opened = []
     clock = VirtualClock()
@@ -75,15 +75,15 @@ def step(
     cfg = Config()
     cfg = dataclasses.replace(cfg, fleet=dataclasses.replace(cfg.fleet, **profile.arrival_settings(devices)))
     run = Run(
-        "cap-1",
+        run_id,
         cfg,
-        "cid",
+        f"cid-{devices}",
         questions,
         clock,
         _Engines(),  # type: ignore[arg-type]
         remote=lambda i: FakeDevice(i, clock, i in refused),
     )
-    trace = tmp_path / "traces" / "cap-1.jsonl"
+    trace = tmp_path / "traces" / f"{run_id}.jsonl"
     tracing = Tracing(trace, "test")
     sink = RowSink(BenchCsv(tmp_path / "bench.csv"), 0, lambda _m: None)
     users = Users(run, profile, tracing, sink, hold_s=10, max_hold_s=30, min_turns=1)

@@ -158,3 +158,15 @@ def test_plan_values_are_parsed_and_impossible_ones_refused() -> None:
     ):
         with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
             bad()
+
+
+def test_the_segment_that_grew_first_is_the_one_whose_interval_left_zero() -> None:
+    def rows(server: list[float], uplink: float) -> list[TurnRow]:
+        return [TurnRow(ok=1, server_first_audio_ms=v, uplink_ms=uplink + i % 2) for i, v in enumerate(server)]
+
+    base = rows([100.0 + i for i in range(30)], 1.0)
+    assert verdict.grown(base, rows([100.0 + i for i in range(30)], 1.0), "same") == []  # nothing moved
+    grew = verdict.grown(base, rows([180.0 + i for i in range(30)], 1.0), "slow")
+    assert len(grew) == 1 and grew[0].startswith("server_first_audio_ms median +80.0 ms [")
+    both = verdict.grown(base, rows([180.0 + i for i in range(30)], 300.0), "both")
+    assert [g.split()[0] for g in both] == ["uplink_ms", "server_first_audio_ms"]  # the largest growth first

@@ -63,6 +63,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"measured turns a step needs for its P90 (default {DEFAULT_MIN_TURNS})",
     )
     p.add_argument("--server-pid", type=int, help="the server's process id, when local: its CPU and RSS per step")
+    p.add_argument(
+        "--server-traces",
+        type=Path,
+        help="the lab's server's trace folder (pipeline.serve --out DIR/traces): each silence split on the wire, "
+        "and which part grew first",
+    )
     p.add_argument("--label", default="", help="the server's name in the report's curve (default: its URL)")
     p.add_argument("--config", type=Path, action="append", help="TOML settings for the devices' runs (as the replay's)")
     p.add_argument("--language", default="", help="language of questions that name none")
@@ -130,6 +136,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             args.language,
             args.timeout,
             args.server_pid,
+            args.server_traces,
         )
         ramp = Ramp(target, profile, plan, args.out, env, ramp_id=args.run_id)
         ramp.found.label = args.label

@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import replay
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.sink import RowSink
+from pipeline.analysis.traces import trace_files
 from pipeline.capacity import result, verdict
 from pipeline.capacity.plan import Plan
 from pipeline.capacity.probe import ServerProbe
@@ -61,6 +63,7 @@ class Target:
     language: str = ""
     turn_timeout_s: float | None = None
     server_pid: int | None = None
+    server_traces: Path | None = None  # the lab's server's trace folder: each device turn's silence split (wire)
 
     @property
     def transport(self) -> str:
@@ -125,6 +128,7 @@ class Ramp:
     spread: Spread | None = None  # None: every step's devices in this process
 
     def __post_init__(self) -> None:
+        self.base_rows: list[TurnRow] = []  # the first step's, for the segments (with the server's traces)
         self.ramp_id = self.ramp_id or time.strftime("%Y%m%d-%H%M%S")
         self.found = Capacity(
             server=public_url(self.target.url),
@@ -211,8 +215,9 @@ class Ramp:
         finally:
             tracing.shutdown()
             p.engines.close()
-        rows = [r for r in read_traces([trace_path], workers=1).rows if r.run_id == run_id]
+        rows = self.rows(trace_path, run_id)
         fig = verdict.figures(rows, name=f"{self.ramp_id}|{n}")
+        self.segments(n, rows)
         p50, p99 = verdict.lateness(late)
         kind, reason = verdict.judge(fig, p99, verdict.baseline_p90(self.found.steps), self.plan)
         return Step(
@@ -234,6 +239,24 @@ class Ramp:
             verdict=kind,
             reason=reason,
         )
+
+    def rows(self, trace_path: Path, run_id: str) -> list[TurnRow]:
+        """The step's rows from its traces; with the server's traces beside them, each silence split on the wire."""
+        files = [trace_path]
+        if self.target.server_traces is not None:
+            files += trace_files(self.target.server_traces)
+        return [r for r in read_traces(files, workers=1).rows if r.run_id == run_id]
+
+    def segments(self, n: int, rows: list[TurnRow]) -> None:
+        """Which segment of the silence grew first against the first step (only with the server's traces)."""
+        if self.target.server_traces is None or self.found.grew_first:
+            return
+        if not self.base_rows:
+            self.base_rows = rows
+            return
+        grew = verdict.grown(self.base_rows, rows, f"{self.ramp_id}|{n}")
+        if grew:
+            self.found.grew_first = f"{grew[0]} at {n} device(s)"
 
     async def _hold(self, users: Users, probe: ServerProbe) -> tuple[float, np.ndarray]:
         record = send_lateness()

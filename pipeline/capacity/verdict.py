@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis.bootstrap import quantile_interval
+from pipeline.analysis.bootstrap import difference_interval, quantile_interval
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
 from pipeline.capacity.plan import Plan
@@ -147,3 +147,23 @@ def knee(steps: Sequence[Step]) -> tuple[int | None, bool]:
         if step.verdict == "holds":
             held = step.devices
     return held, True
+
+
+# The consecutive parts of a device's silence that our server's traces, read beside the device's, split it into
+SEGMENTS = ("uplink_ms", "server_first_audio_ms", "downlink_ms", "device_buffer_ms")
+
+
+def grown(base: Sequence[TurnRow], step: Sequence[TurnRow], name: str) -> list[str]:
+    """The segments whose median or P90 grew beyond its interval against the baseline step's (the 95 % interval of
+    the difference lies above zero), largest growth first, each as "segment P90 +X ms [low, high]"."""
+    found: list[tuple[float, str]] = []
+    for segment in SEGMENTS:
+        x = np.sort(np.array([v for r in step if not r.warmup and (v := getattr(r, segment)) is not None]))
+        b = np.sort(np.array([v for r in base if not r.warmup and (v := getattr(r, segment)) is not None]))
+        for q, label in ((0.5, "median"), (0.9, "P90")):
+            ci = difference_interval(x, f"{name}|{segment}", b, f"base|{segment}", q)
+            if ci is not None and ci.low > 0:
+                grew = quantile(x, q) - quantile(b, q)
+                found.append((grew, f"{segment} {label} +{grew:.1f} ms [{ci.low:.1f}, {ci.high:.1f}]"))
+                break
+    return [text for _grew, text in sorted(found, key=lambda f: -f[0])]

@@ -162,16 +162,19 @@ def curve(ramps: Sequence[Ramp]) -> bytes:
             y = [getattr(s.silence_ms, key) for s in steps]
             ax.plot(x, y, style, marker="o", color=colour, label=plots.plain(f"{r.name} {key.upper()}"))
         knee = next((s for s in steps if s.devices == r.found.knee), None)
-        if knee is not None:
+        if knee is not None and knee.silence_ms.p90 is not None:
             ax.plot([knee.devices], [knee.silence_ms.p90], "o", ms=16, mfc="none", mec=colour, mew=2)
             ax.annotate(
-                f"knee: {knee.devices}",
-                (knee.devices, knee.silence_ms.p90 or 0),
+                f"held {knee.devices}+" if r.found.none_failed else f"knee: {knee.devices}",
+                (knee.devices, knee.silence_ms.p90),
                 xytext=(8, 8),
                 textcoords="offset points",
                 color=colour,
             )
     ax.set_xscale("log")
+    ticks = sorted({s.devices for r in ramps for s in r.found.steps})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
     ax.set_xlabel("devices")
     ax.set_ylabel("silence ms (end of speech -> first audible)")
     ax.grid(True, alpha=0.3)
