@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,17 @@ from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
+from pipeline.capacity import verdict
 from pipeline.capacity.__main__ import main, parse_args, plan_of, profile_overrides
 from pipeline.capacity.profile import load_profile
 from pipeline.capacity.ramp import Ramp, Target
 from pipeline.capacity.result import Capacity
-from pipeline.capacity.workers import RayFleet, Tally
+from pipeline.capacity.users import Users, Window
+from pipeline.capacity.workers import RayFleet, ShareWorker, Tally
 from pipeline.run.session import TraceSink
 from pipeline.run.workers import WORKER_LOST
 from pipeline.tracing.export import Tracing
+from pipeline.transport.device.pacer import send_lateness
 from tests.test_capacity_e2e import FIXTURES, SIMULATOR, start_server
 
 pytestmark = [pytest.mark.ray, pytest.mark.transport, pytest.mark.realtime]
@@ -61,12 +65,27 @@ def argv(out: Path, url: str) -> list[str]:
     ]
 
 
+class Marking(ShareWorker):
+    """A worker whose loop records one send lateness of its own at the fleet's start: 1 ms + its first device
+    (beside whatever its devices' paced sends record), so the driver's pool shows whose values it holds."""
+
+    async def _hold(self, users: Users) -> Window:
+        run_step = users.run_step
+
+        async def marked(arrived: Callable[[], object] | None = None) -> Window:
+            send_lateness().record(1.0 + self.spec.share[0])
+            return await run_step(arrived)
+
+        users.run_step = marked  # type: ignore[method-assign]
+        return await super()._hold(users)
+
+
 class Watched(RayFleet):
-    """The fleet, with what each worker handed over counted, and worker 0 killed once ``kill_after`` turns
-    were measured (``None``: never)."""
+    """The fleet, with the lateness each worker handed over kept, and worker 0 killed once it has handed over
+    ``kill_after`` turns (``None``: never): its warm-ups end well inside the hold."""
 
     kill_after: int | None = None
-    late_by_worker: dict[int, int]
+    late_by_worker: dict[int, list[float]]
     first: Any = None
 
     def _take(self, handle: Any, tracing: Tracing, sink: TraceSink, tally: Tally) -> None:
@@ -76,8 +95,12 @@ class Watched(RayFleet):
             self.first = handle  # the first drained is worker 0's
         key = 0 if handle is self.first else 1
         if len(tally.late) > before:
-            self.late_by_worker[key] = self.late_by_worker.get(key, 0) + len(tally.late[-1])
-        if key == 0 and self.kill_after is not None and tally.measured >= self.kill_after:
+            self.late_by_worker.setdefault(key, []).extend(tally.late[-1].tolist())
+        if (
+            key == 0
+            and self.kill_after is not None
+            and tally.asked.get(0, 0) + tally.asked.get(2, 0) >= self.kill_after
+        ):
             self.kill_after = None
             ray.kill(handle)
 
@@ -88,7 +111,8 @@ def ramp_watched(out: Path, url: str, kill_after: int | None) -> tuple[Capacity,
     target = Target(url, FIXTURES, (SIMULATOR,))
     said: list[str] = []
     ramp = Ramp(target, profile, plan, out, {}, say=said.append)
-    fleet = Watched(ray, 2, target, profile, plan, {}, said.append)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import tests/
+    fleet = Watched(ray, 2, target, profile, plan, {}, said.append, worker=Marking)
     fleet.kill_after, fleet.late_by_worker = kill_after, {}
     ramp.spread = fleet
     return ramp.run(), fleet, said
@@ -106,7 +130,7 @@ def test_a_step_over_two_workers_reads_back_what_they_finished(server: tuple[str
     url, _pid = server
     assert main(argv(tmp_path / "cli", url), env={}) == 0  # the command line's --workers
     found, fleet, said = ramp_watched(tmp_path / "w", url, kill_after=None)
-    for out, step in ((tmp_path / "cli", None), (tmp_path / "w", found.steps[0])):
+    for out in (tmp_path / "cli", tmp_path / "w"):
         bench, traced = step_rows(out, "steps/3")
         assert traced == bench and {r.device for r in bench} == {0, 1, 2}  # both workers' devices, one store
         assert all(r.ok == 1 and r.devices == 3 for r in bench)
@@ -114,9 +138,10 @@ def test_a_step_over_two_workers_reads_back_what_they_finished(server: tuple[str
     s = found.steps[0]
     assert s.turns == sum(1 for r in bench if not r.warmup) >= 1 and sum(s.failures.values()) == 0
     # every worker's paced sends reached the driver, and the step's lateness is all of them
-    assert set(fleet.late_by_worker) == {0, 1} and min(fleet.late_by_worker.values()) > 0
-    assert s.lateness_sends == sum(fleet.late_by_worker.values())
-    assert s.lateness_p99_ms is not None and np.isfinite(s.lateness_p99_ms)
+    late = fleet.late_by_worker
+    assert 1.0 in late[0] and 2.0 in late[1]  # worker 0 runs devices 0 and 2, worker 1 device 1
+    assert s.lateness_sends == len(late[0]) + len(late[1])
+    assert (s.lateness_p50_ms, s.lateness_p99_ms) == verdict.lateness(np.array(late[0] + late[1]))
     assert s.held_s >= 3 and fleet.lost == [] and not any(line.startswith("error") for line in said)
 
 
@@ -128,7 +153,7 @@ def test_a_worker_killed_mid_step_leaves_a_lost_turn_per_device(server: tuple[st
     bench, traced = step_rows(tmp_path / "k", "steps/3")
     assert traced == bench
     lost = [r for r in bench if r.error == WORKER_LOST]
-    assert sorted(r.device for r in lost) == [0, 2] and all("failed mid-step" in str(r.note) for r in lost)
+    assert len(lost) == 2 and {r.device for r in lost} == {0, 2} and all("failed mid-step" in str(r.note) for r in lost)
     assert all(r.ok == 1 for r in bench if r.device == 1)  # the other worker: unaffected
     s = found.steps[0]
     assert s.failures["other"] == 2 and s.verdict != "holds"

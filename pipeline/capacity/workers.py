@@ -173,6 +173,7 @@ class RayFleet:
     env: Mapping[str, str]
     say: Say = print
     lost: list[str] = field(default_factory=list)  # one message per worker that died, over the whole ramp
+    worker: type[ShareWorker] = ShareWorker  # the actor's body
 
     def __call__(
         self, run: Run, tracing: Tracing, sink: TraceSink, probe: ServerProbe, offsets_ms: list[float]
@@ -180,7 +181,7 @@ class RayFleet:
         """The step of ``run``: its hold (s) and the pooled lateness of every worker's sends (ms)."""
         plan = shares(run.config.fleet.devices, self.workers)
         service = self.env.get("OTEL_SERVICE_NAME", replay.SERVICE)
-        actor = self.ray.remote(num_cpus=0, max_restarts=0)(ShareWorker)
+        actor = self.ray.remote(num_cpus=0)(self.worker)
         devices, env = run.config.fleet.devices, dict(self.env)
         specs = [ShareSpec(self.target, self.profile, self.plan, devices, s, run.run_id, service, env) for s in plan]
         handles = [actor.remote(spec) for spec in specs]
