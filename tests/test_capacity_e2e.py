@@ -1,6 +1,6 @@
 """``python -m pipeline.capacity`` against the lab's own server (``pipeline.serve``, scripted stages, its own process)
-over WebSocket and over MQTT + UDP: two short steps each, every figure from the steps' traces, the server's CPU and
-RSS by its PID, and the server stopped afterwards."""
+over WebSocket (realtime listening) and over MQTT + UDP (auto): two short steps each, every figure from the steps'
+traces, the server's CPU and RSS by its PID, and the server stopped afterwards."""
 
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def test_the_lab_server_ramped_over_both_transports(tmp_path: Path, capsys: pyte
             "websocket": main(
                 [*ramp(tmp_path / "ws", ws, server.pid), "--server-traces", str(tmp_path / "server" / "traces")], env={}
             ),
-            "mqtt": main(ramp(tmp_path / "mqtt", mqtt, server.pid), env={"MQTT_SIGNATURE_KEY": KEY}),
+            "mqtt": main(
+                [*ramp(tmp_path / "mqtt", mqtt, server.pid), "--listen-mode", "auto"], env={"MQTT_SIGNATURE_KEY": KEY}
+            ),
         }
     finally:
         server.send_signal(signal.SIGINT)
@@ -65,9 +67,13 @@ def test_the_lab_server_ramped_over_both_transports(tmp_path: Path, capsys: pyte
     assert codes == {"websocket": 0, "mqtt": 0}, capsys.readouterr().err
     said = capsys.readouterr().out
     assert said.count("devices held: ") == 2
-    for folder, transport, row_transport in (("ws", "websocket", "websocket"), ("mqtt", "mqtt+udp", "udp")):
+    for folder, transport, row_transport, mode in (
+        ("ws", "websocket", "websocket", "realtime"),
+        ("mqtt", "mqtt+udp", "udp", "auto"),
+    ):
         found = read(tmp_path / folder / "capacity.json")
         assert found.transport == transport and found.label == "lab server" and found.profile["ids"] == ["en10"]
+        assert found.profile["listen_mode"] == mode
         assert [s.devices for s in found.steps][:1] == [1] and found.steps[0].verdict == "holds"
         assert found.devices_held is not None and found.devices_held >= 1
         assert len({s.config_id for s in found.steps}) == len(found.steps)  # the device count is in the identity
@@ -75,7 +81,7 @@ def test_the_lab_server_ramped_over_both_transports(tmp_path: Path, capsys: pyte
             rows = read_bench_csv(tmp_path / folder / s.folder / "bench.csv")
             assert {r.devices for r in rows} == {s.devices} and {r.run_id for r in rows} == {s.run_id}
             assert all(r.ok == 1 and r.transport == row_transport for r in rows)
-            assert "listen mode realtime" in rows[0].llm_endpoint
+            assert ("listen mode realtime" in rows[0].llm_endpoint) is (mode == "realtime")  # auto: the firmware's
             assert s.turns == sum(1 for r in rows if not r.warmup) >= 1
             assert s.failures == {"no_answer": 0, "cut_connection": 0, "refused": 0, "other": 0}
             assert s.silence_ms.p50 is not None and s.silence_ms.p50 > 0

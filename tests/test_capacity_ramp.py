@@ -153,3 +153,20 @@ def test_the_window_holds_then_extends_until_enough_turns_on_the_virtual_clock()
         assert window.held_s == 29.5
 
     run_on_clock(check(), VirtualClock())
+
+
+@pytest.mark.realtime
+def test_a_first_step_that_answers_nothing_is_written_and_stops_the_ramp(
+    tmp_path: Path, closing_server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("pipeline.capacity.__main__.reachable", lambda *_a: None)  # past the first check
+    extra = ["--steps", "1,2", "--hold", "3s", "--think", "1s", "--ramp", "0s", "--min-turns", "1", "--ids", "en10"]
+    assert main([*args(tmp_path, closing_server)[:-2], *extra], env={}) == 2
+    err = capsys.readouterr().err
+    assert "error: 1 device(s): no turn was answered" in err and "steps measured: 1" in err
+    found = read(tmp_path / "capacity.json")
+    assert [s.devices for s in found.steps] == [1]
+    only = found.steps[0]
+    assert only.verdict == "fails" and only.failures["refused"] == only.turns >= 3  # one a second for 3 s
+    assert found.devices_held is None
+    assert (tmp_path / "steps.csv").read_text().splitlines()[1].startswith("1,fails,")

@@ -35,6 +35,10 @@ from pipeline.capacity.profile import ProfileError, load_profile
 from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
 from pipeline.capacity.workers import on_ray
 
+DESCRIPTION = (
+    "Ramp emulated xiaozhi devices against a server, step by step, and say how many it holds: the last step "
+    "whose P90 silence stayed within the margin of one device's, with no failed turn."
+)
 _HELP_MARGIN = (
     f"a step holds when its P90 silence is at most the first step's plus this share of it (default "
     f"{DEFAULT_MARGIN_PCT:g}%%) or --margin-floor-ms, whichever is more: a change a user can be told about, "
@@ -43,7 +47,7 @@ _HELP_MARGIN = (
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pipeline.capacity", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pipeline.capacity", description=DESCRIPTION)
     p.add_argument("fixtures", type=Path, help="folder with manifest.csv and WAV files (the questions asked)")
     p.add_argument("--server", required=True, help="ws://HOST:PORT/xiaozhi/v1/, mqtt://HOST:PORT or an OTA URL")
     p.add_argument("--steps", default="1,2,5,10,20,50,100,200", help="devices per step, increasing")
