@@ -44,7 +44,7 @@ from pipeline.capacity.users import Users, Window
 from pipeline.clock import run_on_clock
 from pipeline.fleet.arrivals import rotated
 from pipeline.run.session import Run, TraceSink
-from pipeline.run.workers import DRAIN_S, hand_over, lost_turn, ray_started, reason, shares
+from pipeline.run.workers import DRAIN_S, hand_over, lost_turn, ray_started, reason, shares, take_all
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.transport.device.pacer import send_lateness
@@ -103,13 +103,16 @@ class ShareWorker:
         self.ended.set()
 
     async def drain(self) -> tuple[list[dict[str, Any]], np.ndarray]:
-        lines, self.lines[:] = list(self.lines), []
-        late, self.late[:] = list(self.late), []
+        lines, late = take_all(self.lines), take_all(self.late)
         return lines, np.concatenate(late) if late else np.empty(0)
 
     def _run(self) -> float:
+        with tempfile.TemporaryDirectory(prefix="lab-capacity-worker-") as folder:
+            return self._run_in(Path(folder))
+
+    def _run_in(self, folder: Path) -> float:
+        """The share, its own files (bench.csv, traces) in ``folder``: its driver keeps what counts."""
         s = self.spec
-        folder = Path(tempfile.mkdtemp(prefix="lab-capacity-worker-"))
         p = prepare_step(s.target, s.profile, s.devices, folder, s.run_id, s.env)
         run = dataclasses.replace(replay.make_run(s.run_id, p, s.env), only_devices=s.share)
         tracing = Tracing(folder / "traces" / f"{s.run_id}.jsonl", s.service, p.otlp, tee=self.lines.append)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.fleet.arrivals import rotated
@@ -44,6 +44,7 @@ from pipeline.tracing.timeline import TurnTimeline
 from stages.registry import ROLES
 
 DRAIN_S = 0.5
+T = TypeVar("T")
 WORKER_LOST = "worker_lost"
 
 
@@ -109,8 +110,16 @@ class DeviceWorker:
         return len(self.spec.devices)
 
     async def drain(self) -> list[dict[str, Any]]:
-        taken, self.lines[:] = list(self.lines), []
-        return taken
+        return take_all(self.lines)
+
+
+def take_all(items: list[T]) -> list[T]:
+    """What ``items`` holds, taken out of it while another thread may append: each step is one atomic list
+    operation, and an append lands after the ones taken."""
+    n = len(items)
+    taken = items[:n]
+    del items[:n]
+    return taken
 
 
 def shares(devices: int, workers: int) -> list[tuple[int, ...]]:
