@@ -47,7 +47,7 @@ from pipeline.run.session import Run, TraceSink
 from pipeline.run.workers import DRAIN_S, hand_over, lost_turn, ray_started, reason, shares, take_all
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
-from pipeline.transport.device.pacer import send_lateness
+from pipeline.transport.device.pacer import SendLateness, send_lateness
 
 GO_LEAD_S = 0.5  # from the driver's "go" to the fleet's start: every worker hears it before then
 
@@ -139,7 +139,7 @@ class ShareWorker:
             shipping.cancel()
             self.late.append(record.take())
 
-    async def _ship(self, record: Any) -> None:
+    async def _ship(self, record: SendLateness) -> None:
         while True:
             await asyncio.sleep(DRAIN_S)
             self.late.append(record.take())
