@@ -6,6 +6,7 @@
 - ``profile``: what the emulated users do (the ``[load]`` table): listen mode, think time, sessions, arrivals.
 - ``users``: one step's devices asking questions until the hold is over, traced as every run's turns.
 - ``ramp``: step after step, each a replay run of its own, read back, judged and written.
+- ``workers``: a step's devices spread over Ray workers (``--workers``), one hold, one trace file, lateness pooled.
 - ``verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
 - ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
 - ``result``: capacity.json and steps.csv, declared once.

@@ -12,6 +12,7 @@ or a step that could not start or served nothing (what was measured before is wr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from pipeline.capacity.plan import (
 from pipeline.capacity.probe import ProbeError, check_pid
 from pipeline.capacity.profile import ProfileError, load_profile
 from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
+from pipeline.capacity.workers import on_ray
 
 DESCRIPTION = (
     "Ramp emulated xiaozhi devices against a server, step by step, and say how many it holds: the last step "
@@ -78,6 +80,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
     p.add_argument("--mqtt-signature-key-env", default="MQTT_SIGNATURE_KEY", help="as pipeline.replay's")
     p.add_argument("--protocol-version", type=int, choices=(1, 2, 3), default=1, help="binary audio framing")
+    p.add_argument("--workers", type=int, help="spread each step's devices over this many Ray workers (pip: .[fleet])")
+    p.add_argument("--ray-address", help="with --workers: auto or ray://HEAD:10001 (default: a local Ray for the ramp)")
     p.add_argument(
         "--run-id", default="", help="the ramp's id, each step's run id is it plus -<N>d (default: the time)"
     )
@@ -142,7 +146,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         ramp.found.label = args.label
         ramp.check()
         reachable(target, env)
-        found = ramp.run()
+        with contextlib.ExitStack() as stack:
+            if args.workers is not None:
+                ramp.spread = stack.enter_context(on_ray(args.workers, args.ray_address, target, profile, plan, env))
+            found = ramp.run()
     except (PlanError, ProfileError, ProbeError, RampError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if ramp is not None and isinstance(exc, RampError):

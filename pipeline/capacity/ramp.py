@@ -32,6 +32,7 @@ from pipeline.capacity.result import Capacity, Step
 from pipeline.capacity.users import Users
 from pipeline.cli import parse_replay_args, say_nothing
 from pipeline.clock import run_on_clock
+from pipeline.run.session import Run, TraceSink
 from pipeline.settings.audio import BadAudio, load_audio
 from pipeline.settings.config import public_url
 from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
@@ -40,6 +41,9 @@ from pipeline.transport.device.link import DeviceError
 from pipeline.transport.device.pacer import send_lateness
 
 Say = Callable[[str], None]
+# a step's devices run elsewhere (``capacity.workers.RayFleet``): (run, tracing, sink, probe, arrival offsets in ms)
+# -> (the hold in s, the fleet's send lateness in ms)
+Spread = Callable[[Run, Tracing, TraceSink, ServerProbe, list[float]], tuple[float, np.ndarray]]
 
 
 class RampError(RuntimeError):
@@ -121,6 +125,7 @@ class Ramp:
     env: Mapping[str, str]
     say: Say = print
     ramp_id: str = ""
+    spread: Spread | None = None  # None: every step's devices in this process
 
     def __post_init__(self) -> None:
         self.base_rows: list[TurnRow] = []  # the first step's, for the segments (with the server's traces)
@@ -201,7 +206,10 @@ class Ramp:
         users = Users(run, self.profile, tracing, sink, self.plan.hold_s, self.plan.max_hold_s, self.plan.min_turns)
         probe = ServerProbe(self.target.server_pid)
         try:
-            held_s, late = run_on_clock(self._hold(users, probe), run.clock)
+            if self.spread is not None:
+                held_s, late = self.spread(run, tracing, sink, probe, users.offsets_ms())
+            else:
+                held_s, late = run_on_clock(self._hold(users, probe), run.clock)
         except OSError as exc:  # too many open files, no port left: the fleet itself could not start
             raise RampError(f"step of {n} device(s) could not start its devices: {exc}") from None
         finally:

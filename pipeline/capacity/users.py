@@ -70,24 +70,33 @@ class Users:
     audio: dict[str, LoadedAudio | BadAudio] = field(default_factory=dict)
     speech_ends: dict[str, int | None] = field(default_factory=dict)
     window: Window | None = None
+    make_window: Callable[..., Window] = Window  # a Ray worker's window is ended by its driver
 
     def offsets_ms(self) -> list[float]:
         fleet = self.run.config.fleet
         return start_offsets_ms(fleet.devices, fleet.arrival, fleet.gap_ms, fleet.rate_per_s, fleet.seed)
 
-    async def run_step(self, arrived: Callable[[], object] | None = None) -> Window:
-        """Every device from arrival to the hold's end; ``arrived`` is called once the last one has arrived."""
-        clock, questions = self.run.clock, self.run.selected()
-        for q in questions:
-            self.audio[q.id] = _load(q)
+    async def prepare(self) -> None:
+        """Every question's clip and where its speech ends (once)."""
+        for q in self.run.selected():
+            if q.id not in self.audio:
+                self.audio[q.id] = _load(q)
             await self._speech_end(q)
+
+    async def run_step(self, arrived: Callable[[], object] | None = None) -> Window:
+        """Every device (of ``run.only_devices``, when it names some) from arrival to the hold's end; ``arrived``
+        is called once the last one has arrived."""
+        clock = self.run.clock
+        await self.prepare()
         offsets = self.offsets_ms()
         start = clock.now_ns()
-        self.window = Window(clock, start + int(max(offsets) * 1e6), self.hold_s, self.max_hold_s, self.min_turns)
+        last_ns = start + int(max(offsets) * 1e6)
+        self.window = self.make_window(clock, last_ns, self.hold_s, self.max_hold_s, self.min_turns)
         self.tracing.start_session(session_attributes(self.run), start)
         try:
             watcher = asyncio.create_task(self._arrival(max(offsets), arrived))
-            await asyncio.gather(*(self._device(i, offsets[i]) for i in range(len(offsets))))
+            mine = self.run.only_devices or range(len(offsets))
+            await asyncio.gather(*(self._device(i, offsets[i]) for i in mine))
             watcher.cancel()
         finally:
             self.tracing.end_session(clock.now_ns())

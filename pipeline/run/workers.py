@@ -23,26 +23,28 @@ shared server, give the run ``--server``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.fleet.arrivals import rotated
 from pipeline.run.assembly import load_engines
 from pipeline.run.session import RemoteTurns, Run, TraceSink, run_session, turn_attributes
 from pipeline.settings.config import Config
-from pipeline.settings.fixtures import QuestionSet
+from pipeline.settings.fixtures import Question, QuestionSet
 from pipeline.tracing import names
 from pipeline.tracing.export import OtlpSettings, Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from stages.registry import ROLES
 
 DRAIN_S = 0.5
+T = TypeVar("T")
 WORKER_LOST = "worker_lost"
 
 
@@ -108,8 +110,16 @@ class DeviceWorker:
         return len(self.spec.devices)
 
     async def drain(self) -> list[dict[str, Any]]:
-        taken, self.lines[:] = list(self.lines), []
-        return taken
+        return take_all(self.lines)
+
+
+def take_all(items: list[T]) -> list[T]:
+    """What ``items`` holds, taken out of it while another thread may append: each step is one atomic list
+    operation, and an append lands after the ones taken."""
+    n = len(items)
+    taken = items[:n]
+    del items[:n]
+    return taken
 
 
 def shares(devices: int, workers: int) -> list[tuple[int, ...]]:
@@ -134,16 +144,24 @@ def run_on_ray(
     address: str | None = None,
 ) -> Outcome:
     """Run ``spec``'s devices on ``workers`` Ray actors; every line reaches ``tracing``'s file and ``sink``."""
+    with ray_started(address) as ray:
+        actor = ray.remote(num_cpus=0)(DeviceWorker)
+        plan = shares(spec.config.fleet.devices, workers)
+        handles = [actor.remote(_with_devices(spec, share)) for share in plan]
+        return _drive(ray, handles, plan, spec, tracing, sink, say)
+
+
+@contextlib.contextmanager
+def ray_started(address: str | None) -> Iterator[Any]:
+    """The ``ray`` module, with Ray running: a local one started (and stopped after) when none is, or the
+    cluster at ``address`` joined; an already initialised Ray is used as it is."""
     import ray
 
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        actor = ray.remote(num_cpus=0)(DeviceWorker)
-        plan = shares(spec.config.fleet.devices, workers)
-        handles = [actor.remote(_with_devices(spec, share)) for share in plan]
-        return _drive(ray, handles, plan, spec, tracing, sink, say)
+        yield ray
     finally:
         if started_here:
             ray.shutdown()
@@ -177,7 +195,7 @@ def _drive(
                 ray.get(ref)
                 _take(ray, handles[i], tracing, sink, done, outcome)  # the last turns and the session's end
             except Exception as exc:  # the actor died, or its run raised: its devices' turns are lost
-                message = f"worker {i} (devices {', '.join(map(str, plan[i]))}) failed mid-run: {_reason(exc)}"
+                message = f"worker {i} (devices {', '.join(map(str, plan[i]))}) failed mid-run: {reason(exc)}"
                 outcome.lost.append(message)
                 say(f"error: {message}")
                 _record_lost(spec, plan[i], done, tracing, sink, message)
@@ -196,28 +214,35 @@ def _take(
         lines = ray.get(handle.drain.remote())
     except Exception:  # a dead actor answers nothing more; its run's result says why
         return
+    outcome.lines += len(lines)
+    for attrs in hand_over(lines, tracing, sink):
+        device = int(attrs.get(names.DEVICE_INDEX) or 0)
+        done[(device, int(attrs.get(names.ROUND) or 0), str(attrs.get(names.QUESTION_ID)))] = True
+
+
+def hand_over(lines: Sequence[dict[str, Any]], tracing: Tracing, sink: TraceSink) -> list[dict[str, Any]]:
+    """A worker's drained lines into the run's one trace file, its turns' lines to ``sink``; the attributes of
+    every turn span among them."""
+    turns = []
     for line in lines:
         tracing.add_line(line)
-        outcome.lines += 1
-        keys = _turn_keys(line)
-        if keys:  # a turn's line makes rows; a session's or a background job's does not
+        spans = turn_spans(line)
+        if spans:  # a turn's line makes rows; a session's or a background job's does not
             sink(line)
-        for key in keys:
-            done[key] = True
+        turns += spans
+    return turns
 
 
-def _turn_keys(line: dict[str, Any]) -> list[tuple[int, int, str]]:
-    """(device, round, question id) of each turn span in a trace line."""
-    keys = []
+def turn_spans(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attributes of each turn span in a trace line."""
+    found = []
     for resource in line.get("resourceSpans", []):
         for scope in resource.get("scopeSpans", []):
             for span in scope.get("spans", []):
-                if span.get("name") != names.TURN:
-                    continue
-                attrs = {a["key"]: next(iter(a.get("value", {}).values()), None) for a in span.get("attributes", [])}
-                device = int(attrs.get(names.DEVICE_INDEX) or 0)
-                keys.append((device, int(attrs.get(names.ROUND) or 0), str(attrs.get(names.QUESTION_ID))))
-    return keys
+                if span.get("name") == names.TURN:
+                    attrs = span.get("attributes", [])
+                    found.append({a["key"]: next(iter(a.get("value", {}).values()), None) for a in attrs})
+    return found
 
 
 def _record_lost(
@@ -232,17 +257,25 @@ def _record_lost(
     cfg = spec.config
     questions = spec.questions.questions[: cfg.run.limit or None]
     run = Run(spec.run_id, cfg, spec.config_id, spec.questions, RealClock(), _NoEngines(spec.endpoint))  # type: ignore[arg-type]
-    now = time.time_ns()
     for device in devices:
         for round_no in range(1, cfg.run.rounds + 1):
             for q in rotated(questions, device):
-                if done.get((device, round_no, q.id)):
-                    continue
-                timeline = TurnTimeline(start_ns=now, end_ns=now, error_type=WORKER_LOST, error_message=message)
-                attrs = turn_attributes(run, q, round_no, message, None)
-                if cfg.fleet.devices > 1:
-                    attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
-                sink(tracing.emit_turn(timeline, attrs))
+                if not done.get((device, round_no, q.id)):
+                    sink(lost_turn(run, q, round_no, device, message, tracing))
+
+
+def lost_turn(
+    run: Run, q: Question, round_no: int, device: int, message: str, tracing: Tracing, warmup: bool | None = None
+) -> dict[str, Any]:
+    """A turn a lost worker's device did not finish, traced as a failed turn (``worker_lost``); its line."""
+    now = time.time_ns()
+    timeline = TurnTimeline(start_ns=now, end_ns=now, error_type=WORKER_LOST, error_message=message)
+    attrs = turn_attributes(run, q, round_no, message, None)
+    if run.config.fleet.devices > 1:
+        attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, run.config.fleet.devices
+    if warmup is not None:
+        attrs[names.WARMUP] = warmup
+    return tracing.emit_turn(timeline, attrs)
 
 
 @dataclass
@@ -252,6 +285,7 @@ class _NoEngines:
     endpoint: str
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
+    """An exception in one line: its type and its message's first line."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
