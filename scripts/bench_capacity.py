@@ -8,6 +8,14 @@ Parts (``--parts``, a comma list; each part is one function of ``PARTS``):
   60 ms Opus frames. Once all are connected, for ``--hold`` seconds: devices still connected, frames
   sent, the generator's own send lateness (every paced send's start minus its due time) P50/P99/max,
   and the CPU of this process and of the sink (share of one core). Goal: P99 <= 5 ms at 1,000.
+- ``server``: the lab's server (``configs/capacity-server.toml``) under realtime devices that stream all
+  the time, a few of them asking (``scripts/capacity_server_bench.py``; ``--server-args`` passes it options,
+  e.g. ``--profile 8`` for the server's py-spy top entries).
+- ``real``: the real xiaozhi-esp32-server over WebSocket and through the real MQTT gateway, and the lab's
+  server, on the same fixed-latency stand-ins, each ramped by ``pipeline.capacity``
+  (``scripts/interop/xiaozhi_server.py --capacity``; needs ``--real-server CHECKOUT``, and ``--gateway``).
+- ``shared``: one shared LLM (the emulated cloud's slots, a llama-server hub) against each device's own, the
+  silence against devices and the headcount where they cross (``scripts/capacity_shared_bench.py``).
 
 Run it on a quiet machine: every figure here is wall-clock time.
 """
@@ -180,7 +188,41 @@ def fleet(args: argparse.Namespace) -> None:
     print(f"(lateness and GC pauses in ms; CPU as a share of one core; the sink said: {sink.said})")
 
 
-PARTS: dict[str, Callable[[argparse.Namespace], None]] = {"fleet": fleet}
+def _script(path: str, argv: list[str]) -> None:
+    """Another bench as its own process: each starts and stops its own servers."""
+    print(f"\n== {path} {' '.join(argv)} ==", flush=True)
+    done = subprocess.run([sys.executable, str(ROOT / path), *argv], check=False)
+    if done.returncode:
+        print(f"({path} ended with exit status {done.returncode})")
+
+
+def server(args: argparse.Namespace) -> None:
+    """Part ``server``: the lab's server under realtime devices (scripts/capacity_server_bench.py)."""
+    _script("scripts/capacity_server_bench.py", args.server_args.split())
+
+
+def real(args: argparse.Namespace) -> None:
+    """Part ``real``: the real server and the lab's on the same stand-ins, each ramped by pipeline.capacity."""
+    if args.real_server is None:
+        print("\n== real: skipped (no --real-server CHECKOUT of github:xinnan-tech/xiaozhi-esp32-server) ==")
+        return
+    argv = [str(args.real_server), "--capacity", args.real_steps, *args.real_args.split()]
+    if args.gateway is not None:
+        argv += ["--gateway", str(args.gateway)]
+    _script("scripts/interop/xiaozhi_server.py", argv)
+
+
+def shared(args: argparse.Namespace) -> None:
+    """Part ``shared``: a shared LLM against each device's own (scripts/capacity_shared_bench.py)."""
+    _script("scripts/capacity_shared_bench.py", args.shared_args.split())
+
+
+PARTS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "fleet": fleet,
+    "server": server,
+    "real": real,
+    "shared": shared,
+}
 
 
 def _counts(text: str) -> list[int]:
@@ -195,10 +237,16 @@ def _counts(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", default="fleet", help=f"comma list of: {', '.join(PARTS)}")
+    parser.add_argument("--parts", default="fleet,server,real", help=f"comma list of: {', '.join(PARTS)}")
     parser.add_argument("--counts", type=_counts, default=[100, 500, 1000], help="fleet sizes (fleet)")
     parser.add_argument("--hold", type=float, default=30.0, help="seconds each fleet is held once connected")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the generator's event loop")
+    parser.add_argument("--server-args", default="", help="options for scripts/capacity_server_bench.py (server)")
+    parser.add_argument("--real-server", type=Path, help="a checkout of the real xiaozhi-esp32-server (real)")
+    parser.add_argument("--gateway", type=Path, help="a checkout of the real xiaozhi-mqtt-gateway (real)")
+    parser.add_argument("--real-steps", default="1,2,5,10,20,50", help="the real part's ramp steps")
+    parser.add_argument("--real-args", default="", help="more options for scripts/interop/xiaozhi_server.py (real)")
+    parser.add_argument("--shared-args", default="", help="options for scripts/capacity_shared_bench.py (shared)")
     args = parser.parse_args(argv)
     parts = args.parts.split(",")
     unknown = [p for p in parts if p not in PARTS]

@@ -62,6 +62,18 @@ COMPUTE_PROFILES: dict[str, ComputeProfile] = {
             slots=8,
             seed=21,
         ),
+        # fast-70b-api's latencies with a slot for every caller: a provider's API seen from one of many
+        # customers, whose own fleet never queues there. A capacity ramp measures the server in front of it.
+        ComputeProfile(
+            "fast-70b-api-unqueued",
+            ttft_ms=320,
+            per_prompt_token_ms=0.2,
+            per_token_ms=22,
+            ttft_jitter_ms=80,
+            token_jitter_ms=6,
+            slots=4096,
+            seed=21,
+        ),
         # The same under load: slower, more jitter, two slots, so concurrent turns queue.
         ComputeProfile(
             "busy",
