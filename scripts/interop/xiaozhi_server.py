@@ -92,6 +92,7 @@ class Interop:
         cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab"
         self.venv: Path = args.venv or cache / "xiaozhi-server-venv"
         self.runs: list[Run] = []
+        self.hear_fixtures = False  # capacity mode's stand-ins: the services' oracle ASR matches uploads to clips
         names = ("speech", "cloud", "real_ws", "real_http", "lab_ws", "mqtt", "udp", "admin")
         self.ports = dict(zip(names, free_ports(len(names), args.ports_from), strict=True))
 
@@ -151,6 +152,8 @@ class Interop:
         argv = [self.python, "-m", "pipeline.endpoints.speech", "--config", str(self.args.services_config)]
         argv += ["--port", str(port), "--out", str(self.out / "services" / condition)]
         argv += ["--run-id", f"services-{condition}", "--llm-upstream", upstream]
+        if self.hear_fixtures:  # the oracle ASR hears the fixture question each upload is (heard.py)
+            argv += ["--fixtures", str(self.args.fixtures)]
         if key:
             argv += ["--llm-upstream-key-env", UPSTREAM_KEY_ENV]
         started = processes.start(f"services-{condition}", argv, env={UPSTREAM_KEY_ENV: key} if key else None)
