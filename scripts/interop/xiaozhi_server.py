@@ -40,12 +40,16 @@ from pipeline.analysis.traces import trace_files  # noqa: E402
 from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
 from pipeline.interop import gateway as real_gateway  # noqa: E402
 from pipeline.interop import real_server  # noqa: E402
+from pipeline.interop.capacity_mode import capacity_arguments, capacity_intro, fixtures_without  # noqa: E402
 from pipeline.interop.compare import RunResult, markdown, write_rows  # noqa: E402
 from pipeline.interop.lab_server import lab_config  # noqa: E402
 from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports  # noqa: E402
+from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, ramp_argv  # noqa: E402
+from pipeline.interop.ramp_table import ramp_markdown  # noqa: E402
 from pipeline.settings.models import ModelError, default_cache, resolve  # noqa: E402
 
 SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
+CAPACITY_SERVICES = ROOT / "configs" / "capacity-services.toml"
 LOCAL_MODEL = "qwen2.5-0.5b"
 UPSTREAM_KEY_ENV = "LAB_INTEROP_UPSTREAM_KEY"  # the llama-server's key, handed to the relay by name only
 
@@ -67,15 +71,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fixtures", type=Path, default=ROOT / "audio_fixtures")
     p.add_argument("--limit", type=int, default=6, help="the first N questions")
     p.add_argument("--rounds", type=int, default=2, help="rounds over them (the first is a warm-up)")
-    p.add_argument("--conditions", default="A,B", help="A (emulated cloud LLM), B (local llama.cpp), or both")
+    p.add_argument(
+        "--conditions", help="A (emulated cloud LLM), B (local llama.cpp), or both (default A,B; with --capacity, A)"
+    )
     p.add_argument("--out", type=Path, help="default: experiments/interop-TIME")
     p.add_argument("--venv", type=Path, help="the real server's venv (default: ~/.cache/voice-latency-lab/...)")
     p.add_argument("--python", type=Path, help="run the real server with this interpreter instead (no venv made)")
-    p.add_argument("--services-config", type=Path, default=SERVICES_CONFIG, help="the speech services' [asr] [tts]")
+    p.add_argument(
+        "--services-config", type=Path, help=f"the speech services' [asr] [tts] (default {SERVICES_CONFIG.name}; "
+        f"with --capacity, the fixed-latency stand-ins of {CAPACITY_SERVICES.name})",
+    )  # fmt: skip
     p.add_argument("--ports-from", type=int, default=0, help="use ports N, N+1, ... (default: any free ones)")
     p.add_argument("--no-lab", action="store_true", help="measure the real server only")
     p.add_argument("--start-timeout", type=float, default=120, help="seconds the real server has to come up")
+    capacity_arguments(p)
     args = p.parse_args(argv)
+    args.conditions = args.conditions or ("A" if args.capacity else "A,B")
+    args.services_config = args.services_config or (CAPACITY_SERVICES if args.capacity else SERVICES_CONFIG)
     bad = sorted(set(args.conditions.split(",")) - {"A", "B"})
     if bad:
         p.error(f"--conditions: unknown {', '.join(bad)} (A or B)")
@@ -92,7 +104,11 @@ class Interop:
         cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab"
         self.venv: Path = args.venv or cache / "xiaozhi-server-venv"
         self.runs: list[Run] = []
-        self.hear_fixtures = False  # capacity mode's stand-ins: the services' oracle ASR matches uploads to clips
+        self.ramps: list[Ramp] = []
+        # capacity mode's stand-ins: the services' oracle ASR hears which fixture question each upload is
+        self.hear_fixtures = bool(args.capacity)
+        self.fixtures: Path = args.fixtures  # the questions asked (capacity mode may leave some out: --exclude)
+        self.metered: dict[str, int] = {}  # the run's processes whose CPU a ramp records, by role
         names = ("speech", "cloud", "real_ws", "real_http", "lab_ws", "mqtt", "udp", "admin")
         self.ports = dict(zip(names, free_ports(len(names), args.ports_from), strict=True))
 
@@ -104,6 +120,8 @@ class Interop:
         if not (self.args.fixtures / "manifest.csv").is_file():
             raise InteropError(f"{self.args.fixtures}: no manifest.csv (give the fixtures folder)")
         self.out.mkdir(parents=True, exist_ok=True)
+        if self.args.exclude:
+            self.fixtures = fixtures_without(self.args.fixtures, self.args.exclude, self.out / "fixtures")
         with Processes(self.out / "logs", self.env) as processes:
             real_server.ensure_ffmpeg()
             python = self.args.python or real_server.ensure_venv(server_folder, self.venv, processes)
@@ -117,7 +135,7 @@ class Interop:
                         finally:
                             processes.stop(services)
             except BaseException:
-                if self.runs:  # what was measured before the failure is written all the same
+                if self.runs or self.ramps:  # what was measured before the failure is written all the same
                     self.build()
                 raise
         return self.build()
@@ -128,8 +146,10 @@ class Interop:
         if condition == "A":
             port = self.ports["cloud"]
             argv = [self.python, "-m", "pipeline.endpoints.cloud", "--port", str(port)]
+            argv += ["--profile", self.args.cloud_profile]
             cloud = processes.start("cloud-A", [*argv, "--answers", str(self.args.fixtures / "manifest.csv")])
             processes.wait_line(cloud, r"emulated cloud, profile [^:]+: (http\S+)", timeout_s=60)
+            self.metered["cloud"] = cloud.process.pid
             try:
                 yield f"http://127.0.0.1:{port}/v1", "emulated-cloud", ""
             finally:
@@ -158,6 +178,7 @@ class Interop:
             argv += ["--llm-upstream-key-env", UPSTREAM_KEY_ENV]
         started = processes.start(f"services-{condition}", argv, env={UPSTREAM_KEY_ENV: key} if key else None)
         processes.wait_line(started, r"speech services listening on (\S+)", timeout_s=300)
+        self.metered["services"] = started.process.pid
         return started
 
     def measure(
@@ -188,8 +209,9 @@ class Interop:
                 )
             else:
                 server = self.start_lab(condition, config, processes)
+            self.metered["server"] = server.process.pid
             try:
-                self.replay(f"{name}, {condition}", condition, ws, processes)
+                self.ask(f"{name}, {condition}", condition, ws, processes)
                 if gateway_folder is not None:
                     self.through_gateway(
                         f"{name} via MQTT gateway, {condition}", condition, ws, gateway_folder, processes
@@ -198,7 +220,7 @@ class Interop:
                 processes.stop(server)
 
     def start_lab(self, condition: str, config: Path, processes: Processes) -> StartedProcess:
-        argv = [self.python, "-m", "pipeline.serve", str(self.args.fixtures), "--config", str(config)]
+        argv = [self.python, "-m", "pipeline.serve", str(self.fixtures), "--config", str(config)]
         argv += ["--port", str(self.ports["lab_ws"]), "--out", str(self.out / "serve" / condition), "--quiet"]
         started = processes.start(f"lab-server-{condition}", argv)
         processes.wait_port(started, self.ports["lab_ws"], timeout_s=300)
@@ -213,16 +235,40 @@ class Interop:
         chat_server = f"{ws}?from=mqtt_gateway"
         copy = real_gateway.prepare_copy(folder, self.out / name, chat_server, ports, key, processes)
         gateway = real_gateway.start(processes, copy, ports, name)
+        self.metered["gateway"] = gateway.process.pid
         try:
-            self.replay(label, condition, f"mqtt://127.0.0.1:{ports.mqtt}", processes, {"MQTT_SIGNATURE_KEY": key})
+            self.ask(label, condition, f"mqtt://127.0.0.1:{ports.mqtt}", processes, {"MQTT_SIGNATURE_KEY": key})
         finally:
             processes.stop(gateway)
+            del self.metered["gateway"]
+
+    def ask(
+        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
+    ) -> None:
+        """The server's measurement: the questions asked one at a time, or in capacity mode a ramp."""
+        if self.args.capacity:
+            self.ramp(label, server, processes, env)
+        else:
+            self.replay(label, condition, server, processes, env)
+
+    def ramp(self, label: str, server: str, processes: Processes, env: Mapping[str, str] | None) -> None:
+        folder = self.out / "capacity" / label.replace(", ", "-").replace(" ", "-")
+        settings = RampSettings(self.args.capacity, self.args.hold, self.args.margin, self.args.profile)
+        argv = ramp_argv(self.python, self.fixtures, server, settings, folder, self.metered["server"])
+        print(f"{label}: ramping {self.args.capacity} device(s), each step held {self.args.hold}", flush=True)
+        meter = CpuMeter(dict(self.metered))
+        meter.start(time.monotonic())
+        started = processes.start(f"capacity-{folder.name}", argv, env=env)
+        code = started.process.wait()
+        cpu = meter.stop(time.monotonic())
+        processes.stop(started)
+        self.ramps.append(Ramp(label, folder, started.log.read_text(encoding="utf-8", errors="replace"), code, cpu))
 
     def replay(
         self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
     ) -> None:
         folder = self.out / "runs" / label.replace(", ", "-").replace(" ", "-")
-        argv = [self.python, "-m", "pipeline.replay", str(self.args.fixtures), "--server", server]
+        argv = [self.python, "-m", "pipeline.replay", str(self.fixtures), "--server", server]
         argv += ["--condition", condition, "--limit", str(self.args.limit), "--rounds", str(self.args.rounds)]
         argv += ["--out", str(folder), "--run-id", folder.name, "--timeout", "120"]
         print(f"{label}: {self.args.limit} question(s) x {self.args.rounds} round(s) against {server}", flush=True)
@@ -235,6 +281,10 @@ class Interop:
     # --- the report --------------------------------------------------------------------------
 
     def build(self) -> list[RunResult]:
+        if self.args.capacity:
+            text = ramp_markdown(self.ramps, capacity_intro(self.args, self.fixtures))
+            (self.out / "capacity.md").write_text(text, encoding="utf-8")
+            return []
         problems: list[str] = []
         results, rows_by_run = [], []
         for run in self.runs:
@@ -294,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: every process started was stopped", file=sys.stderr)
         return 130
     print()
+    if args.capacity:
+        print((interop.out / "capacity.md").read_text(encoding="utf-8"))
+        print(f"written: {interop.out / 'capacity.md'}, each ramp under {interop.out / 'capacity'}")
+        return 0 if interop.ramps and all(r.code == 0 for r in interop.ramps) else 1
     print((interop.out / "interop.md").read_text(encoding="utf-8"))
     print(f"written: {interop.out / 'interop.md'}, {interop.out / 'segments.csv'}")
     return 0 if all(r.summary.ok == r.summary.turns for r in results) else 1

@@ -1,0 +1,77 @@
+"""The command line of ``scripts/interop/xiaozhi_server.py --capacity``, and the questions a ramp asks.
+
+In capacity mode each server (the real one over WebSocket, through the real MQTT gateway with
+``--gateway``, and ``pipeline.serve``) is ramped by ``pipeline.capacity`` in place of the
+one-question-at-a-time interop run, on the fixed-latency stand-ins of
+``configs/capacity-services.toml`` (the oracle ASR, told each upload's question by
+``endpoints/speech/heard.py``; the stub TTS) and the emulated cloud with a compute profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+from pathlib import Path
+
+from pipeline.interop.processes import InteropError
+
+
+def capacity_arguments(p: argparse.ArgumentParser) -> None:
+    """The capacity mode's options, added to the script's parser."""
+    group = p.add_argument_group("capacity mode (a ramp of devices against each server, by pipeline.capacity)")
+    group.add_argument("--capacity", metavar="STEPS", default="", help="device counts, e.g. 1,2,5,10,20,50")
+    group.add_argument("--hold", default="30s", help="how long each step is held (pipeline.capacity --hold)")
+    group.add_argument("--margin", default="", help="pipeline.capacity --margin (default: its own)")
+    group.add_argument("--profile", type=Path, help="a load profile for pipeline.capacity --profile")
+    group.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
+    group.add_argument(
+        "--exclude",
+        default="",
+        metavar="IDS",
+        help="question ids left out of the fixtures every server is asked (comma-separated)",
+    )
+
+
+def capacity_intro(args: argparse.Namespace, fixtures: Path) -> str:
+    left_out = f" less {args.exclude}" if args.exclude else ""
+    return (
+        "# How many devices does each server hold?\n\n"
+        f"Each server ramped by `python -m pipeline.capacity` at {args.capacity} device(s), each step held "
+        f"{args.hold}{f', margin {args.margin}' if args.margin else ''}"
+        f"{f', load profile {args.profile}' if args.profile else ''}; fixtures {args.fixtures.name}{left_out} "
+        f"({fixtures}). Every server on the same services: the lab's speech services as fixed-latency stand-ins "
+        f"({args.services_config.name}: the oracle ASR, which hears each upload's question from its audio, and the "
+        f"stub TTS) and the emulated cloud, compute profile {args.cloud_profile} (estimated), through the lab's LLM "
+        "relay. `devices held` and `grew first` are as `pipeline.capacity` printed them; the CPU columns are each "
+        "process's mean over the whole ramp, in percent of one core, from /proc (this machine has "
+        f"{os.cpu_count()} cores).\n\n"
+    )
+
+
+def fixtures_without(folder: Path, exclude: str, target: Path) -> Path:
+    """A fixtures folder like ``folder`` without the questions ``exclude`` names: its manifest filtered, the audio
+    linked, not copied. An id that is not in the manifest is an error (a typo would silently leave it in)."""
+    manifest = folder / "manifest.csv"
+    if not manifest.is_file():
+        raise InteropError(f"--exclude needs a manifest.csv in {folder}")
+    drop = {q.strip() for q in exclude.split(",") if q.strip()}
+    with manifest.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows, fields = list(reader), reader.fieldnames or []
+    unknown = sorted(drop - {row["id"] for row in rows})
+    if unknown:
+        raise InteropError(f"--exclude: {', '.join(unknown)} not in {manifest}")
+    kept = [row for row in rows if row["id"] not in drop]
+    if not kept:
+        raise InteropError(f"--exclude leaves no question of {manifest}")
+    target.mkdir(parents=True, exist_ok=True)
+    with (target / "manifest.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+    for row in kept:
+        link = target / row["audio"]
+        if not link.exists():
+            link.symlink_to((folder / row["audio"]).resolve())
+    return target
