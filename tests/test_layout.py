@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAPS = {
     "pipeline/analysis": ("pipeline/analysis",),
     "pipeline/analysis/path": ("pipeline/analysis/path",),
+    "pipeline/capacity": ("pipeline/capacity",),
     "pipeline/report": ("pipeline/report", "pipeline/report/sections"),
     "pipeline/sweep": ("pipeline/sweep",),
     "pipeline/transport/wire": ("pipeline/transport/wire",),

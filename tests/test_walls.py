@@ -24,6 +24,7 @@ ENTRY_POINTS = {
     "pipeline.serve",
     "pipeline.sweep.__main__",
     "pipeline.endpoints.speech.__main__",
+    "pipeline.capacity.__main__",
     "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
 }
 # part -> the parts it may import (its own part always allowed)
@@ -39,7 +40,7 @@ MAY_USE = {
     "tracing": {"contract", "names"},
     "analysis": {"names"},
     "names": set(),
-    "report": {"analysis", "names"},
+    "report": {"analysis", "names", "capacity"},  # capacity: the ramp's result schema (capacity.result) only
     "endpoints": {"contract"},
     # the speech services run the configured stages, through the registry only, and trace each request;
     # they are served as the other endpoints are (``pipeline.endpoints.serving``)
@@ -54,6 +55,11 @@ MAY_USE = {
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names"},
+    # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
+    "capacity": {
+        *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
+        *("transport.device", "transport.wire", "transport.server", "entry"),
+    },
 }
 
 
@@ -68,6 +74,7 @@ ENTRY_MAY_USE = {
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
+    "pipeline.capacity.__main__": {"capacity"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
         "settings",

@@ -1,1 +1,13 @@
-"""How many devices a xiaozhi server holds: a fleet of emulated devices ramped against it, step by step."""
+"""How many devices a xiaozhi server holds: a fleet of emulated devices ramped against it, step by step.
+
+``python -m pipeline.capacity FIXTURES --server URL --steps 1,2,5 --hold 60s --out DIR`` (``__main__``).
+
+- ``plan``: the ramp's steps, hold and margin (what "holds" means), parsed and checked.
+- ``profile``: what the emulated users do (the ``[load]`` table): listen mode, think time, sessions, arrivals.
+- ``users``: one step's devices asking questions until the hold is over, traced as every run's turns.
+- ``ramp``: step after step, each a replay run of its own, read back, judged and written.
+- ``verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
+- ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
+- ``result``: capacity.json and steps.csv, declared once.
+- ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).
+"""

@@ -12,7 +12,8 @@ Modules, in the order data flows through them:
   intervals themselves are statistics, ``pipeline.analysis.bootstrap``.
 - ``sections/``: one module per section of the report, each owning its numbers, its tables and its
   words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),
-  ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``result``,
+  ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``capacity`` (how many devices a
+  server holds, from a capacity ramp's folder), ``result``,
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and three what-ifs),
   ``amplification``, ``dilution``, ``outcomes`` and ``conclusion``, ``integrity``, ``uncertainty``,
   ``figures``, ``reference``; ``base`` is what every section reads.

@@ -12,6 +12,7 @@ from pipeline.report.document import WARNING, Document, Paragraph
 from pipeline.report.load import Dataset
 from pipeline.report.sections import (
     amplification,
+    capacity,
     critical_path,
     dilution,
     figures,
@@ -31,6 +32,7 @@ TITLE = header.TITLE
 
 SECTIONS: tuple[Section, ...] = (
     sweep.section,  # first: in a sweep's folder it is the reading; elsewhere it shows nothing
+    capacity.section,  # beside the traces of a capacity ramp only
     result.section,
     segments.section,
     wire.section,
@@ -51,15 +53,21 @@ SECTIONS: tuple[Section, ...] = (
 SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
 
 
+# A folder that is one or more capacity ramps (every run a step of one): the ramps are the reading; the
+# condition sections would pool steps of different device counts, which differ by design.
+CAPACITY_SECTIONS: tuple[Section, ...] = (capacity.section, reference.method_section)
+
+
 def build(data: Dataset, draw: bool = True) -> Document:
     """The report of ``data``."""
     ctx = Context(data, draw)
     sweeps = sweep.covering(ctx)
-    sections = SWEEP_SECTIONS if sweeps else SECTIONS
+    ramps = not sweeps and capacity.covering(ctx)
+    sections = SWEEP_SECTIONS if sweeps else CAPACITY_SECTIONS if ramps else SECTIONS
     body = [block for section in sections for block in section(ctx)]
     head = header.section(ctx)  # last: it notes an empty dataset after the sections' own notes
     status = _status(ctx.incomplete)
-    comparable = sweep.comparable(ctx, sweeps) if sweeps else ctx.check.comparable
+    comparable = sweep.comparable(ctx, sweeps) if sweeps else ramps or ctx.check.comparable
     return Document(TITLE, (*head[:2], status, *head[2:], *body), not ctx.incomplete, comparable)
 
 

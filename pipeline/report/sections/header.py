@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipeline.report.conditions import KNOWN, title
 from pipeline.report.document import NOTE, WARNING, Block, Heading, Paragraph
-from pipeline.report.sections import sweep
+from pipeline.report.sections import capacity, sweep
 from pipeline.report.sections.base import Context
 
 TITLE = "Voice pipeline latency report"
@@ -35,7 +35,8 @@ def section(ctx: Context) -> list[Block]:
     virtual = [f.run_id for f in ctx.run_summaries if "virtual" in f.clock]
     if virtual:
         out.append(Paragraph(f"Virtual clock (simulated time) in run(s): {', '.join(virtual)}.", WARNING))
-    if not ctx.check.comparable and not sweep.covering(ctx):  # a sweep's points differ by design
+    # a sweep's points, a capacity ramp's steps, differ by design
+    if not ctx.check.comparable and not sweep.covering(ctx) and not capacity.covering(ctx):
         out.append(
             Paragraph(
                 "COMPARISON REFUSED (M11): "

@@ -1,0 +1,91 @@
+"""The server's CPU and memory during a step's hold, when it is a local process (``--server-pid``), from /proc.
+
+CPU is the process's user + system time over the hold's wall time, in % of one core (200 % is two cores
+busy); RSS is the most seen by a sample every ``PERIOD_S``. Without a PID, or where /proc does not have it,
+both stay None: an empty column, never an invented one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+
+PERIOD_S = 0.5
+
+
+class ProbeError(ValueError):
+    """A PID that names no process this machine's /proc can read."""
+
+
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
+    """User + system CPU seconds the process has used (children it waited for are not its own)."""
+    fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int, proc: Path = Path("/proc")) -> float:
+    """The process's resident set size now, in MiB."""
+    for line in (proc / str(pid) / "status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise ProbeError(f"--server-pid {pid}: /proc gives no VmRSS")
+
+
+def check_pid(pid: int | None) -> None:
+    """Refuse a PID that cannot be probed, before the ramp starts."""
+    if pid is None:
+        return
+    try:
+        cpu_seconds(pid)
+        rss_mb(pid)
+    except (OSError, IndexError, ValueError) as exc:
+        raise ProbeError(f"--server-pid {pid}: no process this machine can read ({exc})") from None
+
+
+class ServerProbe:
+    """Samples the server process while a step holds: ``start`` when the devices have arrived, ``stop`` at the
+    hold's end; then ``cpu_pct`` and ``rss_max_mb`` (None without a PID, or when /proc could not tell)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.cpu_pct: float | None = None
+        self.rss_max_mb: float | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._start: tuple[float, float] | None = None
+
+    def _sample_rss(self) -> None:
+        assert self.pid is not None
+        with contextlib.suppress(OSError, ValueError, ProbeError):
+            now = rss_mb(self.pid)
+            self.rss_max_mb = now if self.rss_max_mb is None else max(self.rss_max_mb, now)
+
+    async def _sampler(self) -> None:
+        while True:
+            self._sample_rss()
+            await asyncio.sleep(PERIOD_S)
+
+    def start(self) -> None:
+        """Begin the hold's measurement (on the running loop)."""
+        if self.pid is None or self._task is not None:
+            return
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            self._start = (time.monotonic(), cpu_seconds(self.pid))
+        self._task = asyncio.create_task(self._sampler())
+
+    async def stop(self) -> None:
+        """End it: the CPU over the hold, and a last RSS sample."""
+        if self._task is None or self.pid is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._sample_rss()
+        if self._start is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                wall = time.monotonic() - self._start[0]
+                used = cpu_seconds(self.pid) - self._start[1]
+                self.cpu_pct = 100 * used / wall if wall > 0 else None

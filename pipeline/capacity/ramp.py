@@ -1,0 +1,302 @@
+"""The ramp: step after step of N devices against one server, each step a run of its own, until one fails.
+
+Each step is prepared exactly as ``pipeline.replay FIXTURES --server URL --devices N`` prepares its run
+(``replay.prepare``: settings, questions, the VAD that marks each clip's end of speech, the run's
+identity), with the load profile entered into that identity, and runs into DIR/steps/<N>/ (traces/ and
+bench.csv, as every run's). Its figures are then read back from its trace file with the project's reader,
+judged (``verdict``) and appended to DIR/capacity.json and DIR/steps.csv before the next step starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import replay
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.read import read_traces
+from pipeline.analysis.sink import RowSink
+from pipeline.analysis.traces import trace_files
+from pipeline.capacity import result, verdict
+from pipeline.capacity.plan import Plan
+from pipeline.capacity.probe import ServerProbe
+from pipeline.capacity.profile import LoadProfile, ProfileError
+from pipeline.capacity.result import Capacity, Step
+from pipeline.capacity.users import Users
+from pipeline.cli import parse_replay_args, say_nothing
+from pipeline.clock import run_on_clock
+from pipeline.settings.audio import BadAudio, load_audio
+from pipeline.settings.config import public_url
+from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
+from pipeline.tracing.export import Tracing
+from pipeline.transport.device.link import DeviceError
+from pipeline.transport.device.pacer import send_lateness
+
+Say = Callable[[str], None]
+
+
+class RampError(RuntimeError):
+    """What stops a ramp before its verdict: an unreachable server, a step that could not start or served nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The server and how a device reaches it, as ``pipeline.replay --server`` is given it."""
+
+    url: str
+    fixtures: Path
+    configs: tuple[Path, ...] = ()
+    token_env: str = "XIAOZHI_TOKEN"
+    mqtt_signature_key_env: str = "MQTT_SIGNATURE_KEY"
+    protocol_version: int = 1
+    language: str = ""
+    turn_timeout_s: float | None = None
+    server_pid: int | None = None
+    server_traces: Path | None = None  # the lab's server's trace folder: each device turn's silence split (wire)
+
+    @property
+    def transport(self) -> str:
+        return "websocket" if self.url.startswith(("ws://", "wss://")) else "mqtt+udp"
+
+
+def replay_argv(target: Target, profile: LoadProfile, devices: int, folder: Path, run_id: str) -> list[str]:
+    """The step's run as ``pipeline.replay``'s command line."""
+    fleet = profile.arrival_settings(devices)
+    argv = [str(target.fixtures), "--server", target.url, "--devices", str(devices), "--arrival", fleet["arrival"]]
+    if "gap_ms" in fleet:
+        argv += ["--gap-ms", repr(fleet["gap_ms"])]
+    if "rate_per_s" in fleet:
+        argv += ["--rate", repr(fleet["rate_per_s"])]
+    argv += ["--listen-mode", profile.listen_mode, "--out", str(folder), "--run-id", run_id, "--quiet"]
+    argv += ["--token-env", target.token_env, "--mqtt-signature-key-env", target.mqtt_signature_key_env]
+    argv += ["--protocol-version", str(target.protocol_version), "--language", target.language]
+    argv += ["--limit", str(profile.limit)]
+    if target.turn_timeout_s is not None:
+        argv += ["--timeout", repr(target.turn_timeout_s)]
+    for config in target.configs:
+        argv += ["--config", str(config)]
+    return argv
+
+
+def prepare_step(
+    target: Target, profile: LoadProfile, devices: int, folder: Path, run_id: str, env: Mapping[str, str]
+) -> replay.Prepared:
+    """The step's run, prepared as the replay prepares one; its question set narrowed to the profile's ids,
+    the profile and the poisson seed entered in its identity."""
+    args = parse_replay_args(replay_argv(target, profile, devices, folder, run_id))
+    p = replay.prepare(args, env, run_id)
+    cfg = dataclasses.replace(p.cfg, fleet=dataclasses.replace(p.cfg.fleet, seed=profile.seed))
+    questions = select(p.questions, profile)
+    p.engines.identity["load_profile"] = profile.identity()
+    return dataclasses.replace(p, cfg=cfg, questions=questions)
+
+
+def select(questions: QuestionSet, profile: LoadProfile) -> QuestionSet:
+    """The profile's questions: only ``ids`` when it names some (each must exist)."""
+    if not profile.ids:
+        return questions
+    known = {q.id for q in questions.questions}
+    missing = [i for i in profile.ids if i not in known]
+    if missing:
+        raise ProfileError(f"[load] ids: {', '.join(missing)} not in {questions.folder}")
+    chosen = tuple(q for q in questions.questions if q.id in set(profile.ids))
+    return dataclasses.replace(questions, questions=chosen)
+
+
+@dataclass
+class Ramp:
+    """A whole ramp; ``run`` measures step after step into ``out`` and returns what it found."""
+
+    target: Target
+    profile: LoadProfile
+    plan: Plan
+    out: Path
+    env: Mapping[str, str]
+    say: Say = print
+    ramp_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.base_rows: list[TurnRow] = []  # the first step's, for the segments (with the server's traces)
+        self.ramp_id = self.ramp_id or time.strftime("%Y%m%d-%H%M%S")
+        self.found = Capacity(
+            server=public_url(self.target.url),
+            transport=self.target.transport,
+            fixtures=str(self.target.fixtures),
+            profile=self.profile.as_dict(),
+            steps_planned=list(self.plan.steps),
+            hold_s=self.plan.hold_s,
+            max_hold_s=self.plan.max_hold_s,
+            margin_pct=self.plan.margin_pct,
+            margin_floor_ms=self.plan.margin_floor_ms,
+            min_turns=self.plan.min_turns,
+        )
+
+    def check(self) -> None:
+        """What can be refused before any device starts: the fixtures, the profile's ids, a hold shorter than a turn."""
+        try:
+            questions = select(load_questions(self.target.fixtures, self.target.language), self.profile)
+        except FixtureError as exc:
+            raise RampError(str(exc)) from None
+        chosen = questions.questions[: self.profile.limit or None]
+        if not chosen:
+            raise RampError(f"{self.target.fixtures}: no question to ask")
+        lengths = []
+        for q in chosen:
+            with contextlib.suppress(BadAudio):  # a clip that cannot be read is a failed turn of the run, as always
+                lengths.append(load_audio(q.audio).duration_ms / 1000)
+        if lengths:
+            self.plan.check_turn_fits(max(lengths))
+
+    def stop(self, why: str) -> None:
+        """The ramp ends early: why, with every step measured so far, written."""
+        self.found.stopped = why
+        self.conclude()
+        result.write(self.out, self.found)
+
+    def run(self) -> Capacity:
+        """Every step until one fails (or is void); raises ``RampError`` after writing what was measured."""
+        result.write(self.out, self.found)
+        for n in self.plan.steps:
+            step = self.step(n)
+            self.found.steps.append(step)
+            self.conclude()
+            result.write(self.out, self.found)
+            self.say(step_line(step))
+            if len(self.found.steps) == 1 and step.turns and sum(step.failures.values()) == step.turns:
+                self.stop(f"the first step answered no turn: {step.reason}")
+                raise RampError(f"{step.devices} device(s): no turn was answered ({step.reason})")
+            stop = verdict.ends_ramp(step, first=len(self.found.steps) == 1)
+            if stop:
+                self.found.stopped = stop
+                break
+        else:
+            self.found.stopped = "every planned step was measured"
+        self.stop(self.found.stopped)
+        return self.found
+
+    def conclude(self) -> None:
+        self.found.knee, self.found.none_failed = verdict.knee(self.found.steps)
+        self.found.devices_held = self.found.knee
+
+    def step(self, n: int) -> Step:
+        folder = self.out / "steps" / str(n)
+        run_id = f"{self.ramp_id}-{n}d"
+        try:
+            p = prepare_step(self.target, self.profile, n, folder, run_id, self.env)
+        except ProfileError:
+            raise
+        except Exception as exc:
+            raise RampError(f"step of {n} device(s) could not start: {exc}") from None
+        run = replay.make_run(run_id, p, self.env)
+        trace_path = folder / "traces" / f"{run_id}.jsonl"
+        tracing = Tracing(trace_path, self.env.get("OTEL_SERVICE_NAME", replay.SERVICE), p.otlp)
+        sink = RowSink(p.bench, 0, say_nothing)
+        users = Users(run, self.profile, tracing, sink, self.plan.hold_s, self.plan.max_hold_s, self.plan.min_turns)
+        probe = ServerProbe(self.target.server_pid)
+        try:
+            held_s, late = run_on_clock(self._hold(users, probe), run.clock)
+        except OSError as exc:  # too many open files, no port left: the fleet itself could not start
+            raise RampError(f"step of {n} device(s) could not start its devices: {exc}") from None
+        finally:
+            tracing.shutdown()
+            p.engines.close()
+        rows = self.rows(trace_path, run_id)
+        fig = verdict.figures(rows, name=f"{self.ramp_id}|{n}")
+        self.segments(n, rows)
+        p50, p99 = verdict.lateness(late)
+        kind, reason = verdict.judge(fig, p99, verdict.baseline_p90(self.found.steps), self.plan)
+        return Step(
+            devices=n,
+            run_id=run_id,
+            config_id=run.config_id,
+            folder=str(folder.relative_to(self.out)),
+            turns=fig.turns,
+            failures=fig.failures,
+            silence_ms=fig.silence_ms,
+            whole_turn_p50_ms=fig.whole_turn_p50_ms,
+            whole_turn_p90_ms=fig.whole_turn_p90_ms,
+            held_s=round(held_s, 3),
+            lateness_p50_ms=p50,
+            lateness_p99_ms=p99,
+            lateness_sends=len(late),
+            server_cpu_pct=probe.cpu_pct,
+            server_rss_mb=probe.rss_max_mb,
+            verdict=kind,
+            reason=reason,
+        )
+
+    def rows(self, trace_path: Path, run_id: str) -> list[TurnRow]:
+        """The step's rows from its traces; with the server's traces beside them, each silence split on the wire."""
+        files = [trace_path]
+        if self.target.server_traces is not None:
+            files += trace_files(self.target.server_traces)
+        return [r for r in read_traces(files, workers=1).rows if r.run_id == run_id]
+
+    def segments(self, n: int, rows: list[TurnRow]) -> None:
+        """Which segment of the silence grew first against the first step (only with the server's traces)."""
+        if self.target.server_traces is None or self.found.grew_first:
+            return
+        if not self.base_rows:
+            self.base_rows = rows
+            return
+        grew = verdict.grown(self.base_rows, rows, f"{self.ramp_id}|{n}")
+        if grew:
+            self.found.grew_first = f"{grew[0]} at {n} device(s)"
+
+    async def _hold(self, users: Users, probe: ServerProbe) -> tuple[float, np.ndarray]:
+        record = send_lateness()
+        record.take()  # what an earlier step's loop left is not this step's
+        try:
+            window = await users.run_step(arrived=probe.start)
+        finally:
+            await probe.stop()
+        return window.held_s, record.take()
+
+
+def reachable(target: Target, env: Mapping[str, str]) -> None:
+    """One device says hello and leaves: an unreachable or refusing server is said before any step starts.
+
+    It waits for the server's MCP exchange as every device does (``mcp_wait_s``): an MQTT device that left
+    in the middle of it was seen never to finish closing, so the whole check also has a time limit."""
+    from pipeline.clock import RealClock
+    from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
+
+    settings = DeviceSettings(
+        url=target.url,
+        token=env.get(target.token_env, ""),
+        mqtt_signature_key=env.get(target.mqtt_signature_key_env, ""),
+        protocol_version=target.protocol_version,
+    )
+    limit_s = settings.connect_timeout_s + settings.mcp_wait_s + 5
+
+    async def hello() -> None:
+        async with asyncio.timeout(limit_s), EmulatedDevice(settings, RealClock()):
+            pass
+
+    try:
+        run_on_clock(hello(), RealClock())
+    except (DeviceError, ValueError) as exc:
+        raise RampError(f"server {public_url(target.url)} unreachable: {exc}") from None
+    except TimeoutError:
+        raise RampError(
+            f"server {public_url(target.url)}: a device's hello and goodbye took over {limit_s:g} s"
+        ) from None
+
+
+def step_line(s: Step) -> str:
+    q = s.silence_ms
+    ms = "/".join("-" if v is None else f"{v:.0f}" for v in (q.p50, q.p90, q.p99))
+    failed = sum(s.failures.values())
+    late = "not measured" if s.lateness_p99_ms is None else f"{s.lateness_p99_ms:.1f} ms"
+    cpu = "" if s.server_cpu_pct is None else f", server CPU {s.server_cpu_pct:.0f} %"
+    return (
+        f"{s.devices:>5} device(s): {s.verdict:<7} silence P50/P90/P99 {ms} ms, {s.turns} turn(s), "
+        f"{failed} failed, generator lateness P99 {late}{cpu}; {s.reason}"
+    )
