@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.processes import InteropError
-from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, cpu_seconds, ramp_argv
+from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
 from pipeline.interop.ramp_table import ramp_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,14 +18,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_ramp_command_names_the_server_its_pid_and_what_was_asked() -> None:
     settings = RampSettings("1,2,5", "30s", margin="25%", profile=Path("load.toml"), extra=("--seed", "3"))
-    argv = ramp_argv("py", Path("fx"), "ws://127.0.0.1:9/xiaozhi/v1/", settings, Path("out/real"), 4242)
+    target = RampTarget("ws://127.0.0.1:9/xiaozhi/v1/", "lab server, A", 4242, Path("serve/traces"))
+    argv = ramp_argv("py", Path("fx"), target, settings, Path("out/real"))
     assert argv == [
-        *("py", "-m", "pipeline.capacity", "fx", "--server", "ws://127.0.0.1:9/xiaozhi/v1/"),
+        *(
+            "py",
+            "-m",
+            "pipeline.capacity",
+            "fx",
+            "--server",
+            "ws://127.0.0.1:9/xiaozhi/v1/",
+            "--label",
+            "lab server, A",
+        ),
         *("--steps", "1,2,5", "--hold", "30s", "--out", "out/real", "--server-pid", "4242"),
-        *("--margin", "25%", "--profile", "load.toml", "--seed", "3"),
+        *("--server-traces", "serve/traces", "--margin", "25%", "--profile", "load.toml", "--seed", "3"),
     ]
-    bare = ramp_argv("py", Path("fx"), "mqtt://h:1", RampSettings("1", "5s"), Path("o"), None)
-    assert "--server-pid" not in bare and "--margin" not in bare and "--profile" not in bare
+    bare = ramp_argv("py", Path("fx"), RampTarget("mqtt://h:1", "gw"), RampSettings("1", "5s"), Path("o"))
+    assert not {"--server-pid", "--server-traces", "--margin", "--profile"} & set(bare)
 
 
 def test_the_meter_reads_a_live_process_and_none_for_one_that_is_gone() -> None:

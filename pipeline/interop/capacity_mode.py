@@ -9,35 +9,33 @@ one-question-at-a-time interop run, on the fixed-latency stand-ins of
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.interop.processes import InteropError
 
 
-def capacity_arguments(p: argparse.ArgumentParser) -> None:
-    """The capacity mode's options, added to the script's parser."""
-    group = p.add_argument_group("capacity mode (a ramp of devices against each server, by pipeline.capacity)")
-    group.add_argument("--capacity", metavar="STEPS", default="", help="device counts, e.g. 1,2,5,10,20,50")
-    group.add_argument("--hold", default="30s", help="how long each step is held (pipeline.capacity --hold)")
-    group.add_argument("--margin", default="", help="pipeline.capacity --margin (default: its own)")
-    group.add_argument("--profile", type=Path, help="a load profile for pipeline.capacity --profile")
-    group.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
-    group.add_argument(
-        "--exclude",
-        default="",
-        metavar="IDS",
-        help="question ids left out of the fixtures every server is asked (comma-separated)",
-    )
+@dataclass(frozen=True, slots=True)
+class CapacityRun:
+    """What a capacity-mode invocation was asked for, as its table's introduction states it."""
+
+    steps: str
+    hold: str
+    margin: str
+    profile: Path | None
+    fixtures: Path  # as given
+    exclude: str
+    services_config: Path
+    cloud_profile: str
 
 
-def capacity_intro(args: argparse.Namespace, fixtures: Path) -> str:
+def capacity_intro(args: CapacityRun, fixtures: Path) -> str:
     left_out = f" less {args.exclude}" if args.exclude else ""
     return (
         "# How many devices does each server hold?\n\n"
-        f"Each server ramped by `python -m pipeline.capacity` at {args.capacity} device(s), each step held "
+        f"Each server ramped by `python -m pipeline.capacity` at {args.steps} device(s), each step held "
         f"{args.hold}{f', margin {args.margin}' if args.margin else ''}"
         f"{f', load profile {args.profile}' if args.profile else ''}; fixtures {args.fixtures.name}{left_out} "
         f"({fixtures}). Every server on the same services: the lab's speech services as fixed-latency stand-ins "

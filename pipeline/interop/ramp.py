@@ -30,14 +30,24 @@ class RampSettings:
     extra: tuple[str, ...] = ()  # anything else to pass on, as given
 
 
-def ramp_argv(
-    python: str, fixtures: Path, server: str, settings: RampSettings, out: Path, server_pid: int | None
-) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class RampTarget:
+    """One server a ramp runs against: its URL, its name in the report, its process, and the lab's traces."""
+
+    server: str
+    label: str
+    pid: int | None = None  # its CPU and RSS per step, when local
+    traces: Path | None = None  # the lab's server's trace folder: which part of the silence grew first
+
+
+def ramp_argv(python: str, fixtures: Path, target: RampTarget, settings: RampSettings, out: Path) -> list[str]:
     """The ``pipeline.capacity`` command line for one server."""
-    argv = [python, "-m", "pipeline.capacity", str(fixtures), "--server", server]
+    argv = [python, "-m", "pipeline.capacity", str(fixtures), "--server", target.server, "--label", target.label]
     argv += ["--steps", settings.steps, "--hold", settings.hold, "--out", str(out)]
-    if server_pid is not None:
-        argv += ["--server-pid", str(server_pid)]
+    if target.pid is not None:
+        argv += ["--server-pid", str(target.pid)]
+    if target.traces is not None:
+        argv += ["--server-traces", str(target.traces)]
     if settings.margin:
         argv += ["--margin", settings.margin]
     if settings.profile is not None:

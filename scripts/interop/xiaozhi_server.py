@@ -40,11 +40,11 @@ from pipeline.analysis.traces import trace_files  # noqa: E402
 from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
 from pipeline.interop import gateway as real_gateway  # noqa: E402
 from pipeline.interop import real_server  # noqa: E402
-from pipeline.interop.capacity_mode import capacity_arguments, capacity_intro, fixtures_without  # noqa: E402
+from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without  # noqa: E402
 from pipeline.interop.compare import RunResult, markdown, write_rows  # noqa: E402
 from pipeline.interop.lab_server import lab_config  # noqa: E402
 from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports  # noqa: E402
-from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, ramp_argv  # noqa: E402
+from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv  # noqa: E402
 from pipeline.interop.ramp_table import ramp_markdown  # noqa: E402
 from pipeline.settings.models import ModelError, default_cache, resolve  # noqa: E402
 
@@ -247,14 +247,19 @@ class Interop:
     ) -> None:
         """The server's measurement: the questions asked one at a time, or in capacity mode a ramp."""
         if self.args.capacity:
-            self.ramp(label, server, processes, env)
+            self.ramp(label, condition, server, processes, env)
         else:
             self.replay(label, condition, server, processes, env)
 
-    def ramp(self, label: str, server: str, processes: Processes, env: Mapping[str, str] | None) -> None:
+    def ramp(
+        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None
+    ) -> None:
         folder = self.out / "capacity" / label.replace(", ", "-").replace(" ", "-")
         settings = RampSettings(self.args.capacity, self.args.hold, self.args.margin, self.args.profile)
-        argv = ramp_argv(self.python, self.fixtures, server, settings, folder, self.metered["server"])
+        # the lab's server writes spans of its own, from which the ramp tells which part of the silence grew first
+        traces = self.out / "serve" / condition / "traces" if label.startswith("lab server") else None
+        target = RampTarget(server, label, self.metered["server"], traces)
+        argv = ramp_argv(self.python, self.fixtures, target, settings, folder)
         print(f"{label}: ramping {self.args.capacity} device(s), each step held {self.args.hold}", flush=True)
         meter = CpuMeter(dict(self.metered))
         meter.start(time.monotonic())
@@ -282,7 +287,7 @@ class Interop:
 
     def build(self) -> list[RunResult]:
         if self.args.capacity:
-            text = ramp_markdown(self.ramps, capacity_intro(self.args, self.fixtures))
+            text = ramp_markdown(self.ramps, capacity_intro(capacity_run(self.args), self.fixtures))
             (self.out / "capacity.md").write_text(text, encoding="utf-8")
             return []
         problems: list[str] = []
@@ -325,6 +330,29 @@ def intro(args: argparse.Namespace) -> str:
         "depends on. A: the emulated cloud (estimated compute "
         "profile fast-70b-api); B: llama.cpp's server with the local model.\n\n"
     )
+
+
+def capacity_arguments(p: argparse.ArgumentParser) -> None:
+    """The capacity mode's options, added to the script's parser."""
+    group = p.add_argument_group("capacity mode (a ramp of devices against each server, by pipeline.capacity)")
+    group.add_argument("--capacity", metavar="STEPS", default="", help="device counts, e.g. 1,2,5,10,20,50")
+    group.add_argument("--hold", default="30s", help="how long each step is held (pipeline.capacity --hold)")
+    group.add_argument("--margin", default="", help="pipeline.capacity --margin (default: its own)")
+    group.add_argument("--profile", type=Path, help="a load profile for pipeline.capacity --profile")
+    group.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
+    group.add_argument(
+        "--exclude",
+        default="",
+        metavar="IDS",
+        help="question ids left out of the fixtures every server is asked (comma-separated)",
+    )
+
+
+def capacity_run(args: argparse.Namespace) -> CapacityRun:
+    return CapacityRun(
+        args.capacity, args.hold, args.margin, args.profile, args.fixtures, args.exclude, args.services_config,
+        args.cloud_profile,
+    )  # fmt: skip
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
