@@ -71,7 +71,9 @@ def test_excluding_every_question_is_refused(tmp_path: Path) -> None:
 def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "steps.csv").write_text("devices,p90_ms,verdict\n1,900,holds\n5,1900,fails\n", encoding="utf-8")
+    (ws / "steps.csv").write_text(
+        "devices,verdict,silence_p90_ms,run_id\n1,holds,900.4,a\n5,fails,1900.6,b\n", encoding="utf-8"
+    )
     ramps = [
         Ramp("real server, A", ws, "step 5: fails\ndevices held: 2\ngrew first: to ASR\n", 0, {"server": 55.4}),
         Ramp("lab server, A", tmp_path / "none", "error: cannot reach\n", 2, {"server": None, "cloud": 3.0}),
@@ -79,6 +81,12 @@ def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_p
     text = ramp_markdown(ramps, "# intro\n\n")
     assert "| real server, A | 2 | to ASR | 0 | 55% | - | - | - |" in text
     assert "| lab server, A | - | - | 2 | - | - | - | 3% |" in text
-    assert "| devices | p90_ms | verdict |\n|---|---|---|\n| 1 | 900 | holds |\n| 5 | 1900 | fails |" in text
-    assert "(no steps.csv: the ramp measured no step)" in text
+    assert (
+        "| devices | verdict | silence_p90_ms |\n|---|---|---|\n| 1 | holds | 900.4 |\n| 5 | fails | 1900.6 |" in text
+    )
+    assert (
+        "| devices | real server, A | lab server, A |\n|---|---|---|\n| 1 | 900 holds | - |\n| 5 | 1901 fails | - |"
+        in text
+    )
+    assert "(no steps.csv, or no step in it: the ramp measured no step)" in text
     assert "The ramp ended with code 2; its output ends:\n\n```\nerror: cannot reach\n```" in text

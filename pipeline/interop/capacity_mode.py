@@ -29,6 +29,7 @@ class CapacityRun:
     exclude: str
     services_config: Path
     cloud_profile: str
+    min_turns: int | None = None
 
 
 def capacity_intro(args: CapacityRun, fixtures: Path) -> str:
@@ -37,6 +38,7 @@ def capacity_intro(args: CapacityRun, fixtures: Path) -> str:
         "# How many devices does each server hold?\n\n"
         f"Each server ramped by `python -m pipeline.capacity` at {args.steps} device(s), each step held "
         f"{args.hold}{f', margin {args.margin}' if args.margin else ''}"
+        f"{f', at least {args.min_turns} turns a step' if args.min_turns else ''}"
         f"{f', load profile {args.profile}' if args.profile else ''}; fixtures {args.fixtures.name}{left_out} "
         f"({fixtures}). Every server on the same services: the lab's speech services as fixed-latency stand-ins "
         f"({args.services_config.name}: the oracle ASR, which hears each upload's question from its audio, and the "

@@ -255,7 +255,8 @@ class Interop:
         self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None
     ) -> None:
         folder = self.out / "capacity" / label.replace(", ", "-").replace(" ", "-")
-        settings = RampSettings(self.args.capacity, self.args.hold, self.args.margin, self.args.profile)
+        extra = ("--min-turns", str(self.args.min_turns)) if self.args.min_turns else ()
+        settings = RampSettings(self.args.capacity, self.args.hold, self.args.margin, self.args.profile, extra)
         # the lab's server writes spans of its own, from which the ramp tells which part of the silence grew first
         traces = self.out / "serve" / condition / "traces" if label.startswith("lab server") else None
         target = RampTarget(server, label, self.metered["server"], traces)
@@ -339,6 +340,7 @@ def capacity_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument("--hold", default="30s", help="how long each step is held (pipeline.capacity --hold)")
     group.add_argument("--margin", default="", help="pipeline.capacity --margin (default: its own)")
     group.add_argument("--profile", type=Path, help="a load profile for pipeline.capacity --profile")
+    group.add_argument("--min-turns", type=int, help="pipeline.capacity --min-turns (default: its own)")
     group.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
     group.add_argument(
         "--exclude",
@@ -351,7 +353,7 @@ def capacity_arguments(p: argparse.ArgumentParser) -> None:
 def capacity_run(args: argparse.Namespace) -> CapacityRun:
     return CapacityRun(
         args.capacity, args.hold, args.margin, args.profile, args.fixtures, args.exclude, args.services_config,
-        args.cloud_profile,
+        args.cloud_profile, args.min_turns,
     )  # fmt: skip
 
 
