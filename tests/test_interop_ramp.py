@@ -77,10 +77,12 @@ def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_p
     ramps = [
         Ramp("real server, A", ws, "step 5: fails\ndevices held: 2\ngrew first: to ASR\n", 0, {"server": 55.4}),
         Ramp("lab server, A", tmp_path / "none", "error: cannot reach\n", 2, {"server": None, "cloud": 3.0}),
+        Ramp("gw", tmp_path / "none", "devices held: 50 or more (no step failed)\n", 0, {}),
     ]
     text = ramp_markdown(ramps, "# intro\n\n")
     assert "| real server, A | 2 | to ASR | 0 | 55% | - | - | - |" in text
     assert "| lab server, A | - | - | 2 | - | - | - | 3% |" in text
+    assert "| gw | 50 or more (no step failed) | - | 0 | - | - | - | - |" in text
     assert (
         "| devices | verdict | silence_p90_ms |\n|---|---|---|\n| 1 | holds | 900.4 |\n| 5 | fails | 1900.6 |" in text
     )

@@ -104,7 +104,7 @@ class Ramp:
 
     @property
     def held(self) -> str:
-        return said(self.log, r"devices held:\s*(\S+)")
+        return said(self.log, r"devices held:\s*(.+)$")
 
     @property
     def grew_first(self) -> str:
