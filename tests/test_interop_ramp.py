@@ -87,8 +87,8 @@ def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_p
         "| devices | verdict | silence_p90_ms |\n|---|---|---|\n| 1 | holds | 900.4 |\n| 5 | fails | 1900.6 |" in text
     )
     assert (
-        "| devices | real server, A | lab server, A |\n|---|---|---|\n| 1 | 900 holds | - |\n| 5 | 1901 fails | - |"
-        in text
+        "| devices | real server, A | lab server, A | gw |\n|---|---|---|---|\n| 1 | 900 holds | - | - |\n"
+        "| 5 | 1901 fails | - | - |" in text
     )
     assert "(no steps.csv, or no step in it: the ramp measured no step)" in text
     assert "The ramp ended with code 2; its output ends:\n\n```\nerror: cannot reach\n```" in text

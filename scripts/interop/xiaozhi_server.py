@@ -13,6 +13,11 @@ WebSocket and, with ``--gateway``, through the real MQTT gateway (MQTT + UDP). E
 runs on 127.0.0.1 (the gateway binds every interface: see pipeline/interop/gateway.py), and
 every process started is stopped, however the script ends.
 
+With ``--capacity STEPS`` (capacity mode) each server is ramped by ``python -m pipeline.capacity``
+instead, on the fixed-latency stand-ins of ``configs/capacity-services.toml`` (condition A only),
+and the output is ``capacity.md`` (devices held side by side) and each ramp's folder under
+``capacity/`` (``pipeline/interop/capacity_mode.py``, ``ramp.py``, ``ramp_table.py``).
+
 Output under --out: ``interop.md`` (the side-by-side table), ``segments.csv`` (every turn's
 segments), ``runs/`` (each run's traces and bench.csv), ``services/`` (the services' spans),
 ``logs/`` (every process's output). The real server runs in a venv of its own (--venv),
