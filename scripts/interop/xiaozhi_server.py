@@ -217,7 +217,8 @@ class Interop:
             self.metered["server"] = server.process.pid
             try:
                 self.ask(f"{name}, {condition}", condition, ws, processes)
-                if gateway_folder is not None:
+                # capacity mode ramps the lab's server over WebSocket only: its own MQTT front is another run
+                if gateway_folder is not None and not (self.args.capacity and name == "lab server"):
                     self.through_gateway(
                         f"{name} via MQTT gateway, {condition}", condition, ws, gateway_folder, processes
                     )
