@@ -13,6 +13,11 @@ WebSocket and, with ``--gateway``, through the real MQTT gateway (MQTT + UDP). E
 runs on 127.0.0.1 (the gateway binds every interface: see pipeline/interop/gateway.py), and
 every process started is stopped, however the script ends.
 
+With ``--capacity STEPS`` (capacity mode) each server is ramped by ``python -m pipeline.capacity``
+instead, on the fixed-latency stand-ins of ``configs/capacity-services.toml`` (condition A only),
+and the output is ``capacity.md`` (devices held side by side) and each ramp's folder under
+``capacity/`` (``pipeline/interop/capacity_mode.py``, ``ramp.py``, ``ramp_table.py``).
+
 Output under --out: ``interop.md`` (the side-by-side table), ``segments.csv`` (every turn's
 segments), ``runs/`` (each run's traces and bench.csv), ``services/`` (the services' spans),
 ``logs/`` (every process's output). The real server runs in a venv of its own (--venv),
@@ -40,12 +45,16 @@ from pipeline.analysis.traces import trace_files  # noqa: E402
 from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
 from pipeline.interop import gateway as real_gateway  # noqa: E402
 from pipeline.interop import real_server  # noqa: E402
+from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without  # noqa: E402
 from pipeline.interop.compare import RunResult, markdown, write_rows  # noqa: E402
 from pipeline.interop.lab_server import lab_config  # noqa: E402
 from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports  # noqa: E402
+from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv  # noqa: E402
+from pipeline.interop.ramp_table import ramp_markdown  # noqa: E402
 from pipeline.settings.models import ModelError, default_cache, resolve  # noqa: E402
 
 SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
+CAPACITY_SERVICES = ROOT / "configs" / "capacity-services.toml"
 LOCAL_MODEL = "qwen2.5-0.5b"
 UPSTREAM_KEY_ENV = "LAB_INTEROP_UPSTREAM_KEY"  # the llama-server's key, handed to the relay by name only
 
@@ -67,15 +76,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fixtures", type=Path, default=ROOT / "audio_fixtures")
     p.add_argument("--limit", type=int, default=6, help="the first N questions")
     p.add_argument("--rounds", type=int, default=2, help="rounds over them (the first is a warm-up)")
-    p.add_argument("--conditions", default="A,B", help="A (emulated cloud LLM), B (local llama.cpp), or both")
+    p.add_argument(
+        "--conditions", help="A (emulated cloud LLM), B (local llama.cpp), or both (default A,B; with --capacity, A)"
+    )
     p.add_argument("--out", type=Path, help="default: experiments/interop-TIME")
     p.add_argument("--venv", type=Path, help="the real server's venv (default: ~/.cache/voice-latency-lab/...)")
     p.add_argument("--python", type=Path, help="run the real server with this interpreter instead (no venv made)")
-    p.add_argument("--services-config", type=Path, default=SERVICES_CONFIG, help="the speech services' [asr] [tts]")
+    p.add_argument(
+        "--services-config", type=Path, help=f"the speech services' [asr] [tts] (default {SERVICES_CONFIG.name}; "
+        f"with --capacity, the fixed-latency stand-ins of {CAPACITY_SERVICES.name})",
+    )  # fmt: skip
     p.add_argument("--ports-from", type=int, default=0, help="use ports N, N+1, ... (default: any free ones)")
     p.add_argument("--no-lab", action="store_true", help="measure the real server only")
     p.add_argument("--start-timeout", type=float, default=120, help="seconds the real server has to come up")
+    capacity_arguments(p)
     args = p.parse_args(argv)
+    args.conditions = args.conditions or ("A" if args.capacity else "A,B")
+    args.services_config = args.services_config or (CAPACITY_SERVICES if args.capacity else SERVICES_CONFIG)
     bad = sorted(set(args.conditions.split(",")) - {"A", "B"})
     if bad:
         p.error(f"--conditions: unknown {', '.join(bad)} (A or B)")
@@ -92,6 +109,11 @@ class Interop:
         cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab"
         self.venv: Path = args.venv or cache / "xiaozhi-server-venv"
         self.runs: list[Run] = []
+        self.ramps: list[Ramp] = []
+        # capacity mode's stand-ins: the services' oracle ASR hears which fixture question each upload is
+        self.hear_fixtures = bool(args.capacity)
+        self.fixtures: Path = args.fixtures  # the questions asked (capacity mode may leave some out: --exclude)
+        self.metered: dict[str, int] = {}  # the run's processes whose CPU a ramp records, by role
         names = ("speech", "cloud", "real_ws", "real_http", "lab_ws", "mqtt", "udp", "admin")
         self.ports = dict(zip(names, free_ports(len(names), args.ports_from), strict=True))
 
@@ -103,6 +125,8 @@ class Interop:
         if not (self.args.fixtures / "manifest.csv").is_file():
             raise InteropError(f"{self.args.fixtures}: no manifest.csv (give the fixtures folder)")
         self.out.mkdir(parents=True, exist_ok=True)
+        if self.args.exclude:
+            self.fixtures = fixtures_without(self.args.fixtures, self.args.exclude, self.out / "fixtures")
         with Processes(self.out / "logs", self.env) as processes:
             real_server.ensure_ffmpeg()
             python = self.args.python or real_server.ensure_venv(server_folder, self.venv, processes)
@@ -116,7 +140,7 @@ class Interop:
                         finally:
                             processes.stop(services)
             except BaseException:
-                if self.runs:  # what was measured before the failure is written all the same
+                if self.runs or self.ramps:  # what was measured before the failure is written all the same
                     self.build()
                 raise
         return self.build()
@@ -127,8 +151,10 @@ class Interop:
         if condition == "A":
             port = self.ports["cloud"]
             argv = [self.python, "-m", "pipeline.endpoints.cloud", "--port", str(port)]
+            argv += ["--profile", self.args.cloud_profile]
             cloud = processes.start("cloud-A", [*argv, "--answers", str(self.args.fixtures / "manifest.csv")])
             processes.wait_line(cloud, r"emulated cloud, profile [^:]+: (http\S+)", timeout_s=60)
+            self.metered["cloud"] = cloud.process.pid
             try:
                 yield f"http://127.0.0.1:{port}/v1", "emulated-cloud", ""
             finally:
@@ -151,10 +177,13 @@ class Interop:
         argv = [self.python, "-m", "pipeline.endpoints.speech", "--config", str(self.args.services_config)]
         argv += ["--port", str(port), "--out", str(self.out / "services" / condition)]
         argv += ["--run-id", f"services-{condition}", "--llm-upstream", upstream]
+        if self.hear_fixtures:  # the oracle ASR hears the fixture question each upload is (heard.py)
+            argv += ["--fixtures", str(self.args.fixtures)]
         if key:
             argv += ["--llm-upstream-key-env", UPSTREAM_KEY_ENV]
         started = processes.start(f"services-{condition}", argv, env={UPSTREAM_KEY_ENV: key} if key else None)
         processes.wait_line(started, r"speech services listening on (\S+)", timeout_s=300)
+        self.metered["services"] = started.process.pid
         return started
 
     def measure(
@@ -185,9 +214,11 @@ class Interop:
                 )
             else:
                 server = self.start_lab(condition, config, processes)
+            self.metered["server"] = server.process.pid
             try:
-                self.replay(f"{name}, {condition}", condition, ws, processes)
-                if gateway_folder is not None:
+                self.ask(f"{name}, {condition}", condition, ws, processes)
+                # capacity mode ramps the lab's server over WebSocket only: its own MQTT front is another run
+                if gateway_folder is not None and not (self.args.capacity and name == "lab server"):
                     self.through_gateway(
                         f"{name} via MQTT gateway, {condition}", condition, ws, gateway_folder, processes
                     )
@@ -195,7 +226,7 @@ class Interop:
                 processes.stop(server)
 
     def start_lab(self, condition: str, config: Path, processes: Processes) -> StartedProcess:
-        argv = [self.python, "-m", "pipeline.serve", str(self.args.fixtures), "--config", str(config)]
+        argv = [self.python, "-m", "pipeline.serve", str(self.fixtures), "--config", str(config)]
         argv += ["--port", str(self.ports["lab_ws"]), "--out", str(self.out / "serve" / condition), "--quiet"]
         started = processes.start(f"lab-server-{condition}", argv)
         processes.wait_port(started, self.ports["lab_ws"], timeout_s=300)
@@ -210,16 +241,46 @@ class Interop:
         chat_server = f"{ws}?from=mqtt_gateway"
         copy = real_gateway.prepare_copy(folder, self.out / name, chat_server, ports, key, processes)
         gateway = real_gateway.start(processes, copy, ports, name)
+        self.metered["gateway"] = gateway.process.pid
         try:
-            self.replay(label, condition, f"mqtt://127.0.0.1:{ports.mqtt}", processes, {"MQTT_SIGNATURE_KEY": key})
+            self.ask(label, condition, f"mqtt://127.0.0.1:{ports.mqtt}", processes, {"MQTT_SIGNATURE_KEY": key})
         finally:
             processes.stop(gateway)
+            del self.metered["gateway"]
+
+    def ask(
+        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
+    ) -> None:
+        """The server's measurement: the questions asked one at a time, or in capacity mode a ramp."""
+        if self.args.capacity:
+            self.ramp(label, condition, server, processes, env)
+        else:
+            self.replay(label, condition, server, processes, env)
+
+    def ramp(
+        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None
+    ) -> None:
+        folder = self.out / "capacity" / label.replace(", ", "-").replace(" ", "-")
+        extra = ("--min-turns", str(self.args.min_turns)) if self.args.min_turns else ()
+        settings = RampSettings(self.args.capacity, self.args.hold, self.args.margin, self.args.profile, extra)
+        # the lab's server writes spans of its own, from which the ramp tells which part of the silence grew first
+        traces = self.out / "serve" / condition / "traces" if label.startswith("lab server") else None
+        target = RampTarget(server, label, self.metered["server"], traces)
+        argv = ramp_argv(self.python, self.fixtures, target, settings, folder)
+        print(f"{label}: ramping {self.args.capacity} device(s), each step held {self.args.hold}", flush=True)
+        meter = CpuMeter(dict(self.metered))
+        meter.start(time.monotonic())
+        started = processes.start(f"capacity-{folder.name}", argv, env=env)
+        code = started.process.wait()
+        cpu = meter.stop(time.monotonic())
+        processes.stop(started)
+        self.ramps.append(Ramp(label, folder, started.log.read_text(encoding="utf-8", errors="replace"), code, cpu))
 
     def replay(
         self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
     ) -> None:
         folder = self.out / "runs" / label.replace(", ", "-").replace(" ", "-")
-        argv = [self.python, "-m", "pipeline.replay", str(self.args.fixtures), "--server", server]
+        argv = [self.python, "-m", "pipeline.replay", str(self.fixtures), "--server", server]
         argv += ["--condition", condition, "--limit", str(self.args.limit), "--rounds", str(self.args.rounds)]
         argv += ["--out", str(folder), "--run-id", folder.name, "--timeout", "120"]
         print(f"{label}: {self.args.limit} question(s) x {self.args.rounds} round(s) against {server}", flush=True)
@@ -232,6 +293,10 @@ class Interop:
     # --- the report --------------------------------------------------------------------------
 
     def build(self) -> list[RunResult]:
+        if self.args.capacity:
+            text = ramp_markdown(self.ramps, capacity_intro(capacity_run(self.args), self.fixtures))
+            (self.out / "capacity.md").write_text(text, encoding="utf-8")
+            return []
         problems: list[str] = []
         results, rows_by_run = [], []
         for run in self.runs:
@@ -274,6 +339,30 @@ def intro(args: argparse.Namespace) -> str:
     )
 
 
+def capacity_arguments(p: argparse.ArgumentParser) -> None:
+    """The capacity mode's options, added to the script's parser."""
+    group = p.add_argument_group("capacity mode (a ramp of devices against each server, by pipeline.capacity)")
+    group.add_argument("--capacity", metavar="STEPS", default="", help="device counts, e.g. 1,2,5,10,20,50")
+    group.add_argument("--hold", default="30s", help="how long each step is held (pipeline.capacity --hold)")
+    group.add_argument("--margin", default="", help="pipeline.capacity --margin (default: its own)")
+    group.add_argument("--profile", type=Path, help="a load profile for pipeline.capacity --profile")
+    group.add_argument("--min-turns", type=int, help="pipeline.capacity --min-turns (default: its own)")
+    group.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
+    group.add_argument(
+        "--exclude",
+        default="",
+        metavar="IDS",
+        help="question ids left out of the fixtures every server is asked (comma-separated)",
+    )
+
+
+def capacity_run(args: argparse.Namespace) -> CapacityRun:
+    return CapacityRun(
+        args.capacity, args.hold, args.margin, args.profile, args.fixtures, args.exclude, args.services_config,
+        args.cloud_profile, args.min_turns,
+    )  # fmt: skip
+
+
 def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM ends the run as Ctrl-C does: every process started is stopped
 
@@ -291,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: every process started was stopped", file=sys.stderr)
         return 130
     print()
+    if args.capacity:
+        print((interop.out / "capacity.md").read_text(encoding="utf-8"))
+        print(f"written: {interop.out / 'capacity.md'}, each ramp under {interop.out / 'capacity'}")
+        return 0 if interop.ramps and all(r.code == 0 for r in interop.ramps) else 1
     print((interop.out / "interop.md").read_text(encoding="utf-8"))
     print(f"written: {interop.out / 'interop.md'}, {interop.out / 'segments.csv'}")
     return 0 if all(r.summary.ok == r.summary.turns for r in results) else 1

@@ -1,7 +1,8 @@
 """Entry point: serve the configured ASR and TTS as OpenAI-compatible speech services until stopped.
 
     python -m pipeline.endpoints.speech --config configs/local.toml --port 8100 --out runs/speech \\
-        [--host 127.0.0.1] [--api-key-env VAR] [--otlp-endpoint URL] [--run-id ID] [--max-body-mb 25]
+        [--host 127.0.0.1] [--api-key-env VAR] [--otlp-endpoint URL] [--run-id ID] [--max-body-mb 25] \\
+        [--fixtures audio_fixtures]
 
 Loads the models ``[asr]`` and ``[tts]`` name, then prints one line,
 ``speech services listening on http://HOST:PORT/v1 (run RUN_ID)``, and serves until SIGINT or
@@ -10,7 +11,10 @@ traces URL) or the standard ``OTEL_EXPORTER_OTLP_*`` variables, over the wire. P
 xiaozhi-esp32-server's ``OpenaiASR`` ``base_url`` at ``.../v1/audio/transcriptions`` and its
 ``openai`` TTS ``api_url`` at ``.../v1/audio/speech``. With ``--llm-upstream URL`` it also passes
 ``/v1/chat/completions`` on to that LLM endpoint and times each call (``relay.py``): point the
-server's ``openai`` LLM ``base_url`` at ``.../v1`` to see its LLM's first token too.
+server's ``openai`` LLM ``base_url`` at ``.../v1`` to see its LLM's first token too. With
+``--fixtures FOLDER`` an oracle ASR (``[asr] impl = "oracle"``) hears the question whose clip the
+upload is (``heard.py``): a server that sends only audio gets the fixture's text, at the oracle's
+fixed latency (``configs/capacity-services.toml``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ from pipeline.cli import new_run_id, otlp_from_env
 from pipeline.clock import RealClock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
+from pipeline.endpoints.speech.heard import FixtureEars
 from pipeline.endpoints.speech.relay import LlmRelay
+from pipeline.settings.audio import BadAudio
 from pipeline.settings.config import ConfigError, load_config
+from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import CacheModels, ModelError, default_cache
 from pipeline.tracing import names
 from pipeline.tracing.export import OtlpSettings, Tracing
@@ -58,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
         help="also serve /v1/chat/completions, passed on to this OpenAI-compatible base URL (…/v1) and timed",
     )
     parser.add_argument("--llm-upstream-key-env", default="", help="the environment variable with the upstream's key")
+    parser.add_argument(
+        "--fixtures",
+        type=Path,
+        help="a fixtures folder: each upload is matched to its question's clip, whose text an oracle ASR hears",
+    )
     return parser
 
 
@@ -68,6 +80,7 @@ def _services(
     key: str | None,
     tracing: Tracing,
     run_id: str,
+    ears: FixtureEars | None = None,
 ) -> SpeechServices:
     """The services the command line asks for; with ``--llm-upstream``, the relay to that LLM too."""
     relay = None
@@ -84,6 +97,7 @@ def _services(
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         attributes={names.RUN_ID: run_id},
         relay=relay,
+        ears=ears,
     )
 
 
@@ -98,13 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         otlp = OtlpSettings(args.otlp_endpoint) if args.otlp_endpoint else otlp_from_env(env)
         cfg = load_config(args.config)
         stages = SpeechStages.load(cfg, CacheModels(args.model_cache or default_cache(env)))
-    except (ConfigError, ModelError, ValueError, KeyError, OSError) as exc:
+        ears = FixtureEars.load(args.fixtures) if args.fixtures else None
+    except (ConfigError, ModelError, FixtureError, BadAudio, ValueError, KeyError, OSError) as exc:
         print(f"speech services: {exc}", file=sys.stderr)
         return 2
     run_id = args.run_id or new_run_id()
     service_name = env.get("OTEL_SERVICE_NAME", "lab-speech-services")
     tracing = Tracing(args.out / "traces" / f"{run_id}.jsonl", service_name, otlp)
-    services = _services(args, env, stages, key, tracing, run_id)
+    services = _services(args, env, stages, key, tracing, run_id, ears)
     try:
         asyncio.run(serve(services, run_id))
     except OSError as exc:

@@ -56,15 +56,16 @@ class SpeechStages:
         """Load the models ``cfg`` names for ASR and TTS; a missing or broken model raises here, before serving."""
         return cls(_load(cfg, "asr", models), _load(cfg, "tts", models))
 
-    def asr_stage(self, language: str) -> Stage:
-        """The ASR stage for one request; ``language`` "" lets it detect the language. ``ValueError``
-        names the languages it supports when ``language`` is not one of them."""
+    def asr_stage(self, language: str, text: str = "") -> Stage:
+        """The ASR stage for one request; ``language`` "" lets it detect the language; ``text`` is the question
+        an oracle ASR hears (``heard.py``). ``ValueError`` names the languages it supports when ``language`` is not
+        one of them."""
         languages = self.asr.impl.languages
         if language and languages is not None and language not in languages:
             raise ValueError(f"[asr] impl = {self.asr.impl.name!r} supports {', '.join(languages)}, not {language!r}")
         if not language and not self.asr.impl.detects_language:
             raise ValueError(f"[asr] impl = {self.asr.impl.name!r} cannot detect a language: give 'language'")
-        return self._build(self.asr, TurnInputs(text="", language=language))
+        return self._build(self.asr, TurnInputs(text=text, language=language))
 
     def tts_stage(self) -> Stage:
         return self._build(self.tts, TurnInputs(text="", language=""))

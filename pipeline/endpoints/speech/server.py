@@ -31,6 +31,7 @@ from pipeline.clock import Clock
 from pipeline.endpoints.serving import HttpApp
 from pipeline.endpoints.speech import audio, forms
 from pipeline.endpoints.speech.errors import ApiError
+from pipeline.endpoints.speech.heard import FixtureEars
 from pipeline.endpoints.speech.relay import LlmRelay
 from pipeline.endpoints.speech.served import SpeechStages, asr_events, run_stage, tts_events
 from pipeline.events import AudioOut, Event, Stage, Transcript
@@ -65,6 +66,7 @@ class SpeechServices(HttpApp):
         max_body_bytes: int = DEFAULT_MAX_BODY,
         attributes: Mapping[str, Any] | None = None,
         relay: LlmRelay | None = None,
+        ears: FixtureEars | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
@@ -74,6 +76,7 @@ class SpeechServices(HttpApp):
         self.attributes: Attributes = dict(attributes or {})  # on every span (the run id, say)
         self._api_key = api_key
         self.relay = relay  # chat requests passed on to an LLM and timed (``relay.py``), when given
+        self.ears = ears  # which fixture question an upload is, for an oracle ASR (``heard.py``), when given
 
     def app(self) -> web.Application:
         # One byte over the limit is enough to refuse; the slack keeps multipart framing out of the count.
@@ -202,8 +205,15 @@ class SpeechServices(HttpApp):
         timing.attributes[names.SERVICE_DECODE_MS] = _ms(read, decoded)
         timing.attributes[names.SERVICE_INPUT_FORMAT] = upload.kind
         timing.attributes[names.AUDIO_MS] = upload.duration_ms
+        language, text = form.language, ""
+        if self.ears is not None:
+            heard = await asyncio.to_thread(self.ears.hear, upload.pcm)
+            timing.attributes[names.HEARD_QUESTION] = heard.question_id if heard else ""
+            timing.attributes[names.HEARD_SCORE] = heard.score if heard else 0.0
+            # no match: the oracle hears no words, in no language ("und", BCP 47's undetermined)
+            language, text = (language or heard.language, heard.text) if heard else (language or "und", "")
         try:
-            stage = self.stages.asr_stage(form.language)
+            stage = self.stages.asr_stage(language, text)
         except ValueError as exc:
             raise ApiError(400, "unsupported_language", str(exc), "language") from None
         out, _ = await self._compute(stage, asr_events(upload.pcm, upload.duration_ms), timing, decoded)

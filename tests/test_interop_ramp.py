@@ -1,0 +1,94 @@
+"""The capacity mode of scripts/interop/xiaozhi_server.py: its ramp command, CPU meter, questions and table."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.interop.capacity_mode import fixtures_without
+from pipeline.interop.processes import InteropError
+from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
+from pipeline.interop.ramp_table import ramp_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_ramp_command_names_the_server_its_pid_and_what_was_asked() -> None:
+    settings = RampSettings("1,2,5", "30s", margin="25%", profile=Path("load.toml"), extra=("--seed", "3"))
+    target = RampTarget("ws://127.0.0.1:9/xiaozhi/v1/", "lab server, A", 4242, Path("serve/traces"))
+    argv = ramp_argv("py", Path("fx"), target, settings, Path("out/real"))
+    assert argv == [
+        *(
+            "py",
+            "-m",
+            "pipeline.capacity",
+            "fx",
+            "--server",
+            "ws://127.0.0.1:9/xiaozhi/v1/",
+            "--label",
+            "lab server, A",
+        ),
+        *("--steps", "1,2,5", "--hold", "30s", "--out", "out/real", "--server-pid", "4242"),
+        *("--server-traces", "serve/traces", "--margin", "25%", "--profile", "load.toml", "--seed", "3"),
+    ]
+    bare = ramp_argv("py", Path("fx"), RampTarget("mqtt://h:1", "gw"), RampSettings("1", "5s"), Path("o"))
+    assert not {"--server-pid", "--server-traces", "--margin", "--profile"} & set(bare)
+
+
+def test_the_meter_reads_a_live_process_and_none_for_one_that_is_gone() -> None:
+    assert cpu_seconds(os.getpid()) is not None
+    assert cpu_seconds(2**22 + 17) is None  # above pid_max's default: never a live process
+    meter = CpuMeter({"me": os.getpid(), "gone": 2**22 + 17})
+    meter.start(100.0)
+    sum(i * i for i in range(200_000))  # some CPU of our own
+    means = meter.stop(101.0)
+    assert means["gone"] is None
+    assert means["me"] is not None and means["me"] >= 0
+
+
+def test_excluded_questions_leave_a_manifest_without_them_and_the_rest_linked(tmp_path: Path) -> None:
+    folder = fixtures_without(ROOT / "audio_fixtures", "zh02, zh06", tmp_path / "fx")
+    with (folder / "manifest.csv").open(encoding="utf-8", newline="") as fh:
+        ids = [row["id"] for row in csv.DictReader(fh)]
+    assert "zh02" not in ids and "zh06" not in ids and ids[:3] == ["zh01", "en01", "en02"]
+    assert (folder / "zh01.wav").resolve() == (ROOT / "audio_fixtures" / "zh01.wav").resolve()
+
+
+def test_an_unknown_question_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(InteropError, match="zh99 not in"):
+        fixtures_without(ROOT / "audio_fixtures", "zh01,zh99", tmp_path / "fx")
+
+
+def test_excluding_every_question_is_refused(tmp_path: Path) -> None:
+    every = ",".join(f"{lang}{i:02d}" for lang in ("zh", "en") for i in range(1, 16))
+    with pytest.raises(InteropError, match="leaves no question"):
+        fixtures_without(ROOT / "audio_fixtures", every, tmp_path / "fx")
+
+
+def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "steps.csv").write_text(
+        "devices,verdict,silence_p90_ms,run_id\n1,holds,900.4,a\n5,fails,1900.6,b\n", encoding="utf-8"
+    )
+    ramps = [
+        Ramp("real server, A", ws, "step 5: fails\ndevices held: 2\ngrew first: to ASR\n", 0, {"server": 55.4}),
+        Ramp("lab server, A", tmp_path / "none", "error: cannot reach\n", 2, {"server": None, "cloud": 3.0}),
+        Ramp("gw", tmp_path / "none", "devices held: 50 or more (no step failed)\n", 0, {}),
+    ]
+    text = ramp_markdown(ramps, "# intro\n\n")
+    assert "| real server, A | 2 | to ASR | 0 | 55% | - | - | - |" in text
+    assert "| lab server, A | - | - | 2 | - | - | - | 3% |" in text
+    assert "| gw | 50 or more (no step failed) | - | 0 | - | - | - | - |" in text
+    assert (
+        "| devices | verdict | silence_p90_ms |\n|---|---|---|\n| 1 | holds | 900.4 |\n| 5 | fails | 1900.6 |" in text
+    )
+    assert (
+        "| devices | real server, A | lab server, A | gw |\n|---|---|---|---|\n| 1 | 900 holds | - | - |\n"
+        "| 5 | 1901 fails | - | - |" in text
+    )
+    assert "(no steps.csv, or no step in it: the ramp measured no step)" in text
+    assert "The ramp ended with code 2; its output ends:\n\n```\nerror: cannot reach\n```" in text
