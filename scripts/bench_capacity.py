@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pipeline.capacity.probe import cpu_seconds  # noqa: E402
 from pipeline.clock import RealClock, real_event_loop  # noqa: E402
 from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice  # noqa: E402
 from pipeline.transport.device.pacer import send_lateness  # noqa: E402
@@ -82,12 +82,6 @@ class GcPauses:
 
     def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self)
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class SinkProcess:
@@ -146,10 +140,10 @@ async def hold_fleet(url: str, count: int, hold_s: float, sink_pid: int) -> Flee
     record = send_lateness()
     record.take()  # dialling is not holding
     with GcPauses() as pauses:
-        cpu0, sink0, wall0 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
+        cpu0, sink0, wall0 = time.process_time(), cpu_seconds(sink_pid), time.perf_counter()
         await asyncio.sleep(hold_s)
         late = record.take()
-        cpu1, sink1, wall1 = time.process_time(), _cpu_s(sink_pid), time.perf_counter()
+        cpu1, sink1, wall1 = time.process_time(), cpu_seconds(sink_pid), time.perf_counter()
     still = sum(d.link.is_open for d in connected)
     await asyncio.gather(*(d.__aexit__(None, None, None) for d in connected), return_exceptions=True)
     gc.unfreeze()

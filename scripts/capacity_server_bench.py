@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 
+from pipeline.capacity.probe import cpu_seconds  # noqa: E402
 from pipeline.events import FRAME_MS  # noqa: E402
 from pipeline.settings.audio import load_audio  # noqa: E402
 from pipeline.settings.fixtures import load_questions  # noqa: E402
@@ -227,17 +228,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def p99(values: list[float]) -> float:
     return float(np.percentile(values, 99)) if values else float("nan")
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
+    """One device count held against the server: its lateness, CPU and answers."""
+
     load: Load
     loop_p99_ms: float
     uplink_p99_ms: float
@@ -290,7 +288,7 @@ def run_step(load: Load, configs: list[Path], profile_s: float, out: Path) -> St
 
         async def measured() -> Fleet:
             loop = asyncio.get_running_loop()
-            loop.call_later(ramp_s + load.warmup_s, lambda: marks.update(t0=time.monotonic(), c0=cpu_s(pid)))
+            loop.call_later(ramp_s + load.warmup_s, lambda: marks.update(t0=time.monotonic(), c0=cpu_seconds(pid)))
             task = asyncio.create_task(fleet_step(url, load, noise, clips))
             spy = None
             if profile_s:
@@ -302,7 +300,7 @@ def run_step(load: Load, configs: list[Path], profile_s: float, out: Path) -> St
             return fleet
 
         fleet = asyncio.run(measured())
-        t1, c1 = time.monotonic(), cpu_s(pid)
+        t1, c1 = time.monotonic(), cpu_seconds(pid)
         commands.put((marks["t0"], t1))
         lags, uplink = results.get(timeout=30)
         commands.put(None)

@@ -100,7 +100,10 @@ def test_bad_requests_are_refused(bad: dict[str, Any]) -> None:
 
 
 def test_compute_profiles_are_data() -> None:
-    with pytest.raises(ValueError, match="unknown emulated-cloud profile 'gpt-9'; known: fast-70b-api, busy, instant"):
+    with pytest.raises(
+        ValueError,
+        match="unknown emulated-cloud profile 'gpt-9'; known: fast-70b-api, fast-70b-api-unqueued, busy, instant",
+    ):
         get_compute_profile("gpt-9")
     assert COMPUTE_PROFILES["busy"].as_dict()["slots"] == 2
     with pytest.raises(ValueError, match="slots"):

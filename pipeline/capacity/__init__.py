@@ -10,5 +10,7 @@
 - ``verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
 - ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
 - ``result``: capacity.json and steps.csv, declared once.
+- ``crossover``: where one shared LLM's silence reaches a device's own (M21 (3)), interpolated and labelled.
+- ``shared``: which ramps are a shared LLM and which the device's own (``crossover.json``), read for the report.
 - ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).
 """

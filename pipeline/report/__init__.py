@@ -15,7 +15,8 @@ Modules, in the order data flows through them:
   ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``capacity`` (how many devices a
   server holds, from a capacity ramp's folder), ``result``,
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and three what-ifs),
-  ``amplification``, ``dilution``, ``outcomes`` and ``conclusion``, ``integrity``, ``uncertainty``,
+  ``amplification``, ``dilution``, ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM
+  against each device's own, as figures, when a capacity crossover record is there), ``integrity``, ``uncertainty``,
   ``figures``, ``reference``; ``base`` is what every section reads.
 - ``document``, ``cells``, ``cited``, ``plots``: the report's building blocks; ``markdown``,
   ``html``, ``output``: renderings and the files written (report.md, report.html, rows.csv);

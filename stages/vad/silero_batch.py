@@ -48,7 +48,7 @@ class SileroBatcher:
         self._session = session
         self._executor = executor
         self._window_s = window_ms / 1000
-        self._last_start = float("-inf")  # loop time the latest batch started
+        self._cooling: asyncio.AbstractEventLoop | None = None  # the loop whose window since the last start runs
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self._pending: _Pending | None = None  # collecting
         self._running: _Pending | None = None  # on the executor's thread
@@ -76,18 +76,24 @@ class SileroBatcher:
         return future
 
     def _schedule(self, pending: _Pending) -> None:
-        """At the end of this loop turn, or a window after the latest batch started, whichever is later."""
-        loop = pending.loop
-        due = self._last_start + self._window_s
-        if due > loop.time():
-            loop.call_at(due, self._start, pending)
-        else:
-            loop.call_soon(self._start, pending)
+        """At the end of this loop turn, or when the window after the latest batch's start ends, whichever is
+        later (a timer, not a reading of the clock: stages never read it)."""
+        if self._cooling is not pending.loop:
+            pending.loop.call_soon(self._start, pending)
+
+    def _cooled(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._cooling is loop:
+            self._cooling = None
+        nxt = self._pending
+        if nxt is not None and nxt.loop is loop and (self._running is None or self._running.loop is not loop):
+            self._schedule(nxt)
 
     def _start(self, pending: _Pending) -> None:
         if self._pending is pending:
             self._pending = None
-        self._last_start = pending.loop.time()
+        if self._window_s > 0:
+            self._cooling = pending.loop
+            pending.loop.call_later(self._window_s, self._cooled, pending.loop)
         if self._executor is None:
             try:
                 _deliver(pending, self.run(pending.chunks, pending.contexts, pending.states))
