@@ -48,32 +48,25 @@ class ComputeProfile:
         return first, [jittered(self.per_token_ms, self.token_jitter_ms) for _ in range(max(0, tokens - 1))]
 
 
+# A cloud 70B-class API (REFERENCE.md cites 300-600 ms to first token); ~45 tokens/s.
+_FAST_70B_API = ComputeProfile(
+    "fast-70b-api",
+    ttft_ms=320,
+    per_prompt_token_ms=0.2,
+    per_token_ms=22,
+    ttft_jitter_ms=80,
+    token_jitter_ms=6,
+    slots=8,
+    seed=21,
+)
+
 COMPUTE_PROFILES: dict[str, ComputeProfile] = {
     p.name: p
     for p in (
-        # A cloud 70B-class API (REFERENCE.md cites 300-600 ms to first token); ~45 tokens/s.
-        ComputeProfile(
-            "fast-70b-api",
-            ttft_ms=320,
-            per_prompt_token_ms=0.2,
-            per_token_ms=22,
-            ttft_jitter_ms=80,
-            token_jitter_ms=6,
-            slots=8,
-            seed=21,
-        ),
+        _FAST_70B_API,
         # fast-70b-api's latencies with a slot for every caller: a provider's API seen from one of many
         # customers, whose own fleet never queues there. A capacity ramp measures the server in front of it.
-        ComputeProfile(
-            "fast-70b-api-unqueued",
-            ttft_ms=320,
-            per_prompt_token_ms=0.2,
-            per_token_ms=22,
-            ttft_jitter_ms=80,
-            token_jitter_ms=6,
-            slots=4096,
-            seed=21,
-        ),
+        dataclasses.replace(_FAST_70B_API, name="fast-70b-api-unqueued", slots=4096),
         # The same under load: slower, more jitter, two slots, so concurrent turns queue.
         ComputeProfile(
             "busy",
