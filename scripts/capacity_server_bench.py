@@ -333,6 +333,8 @@ def _wait_for(port: int, server: Any) -> None:
 
 def _py_spy(pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).parent / "py-spy"
+    if not exe.exists():
+        raise SystemExit(f"--profile: no py-spy beside {sys.executable} (the dev extra has it: make test installs it)")
     raw = path.with_suffix(".raw")
     cmd = [str(exe), "record", "-p", str(pid), "-d", str(int(seconds)), "-f", "raw", "-o", str(raw), "-r", "200"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
