@@ -25,10 +25,6 @@ shares the cores with the server and the devices, which is part of what a hub on
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import select
-import signal
 import subprocess
 import sys
 import time
@@ -40,12 +36,13 @@ from typing import IO
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from transport_skews import start_serve, stop_serve  # noqa: E402
+
 from pipeline.capacity.crossover import describe, headcounts  # noqa: E402
 from pipeline.capacity.shared import RECORD, Arm, Comparison, Record, RecordError, compare, write_record  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
-SERVING = re.compile(r"serving (ws://\S+)")
-SERVER_START_S = 180.0
+SERVER_START_S = 180.0  # a llama-server hub loads its model first
 VOICE = '[asr]\nimpl = "oracle"\n[tts]\nimpl = "stub"\n[vad]\nimpl = "energy"\n'
 # one thread: llama.cpp's busy-waiting threads on both cores starve the server and the devices beside it
 # (seen here, two devices on a 2-slot hub, one trial each: first audible 14-45 s at threads = 2, 13-22 s at 1)
@@ -92,32 +89,7 @@ def ramps(args: argparse.Namespace) -> tuple[Ramp, Ramp, list[Ramp]]:
 
 def start_server(configs: Sequence[Path], out: Path, log: IO[str]) -> tuple[subprocess.Popen[bytes], str]:
     """``pipeline.serve`` on a free loopback port; its URL once it says it serves."""
-    command = [sys.executable, "-m", "pipeline.serve", str(FIXTURES), "--port", "0", "--out", str(out), "--quiet"]
-    command += [a for c in configs for a in ("--config", str(c))]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, bufsize=0)
-    assert server.stdout is not None
-    said = b""
-    deadline = time.monotonic() + SERVER_START_S
-    while (left := deadline - time.monotonic()) > 0:
-        readable, _, _ = select.select([server.stdout], [], [], left)
-        chunk = os.read(server.stdout.fileno(), 4096) if readable else b""
-        if not chunk:  # it exited, or said nothing in time
-            break
-        said += chunk
-        if found := SERVING.search(said.decode("utf-8", "replace")):
-            return server, found.group(1)
-    stop_server(server)
-    log.flush()
-    raise SystemExit(f"pipeline.serve did not start:\n{Path(log.name).read_text()[-2000:]}")
-
-
-def stop_server(server: subprocess.Popen[bytes]) -> None:
-    server.send_signal(signal.SIGTERM)
-    try:
-        server.wait(30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+    return start_serve([str(FIXTURES), *(a for c in configs for a in ("--config", str(c)))], out, log, SERVER_START_S)
 
 
 def run_ramp(ramp: Ramp, args: argparse.Namespace, out: Path) -> None:
@@ -137,7 +109,7 @@ def run_ramp(ramp: Ramp, args: argparse.Namespace, out: Path) -> None:
             command += [a for c in configs for a in ("--config", str(c))]
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         finally:
-            stop_server(server)
+            stop_serve(server)
     (here / "capacity.log").write_text(done.stdout + done.stderr)
     for line in done.stdout.splitlines():
         print(f"   {line.strip()}", flush=True)

@@ -64,27 +64,34 @@ class SkewArgs:
 def _start_server(run: DeviceRun, args: SkewArgs, out: Path, log: IO[str]) -> tuple[subprocess.Popen[bytes], str]:
     """``pipeline.serve`` on a free loopback port with this pacing; its URL once it says it serves."""
     configs = [a for c in args.configs for a in ("--config", str(c))]
-    command = [sys.executable, "-m", "pipeline.serve", str(args.fixtures), *configs, "--port", "0"]
-    command += ["--pacing", run.pacing, "--out", str(out), "--quiet"]
+    return start_serve([str(args.fixtures), *configs, "--pacing", run.pacing], out, log)
+
+
+def start_serve(
+    argv: list[str], out: Path, log: IO[str], start_s: float = SERVER_START_S
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``pipeline.serve ARGV`` on a free loopback port (a bench's server); its URL once it says it serves
+    (within ``start_s``)."""
+    command = [sys.executable, "-m", "pipeline.serve", *argv, "--port", "0", "--out", str(out), "--quiet"]
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, bufsize=0)
     assert server.stdout is not None
     said = b""
-    deadline = time.monotonic() + SERVER_START_S
+    deadline = time.monotonic() + start_s
     while (left := deadline - time.monotonic()) > 0:
         readable, _, _ = select.select([server.stdout], [], [], left)
         chunk = os.read(server.stdout.fileno(), 4096) if readable else b""
         if not chunk:  # it exited, or said nothing in time
             break
         said += chunk
-        found = SERVING.search(said.decode("utf-8", "replace"))
-        if found:
+        if found := SERVING.search(said.decode("utf-8", "replace")):
             return server, found.group(1)
-    _stop_server(server)
+    stop_serve(server)
     log.flush()
-    raise SystemExit(f"pipeline.serve --pacing {run.pacing} did not start:\n{Path(log.name).read_text()[-2000:]}")
+    raise SystemExit(f"pipeline.serve {' '.join(argv)} did not start:\n{Path(log.name).read_text()[-2000:]}")
 
 
-def _stop_server(server: subprocess.Popen[bytes]) -> None:
+def stop_serve(server: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then kill after 30 s: the server stops whatever it was doing."""
     server.send_signal(signal.SIGTERM)
     try:
         server.wait(30)
@@ -109,7 +116,7 @@ def device_run(run: DeviceRun, args: SkewArgs, folder: Path) -> dict[str, list[f
                 command += ["--link-profile", args.link_profile]
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
         finally:
-            _stop_server(server)
+            stop_serve(server)
     if done.returncode != 0:
         raise SystemExit(
             f"pipeline.replay against --pacing {run.pacing}: exit {done.returncode}\n{done.stderr[-2000:]}"
