@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # a package -> the folders whose modules its map names
 MAPS = {
+    "pipeline/acoustic": ("pipeline/acoustic",),
     "pipeline/analysis": ("pipeline/analysis",),
     "pipeline/analysis/path": ("pipeline/analysis/path",),
     "pipeline/capacity": ("pipeline/capacity",),

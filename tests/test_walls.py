@@ -26,6 +26,7 @@ ENTRY_POINTS = {
     "pipeline.endpoints.speech.__main__",
     "pipeline.capacity.sink",
     "pipeline.capacity.__main__",
+    "pipeline.acoustic.__main__",
     "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
 }
 # part -> the parts it may import (its own part always allowed)
@@ -61,6 +62,9 @@ MAY_USE = {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
         *("transport.device", "transport.wire", "transport.server", "entry"),
     },
+    # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the
+    # run's own VAD (run), the contract's frame format; never a server, a trace or the report
+    "acoustic": {"contract", "settings", "run"},
 }
 
 
@@ -77,6 +81,7 @@ ENTRY_MAY_USE = {
     "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
     "pipeline.capacity.__main__": {"capacity"},
+    "pipeline.acoustic.__main__": {"acoustic", "settings"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
         "settings",

@@ -1,0 +1,19 @@
+"""Measures what a person hears, from a recording alone: the silence before each answer and the whole turn.
+
+Given a recording and the questions the lab played (their audio, nothing the run wrote), it finds where
+each question was played, where its speech ended, and when the answer was first and last audible, and
+writes the turns as rows named as the device rows' columns, ``measured_by`` ``acoustic``
+(``python -m pipeline.acoustic measure``). It reads the emulator's stereo recordings (microphone left,
+speaker right) exactly to the sample, and a single room microphone that hears both, through noise,
+reverberation and an unknown sound-card delay.
+
+- ``questions``: the questions as played: each clip's audio and its end of speech (the run's VAD).
+- ``recording``: a recording read and checked: its microphone and speaker channels, what was clipped.
+- ``align``: where each question was played: normalised cross-correlation against the known clip.
+- ``onset``: an answer's first and last audible sample, on a clean channel or a room microphone.
+- ``rows``: the acoustic rows and their CSV.
+- ``measure``: a recording's turns, from the pieces above.
+- ``room``: a simulated room (pyroomacoustics) that renders what one microphone hears of a stereo recording.
+- ``sound``: the operating system's audio devices: play and record (``run``).
+- ``run``: ``python -m pipeline.acoustic run``: play the questions to a real device and measure what it says.
+"""

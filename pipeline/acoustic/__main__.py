@@ -1,0 +1,93 @@
+"""``python -m pipeline.acoustic``: measure recordings (``measure``), or play to a real device and measure it (``run``).
+
+    python -m pipeline.acoustic measure RECORDING... --questions FIXTURES --out ROWS.csv [--layout stereo|mono]
+        [--config TOML] [--model-cache DIR]
+
+One row per turn found (``pipeline.acoustic.rows``). Every recording is measured even when another fails;
+the command exits 1 when any turn or file failed (the rows it has are written, the failures say why), 2
+when the questions themselves cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import QuestionError, load_questions
+from pipeline.acoustic.recording import LAYOUTS
+from pipeline.acoustic.rows import write_rows
+from pipeline.settings.config import ConfigError, load_config
+from pipeline.settings.fixtures import FixtureError
+from pipeline.settings.models import ModelError, default_cache
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["run"]:
+        return _run(args[1:])
+    parsed = _parser().parse_args(args)
+    return measure(parsed)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.acoustic", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "run", help="play the questions to a real device and measure it (python -m pipeline.acoustic run -h)"
+    )
+    m = commands.add_parser("measure", help="measure recordings: one row per turn")
+    m.add_argument("recordings", nargs="+", type=Path, metavar="RECORDING")
+    m.add_argument("--questions", type=Path, required=True, metavar="FIXTURES", help="the fixtures folder played")
+    m.add_argument("--out", type=Path, required=True, metavar="ROWS.csv")
+    m.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="stereo",
+        help="stereo: microphone left, speaker right (the emulator's); mono: one room microphone",
+    )
+    m.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        metavar="TOML",
+        help="the run's configuration: its VAD finds where each question's speech ends",
+    )
+    m.add_argument("--model-cache", type=Path, metavar="DIR", help="packaged models (default: the user's cache)")
+    return parser
+
+
+def measure(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config) if args.config else None
+        questions = load_questions(args.questions, cfg, args.model_cache or default_cache(os.environ))
+    except (QuestionError, FixtureError, ConfigError, ModelError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for path in args.recordings:
+        rows += measure_recording(path, questions, args.layout)
+    count = write_rows(args.out, rows)
+    failed = [r for r in rows if not r.ok]
+    for r in failed:
+        print(f"error: {r.error}", file=sys.stderr)
+    print(f"{args.out}: {count} rows, {count - len(failed)} turns measured, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def _run(argv: list[str]) -> int:
+    try:
+        from pipeline.acoustic.run import main as run_main
+    except ImportError as exc:
+        print(
+            f"error: `run` is not available here: pipeline.acoustic.run could not be imported ({exc})", file=sys.stderr
+        )
+        return 2
+    return int(run_main(argv) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""Where each question was played in a recording: normalised cross-correlation against the known clip.
+
+The lab knows what it played, not when the sound card played it: the delay of an output and an input
+path is unknown and differs per machine, so every occurrence is found in the microphone channel (or the
+single room microphone) by correlating it with the question's audio. A coarse pass at ``COARSE_RATE``
+over the whole recording finds the candidates (one FFT of the recording, shared by every question); each
+is refined at the recording's own rate over a few samples around it, so a clean channel gives the exact
+sample. Occurrences of different questions may not overlap in their speech: the stronger match wins.
+Rounds are a question's occurrences in the order they were played.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import soxr
+
+from pipeline.acoustic.questions import Question
+
+COARSE_RATE = 8000  # speech's correlation peak is as sharp as a 62.5 us step needs; 4x less work than 16 kHz
+MIN_SCORE = 0.3  # normalised correlation that counts as the clip: a clean copy gives 1.0, a reverberant room ~0.5-0.9
+REFINE_SAMPLES = 3  # coarse steps searched either side at the recording's rate
+EARLIEST_MS = 30.0  # how much earlier than the best match the direct sound may be (a reflection's extra path: 10 m)
+EARLY_SHARE = 0.8  # an earlier match this close to the best is the direct sound (speech's own repeats score far less)
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One playing of a question: the question's index, the recording sample of the clip's first sample
+    (it may be negative when the recording began after the clip did), and how well it matched (0..1)."""
+
+    question: int
+    start: int
+    score: float
+
+
+def find_occurrences(mic: np.ndarray, rate: int, questions: Sequence[Question]) -> list[Occurrence]:
+    """Every question's occurrences in ``mic`` (at ``rate``), in the order they were played."""
+    coarse_mic = _resampled(mic, rate, COARSE_RATE)
+    clips = [_resampled(q.pcm, q.sample_rate, COARSE_RATE) for q in questions]
+    if not len(coarse_mic) or not any(len(c) for c in clips):
+        return []
+    scores = Correlator(coarse_mic, max(len(c) for c in clips))
+    found = []
+    for index, clip in enumerate(clips):
+        for lag, score in _peaks(scores.ncc(clip), len(clip)):
+            found.append(Occurrence(index, lag, score))
+    kept = _without_overlaps(found, questions)
+    at_rate = {i: _resampled(questions[i].pcm, questions[i].sample_rate, rate) for i in {o.question for o in kept}}
+    mic = np.asarray(mic, dtype=np.float64)
+    return sorted((_refined(o, mic, rate, at_rate[o.question]) for o in kept), key=lambda o: o.start)
+
+
+class Correlator:
+    """Normalised cross-correlation of one signal with many templates, the signal's FFT made once."""
+
+    def __init__(self, signal: np.ndarray, longest: int) -> None:
+        self.n = len(signal)
+        self.size = 1 << int(np.ceil(np.log2(self.n + longest)))
+        self.spectrum = np.fft.rfft(signal, self.size)
+        self.cumulative = np.concatenate(([0.0], np.cumsum(signal.astype(np.float64) ** 2)))
+
+    def ncc(self, template: np.ndarray) -> np.ndarray:
+        """Score per lag 0..n-1: the template against the signal from that lag (zeros past its end)."""
+        norm = float(np.linalg.norm(template))
+        if norm == 0.0:
+            return np.zeros(self.n)
+        corr = np.fft.irfft(self.spectrum * np.conj(np.fft.rfft(template, self.size)), self.size)[: self.n]
+        lags = np.arange(self.n)
+        window = self.cumulative[np.minimum(lags + len(template), self.n)] - self.cumulative[lags]
+        # silence (or near it) matches nothing: a floor keeps rounding noise from dividing into a peak
+        floor = 1e-9 * len(template)
+        return np.where(window > floor, corr / (norm * np.sqrt(np.maximum(window, floor))), 0.0)
+
+
+def _peaks(scores: np.ndarray, length: int) -> list[tuple[int, float]]:
+    """Lags above ``MIN_SCORE``, strongest first, each at least half a clip from a stronger one."""
+    scores = scores.copy()
+    peaks = []
+    half = max(1, length // 2)
+    while len(scores):
+        lag = int(np.argmax(scores))
+        if scores[lag] < MIN_SCORE:
+            break
+        peaks.append((lag, float(scores[lag])))
+        scores[max(0, lag - half) : lag + half] = 0.0
+    return peaks
+
+
+def _without_overlaps(found: list[Occurrence], questions: Sequence[Question]) -> list[Occurrence]:
+    """The strongest matches whose speech does not overlap a stronger match's."""
+    kept: list[tuple[float, float, Occurrence]] = []
+    for o in sorted(found, key=lambda o: -o.score):
+        q = questions[o.question]
+        begin, end = o.start / COARSE_RATE, o.start / COARSE_RATE + q.speech_end_s
+        if all(end <= b or begin >= e for b, e, _ in kept):
+            kept.append((begin, end, o))
+    return [o for _, _, o in kept]
+
+
+def _refined(o: Occurrence, mic: np.ndarray, rate: int, clip: np.ndarray) -> Occurrence:
+    """The coarse lag made exact at the recording's rate (``clip`` at ``rate``): the best lag near it, or an
+    earlier one nearly as good: in a room a reflection can match as well as the direct sound, which comes first."""
+    step = rate / COARSE_RATE
+    reach = int(np.ceil(REFINE_SAMPLES * step))
+    early = round(EARLIEST_MS * rate / 1000)
+    lo = round(o.start * step) - reach - early
+    scores = _local_ncc(mic, clip, lo, lo + early + 2 * reach + 1)
+    best = early + int(np.argmax(scores[early:]))
+    inner = scores[1:-1]
+    peaks = np.nonzero((inner >= scores[:-2]) & (inner >= scores[2:]) & (inner >= EARLY_SHARE * scores[best]))[0] + 1
+    first = int(peaks[0]) if len(peaks) and peaks[0] < best else best
+    return Occurrence(o.question, lo + first, max(float(scores[first]), 0.0))
+
+
+def _local_ncc(mic: np.ndarray, clip: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Normalised correlation of ``clip`` with ``mic`` at lags ``lo..hi-1`` (zeros outside the recording)."""
+    pad = max(0, -lo)
+    segment = mic[max(0, lo) : max(0, hi - 1 + len(clip))]
+    segment = np.concatenate((np.zeros(pad), segment, np.zeros(max(0, hi - lo - 1 + len(clip) - pad - len(segment)))))
+    lags = hi - lo
+    size = 1 << int(np.ceil(np.log2(len(segment) + len(clip))))
+    corr = np.fft.irfft(np.fft.rfft(segment, size) * np.conj(np.fft.rfft(clip, size)), size)[:lags]
+    cumulative = np.concatenate(([0.0], np.cumsum(np.square(segment))))
+    window = cumulative[np.arange(lags) + len(clip)] - cumulative[:lags]
+    norm = float(np.sqrt(np.square(clip).sum()))
+    return np.where(window > 0, corr / (norm * np.sqrt(np.maximum(window, 1e-300))), 0.0)
+
+
+def _resampled(x: np.ndarray, rate: int, to: int) -> np.ndarray:
+    if rate == to:
+        return np.asarray(x, dtype=np.float64)
+    return np.asarray(soxr.resample(np.asarray(x, dtype=np.float64), rate, to, quality="HQ"), dtype=np.float64)

@@ -1,0 +1,110 @@
+"""Where an answer is audible: its first and last audible sample between the end of speech and the next question.
+
+Two ways, one per kind of channel:
+
+- ``clean_span``: a channel that holds the answer alone (the emulator's speaker channel). Audible is the
+  lab's own threshold (``recording.AUDIBLE``: |x| > 64 of int16), sample by sample, so the figure is
+  exact and the trace side's "first audible sample" is the same sample.
+- ``room_span``: a room microphone, where noise is always there and the question's own reverberation
+  is still dying away after its speech ends. Audible is then relative to the recording's noise floor: the
+  envelope (power in ``ENVELOPE_MS`` windows, one per millisecond) first waits until the question's tail
+  has fallen to the floor (``QUIET_DB`` above it), then finds where sound rises ``ONSET_DB`` above the
+  floor and stays there for ``HOLD_MS`` (a click is not an answer), and walks back to where that rise
+  left the floor (``EDGE_DB``): the answer's first sound, not the moment it became loud. The answer's
+  end is found the same way from the other side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.acoustic.recording import AUDIBLE
+
+ENVELOPE_MS = 4.0  # short enough to place an edge within a few ms, long enough to average noise (64 samples at 16 kHz)
+QUIET_DB = 6.0  # the question's tail has died once the envelope is this close to the floor
+ONSET_DB = 10.0  # an answer's sound: this far above the floor (noise's 4 ms envelope varies by about 1 dB)
+EDGE_DB = 3.0  # where a rise leaves the floor
+HOLD_MS = 15.0  # an onset's sound lasts at least this long above EDGE_DB
+FLOOR_PERCENTILE = 10.0  # the recording's quietest tenth is noise: between turns, before the first question
+FLOOR_BLOCK_MS = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """An answer's first and last audible sample (recording samples, inclusive)."""
+
+    first: int
+    last: int
+
+
+def clean_span(x: np.ndarray, begin: int, end: int) -> Span | None:
+    """The first and last sample in ``[begin, end)`` above the audibility threshold; None when none is."""
+    begin, end = max(0, begin), min(len(x), end)
+    if end <= begin:
+        return None
+    loud = np.nonzero(np.abs(x[begin:end]) > AUDIBLE)[0]
+    if not len(loud):
+        return None
+    return Span(begin + int(loud[0]), begin + int(loud[-1]))
+
+
+def noise_floor(x: np.ndarray, rate: int) -> float:
+    """The recording's noise power: a low percentile of its blocks' power, never below the audibility threshold's."""
+    block = max(1, int(rate * FLOOR_BLOCK_MS / 1000))
+    usable = len(x) // block * block
+    if not usable:
+        return AUDIBLE**2
+    powers = np.mean(np.square(x[:usable].astype(np.float64)).reshape(-1, block), axis=1)
+    return max(float(np.percentile(powers, FLOOR_PERCENTILE)), AUDIBLE**2)
+
+
+def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> Span | None:
+    """The answer's first and last audible sample in ``[begin, end)`` of a room microphone whose noise power is
+    ``floor``: after the question's tail has died, a sustained rise above the floor. None when nothing rises."""
+    begin, end = max(0, begin), min(len(x), end)
+    hop = max(1, rate // 1000)
+    env = _envelope(x[begin:end], rate, hop)
+    if not len(env):
+        return None
+    level = 10 * np.log10(np.maximum(env, 1e-30) / floor)
+    quiet = np.nonzero(level < QUIET_DB)[0]
+    if not len(quiet):
+        return None
+    hold = max(1, int(HOLD_MS * rate / 1000 / hop))
+    start = _sustained(level, int(quiet[0]), hold)
+    if start is None:
+        return None
+    first = start
+    while first > quiet[0] and level[first - 1] >= EDGE_DB:
+        first -= 1
+    loud = np.nonzero(level[first:] >= ONSET_DB)[0]
+    last = first + int(loud[-1])
+    while last + 1 < len(level) and level[last + 1] >= EDGE_DB:
+        last += 1
+    return Span(begin + first * hop, min(end - 1, begin + last * hop + hop - 1))
+
+
+def _envelope(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
+    """Mean power in a window of ``ENVELOPE_MS`` centred on every ``hop``-th sample."""
+    if not len(x):
+        return np.zeros(0)
+    width = max(1, int(rate * ENVELOPE_MS / 1000))
+    cumulative = np.concatenate(([0.0], np.cumsum(np.square(x.astype(np.float64)))))
+    centres = np.arange(0, len(x), hop)
+    lo = np.clip(centres - width // 2, 0, len(x))
+    hi = np.clip(centres + (width - width // 2), 0, len(x))
+    return np.asarray((cumulative[hi] - cumulative[lo]) / np.maximum(hi - lo, 1))
+
+
+def _sustained(level: np.ndarray, after: int, hold: int) -> int | None:
+    """The first index from ``after`` above ``ONSET_DB`` whose next ``hold`` values stay above ``EDGE_DB``."""
+    above = level >= EDGE_DB
+    # runs of `hold` consecutive values above the edge, counted with a cumulative sum
+    runs = np.concatenate(([0], np.cumsum(above)))
+    for i in np.nonzero(level[after:] >= ONSET_DB)[0] + after:
+        stop = min(len(level), i + hold)
+        if runs[stop] - runs[i] == stop - i and stop - i == hold:
+            return int(i)
+    return None

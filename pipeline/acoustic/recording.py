@@ -1,0 +1,106 @@
+"""A recording to measure, read and checked: the microphone channel, the speaker channel if there is one.
+
+``stereo`` is the emulator's layout (``--record-audio``): left what the device's microphone sent, right
+what its speaker played, one clock. ``mono`` is a single room microphone that hears the person and the
+device (a stereo file given as ``mono`` is mixed down). Any sample rate libsndfile reads is kept as it is:
+onsets are found at the file's own samples, so a figure is exact to the sample at any rate (the questions
+are resampled to it where they are compared). Samples are floats in -1..1, so the audibility threshold of
+16-bit audio (``AUDIBLE``) is the same level at every bit depth.
+
+What stops a file is a ``RecordingError`` naming it: unreadable, empty, fewer channels than the layout
+needs. What does not stop it is noted: clipped samples (at full scale) distort the waveform but not where
+sound begins, so the turns are still measured and their rows say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import soundfile
+
+Layout = Literal["stereo", "mono"]
+LAYOUTS: tuple[Layout, ...] = ("stereo", "mono")
+AUDIBLE = 64 / 32768  # pipeline.transport.wire.opus.audible's threshold: |x| > 64 of int16, about -54 dBFS
+FULL_SCALE = 32767 / 32768  # a sample at or past this is clipped (16-bit's largest positive value)
+CLIPPED_RUN = 3  # consecutive full-scale samples that count as clipping, not one loud peak
+
+
+class RecordingError(ValueError):
+    """The recording cannot be measured at all; the message names the file and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A recording's channels at its own rate: the microphone (or room), the speaker (stereo only)."""
+
+    path: Path
+    rate: int
+    mic: np.ndarray
+    speaker: np.ndarray | None
+    note: str = ""  # what was noticed but did not stop the measurement (clipping, a mixed-down file)
+
+    @property
+    def seconds(self) -> float:
+        return len(self.mic) / self.rate
+
+
+def read_recording(path: Path, layout: Layout) -> Recording:
+    """The file's channels for ``layout``, or ``RecordingError`` naming the file."""
+    samples, rate = _samples(path)
+    channels = samples.shape[1]
+    notes = []
+    if layout == "stereo":
+        if channels != 2:
+            raise RecordingError(
+                f"{path}: {channels} channel{'s' if channels != 1 else ''}; the stereo layout needs 2 "
+                "(left: the microphone, right: the speaker); a single room microphone is --layout mono"
+            )
+        mic, speaker = samples[:, 0], samples[:, 1]
+    else:
+        mic, speaker = samples.mean(axis=1), None
+        if channels > 1:
+            notes.append(f"{channels} channels mixed to one microphone")
+    clipped = [
+        f"{name} {n} samples" for name, x in (("microphone", mic), ("speaker", speaker)) if (n := clipped_samples(x))
+    ]
+    if clipped:
+        notes.append(f"clipped at full scale ({', '.join(clipped)}): onsets measured, levels distorted")
+    return Recording(
+        path,
+        rate,
+        np.ascontiguousarray(mic),
+        None if speaker is None else np.ascontiguousarray(speaker),
+        "; ".join(notes),
+    )
+
+
+def clipped_samples(x: np.ndarray | None) -> int:
+    """Samples in runs of at least ``CLIPPED_RUN`` at full scale: what a converter that ran out of range leaves."""
+    if x is None or not len(x):
+        return 0
+    at = (np.abs(x) >= FULL_SCALE).astype(np.int8)
+    if not at.any():
+        return 0
+    edges = np.diff(np.concatenate(([0], at, [0])))
+    starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
+    lengths = ends - starts
+    return int(lengths[lengths >= CLIPPED_RUN].sum())
+
+
+def _samples(path: Path) -> tuple[np.ndarray, int]:
+    if not path.is_file():
+        raise RecordingError(f"{path}: recording not found")
+    try:
+        with soundfile.SoundFile(str(path)) as f:
+            samples = f.read(dtype="float64", always_2d=True)
+            rate = int(f.samplerate)
+    except (soundfile.LibsndfileError, RuntimeError, ValueError, OSError) as exc:
+        raise RecordingError(f"{path}: unreadable audio ({exc})") from None
+    if rate <= 0 or samples.shape[1] < 1:
+        raise RecordingError(f"{path}: unusable audio ({samples.shape[1]} channels, {rate} Hz)")
+    if not len(samples):
+        raise RecordingError(f"{path}: no audio samples")
+    return samples, rate
