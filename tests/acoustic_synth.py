@@ -9,6 +9,7 @@ must find: the end of speech, and the answer's first and last sample above the a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,23 @@ import numpy as np
 import soundfile
 import soxr
 
-from pipeline.acoustic.questions import Question
+from pipeline.acoustic.questions import Question, load_questions
+from pipeline.settings.config import Config, VadConfig
 
 THRESHOLD = 64  # int16: the audibility threshold the contract names
+FIXTURES = Path(__file__).resolve().parent.parent / "audio_fixtures"
+ENERGY = Config(vad=VadConfig(impl="energy"))  # the simulator's VAD: no model to load
+
+
+@functools.cache
+def fixture_questions() -> tuple[Question, ...]:
+    """The shipped fixtures' questions (English and Chinese), their speech ends by the energy VAD."""
+    return tuple(load_questions(FIXTURES, ENERGY))
+
+
+def of_language(language: str, count: int, skip: int = 0) -> list[Question]:
+    """``count`` questions of one language (ids start with it), after ``skip`` of them."""
+    return [q for q in fixture_questions() if q.question_id.startswith(language)][skip : skip + count]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,13 @@ def answer(seconds: float, rate: int, seed: int, level: float = 0.1) -> np.ndarr
     return np.asarray(level * x / np.sqrt(np.mean(np.square(x))), dtype=np.float64)
 
 
+def spoken_part(q: Question, rate: int) -> np.ndarray:
+    """A question's speech alone (its leading and trailing silence cut), at ``rate``: real speech to answer with."""
+    pcm = clip_at(q, rate)
+    loud = np.nonzero(np.abs(pcm.astype(np.int32)) > THRESHOLD)[0]
+    return np.asarray(pcm[loud[0] : loud[-1] + 1], dtype=np.float64) / 32768
+
+
 def clip_at(q: Question, rate: int) -> np.ndarray:
     """The question's audio at ``rate`` as int16, as the microphone channel holds it."""
     pcm = q.pcm.astype(np.float64)
@@ -76,9 +98,11 @@ def build(
     lead_s: float = 0.7,
     pause_s: float = 0.8,
     seed: int = 1,
+    answers: Sequence[np.ndarray] = (),
 ) -> Built:
     """A stereo recording of ``plan``: per turn (question index, silence in s after its end of speech, answer
-    length in s); the next question starts ``pause_s`` after the answer ends (or the clip, whichever is later)."""
+    length in s); the next question starts ``pause_s`` after the answer ends (or the clip, whichever is later).
+    ``answers`` (floats at ``rate``), when given, are said in turn instead of synthetic ones."""
     left: list[tuple[int, np.ndarray]] = []
     right: list[tuple[int, np.ndarray]] = []
     turns = []
@@ -88,7 +112,8 @@ def build(
         q = questions[index]
         clip = clip_at(q, rate)
         end = at + round(q.speech_end_s * rate)
-        said = np.round(answer(answer_s, rate, seed + n) * 32768).clip(-32768, 32767).astype(np.int16)
+        spoken = answers[n % len(answers)] if answers else answer(answer_s, rate, seed + n)
+        said = np.round(spoken * 32768).clip(-32768, 32767).astype(np.int16)
         begins = end + round(silence_s * rate)
         loud = np.nonzero(np.abs(said.astype(np.int32)) > THRESHOLD)[0]
         rounds[index] = rounds.get(index, 0) + 1

@@ -11,6 +11,7 @@ when the questions themselves cannot be used.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -79,14 +80,15 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def _run(argv: list[str]) -> int:
+    """``run``: pipeline.acoustic.run's own command, imported only when asked (it opens the audio devices)."""
     try:
-        from pipeline.acoustic.run import main as run_main
+        run = importlib.import_module("pipeline.acoustic.run")
     except ImportError as exc:
         print(
             f"error: `run` is not available here: pipeline.acoustic.run could not be imported ({exc})", file=sys.stderr
         )
         return 2
-    return int(run_main(argv) or 0)
+    return int(run.main(argv) or 0)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ from pipeline.acoustic.recording import AUDIBLE
 ENVELOPE_MS = 4.0  # short enough to place an edge within a few ms, long enough to average noise (64 samples at 16 kHz)
 QUIET_DB = 6.0  # the question's tail has died once the envelope is this close to the floor
 ONSET_DB = 10.0  # an answer's sound: this far above the floor (noise's 4 ms envelope varies by about 1 dB)
-EDGE_DB = 3.0  # where a rise leaves the floor
+EDGE_DB = 3.0  # an onset's sound stays this far above the floor for HOLD_MS
+CHANGE_BIAS = 0.15  # a block counts towards the answer when its power is over 1.25x the floor's (about 1 dB)
+CHANGE_REACH_MS = 150.0  # how far before its loud part an answer's quiet start is looked for (and after, its end)
 HOLD_MS = 15.0  # an onset's sound lasts at least this long above EDGE_DB
 FLOOR_PERCENTILE = 10.0  # the recording's quietest tenth is noise: between turns, before the first question
 FLOOR_BLOCK_MS = 20.0
@@ -51,13 +53,15 @@ def clean_span(x: np.ndarray, begin: int, end: int) -> Span | None:
 
 
 def noise_floor(x: np.ndarray, rate: int) -> float:
-    """The recording's noise power: a low percentile of its blocks' power, never below the audibility threshold's."""
+    """The recording's noise power, never below the audibility threshold's: the mean of its quietest blocks
+    (within 3 dB of the tenth percentile: noise alone, between turns and before the first question)."""
     block = max(1, int(rate * FLOOR_BLOCK_MS / 1000))
     usable = len(x) // block * block
     if not usable:
         return AUDIBLE**2
     powers = np.mean(np.square(x[:usable].astype(np.float64)).reshape(-1, block), axis=1)
-    return max(float(np.percentile(powers, FLOOR_PERCENTILE)), AUDIBLE**2)
+    quiet = powers[powers <= 2 * np.percentile(powers, FLOOR_PERCENTILE)]
+    return max(float(np.mean(quiet)), AUDIBLE**2)
 
 
 def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> Span | None:
@@ -65,7 +69,8 @@ def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> S
     ``floor``: after the question's tail has died, a sustained rise above the floor. None when nothing rises."""
     begin, end = max(0, begin), min(len(x), end)
     hop = max(1, rate // 1000)
-    env = _envelope(x[begin:end], rate, hop)
+    segment = x[begin:end].astype(np.float64)
+    env = _envelope(segment, rate, hop)
     if not len(env):
         return None
     level = 10 * np.log10(np.maximum(env, 1e-30) / floor)
@@ -76,14 +81,38 @@ def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> S
     start = _sustained(level, int(quiet[0]), hold)
     if start is None:
         return None
-    first = start
-    while first > quiet[0] and level[first - 1] >= EDGE_DB:
-        first -= 1
-    loud = np.nonzero(level[first:] >= ONSET_DB)[0]
-    last = first + int(loud[-1])
-    while last + 1 < len(level) and level[last + 1] >= EDGE_DB:
-        last += 1
-    return Span(begin + first * hop, min(end - 1, begin + last * hop + hop - 1))
+    loud = int(np.nonzero(level[start:] >= ONSET_DB)[0][-1]) + start
+    blocks = _block_power(segment, hop) / floor - 1.0 - CHANGE_BIAS
+    reach = max(1, int(CHANGE_REACH_MS * rate / 1000 / hop))
+    first = _change_before(blocks, start, max(int(quiet[0]), start - reach))
+    last = _change_after(blocks, loud, min(len(blocks) - 1, loud + reach))
+    return Span(begin + first * hop, min(end - 1, begin + (last + 1) * hop - 1))
+
+
+def _block_power(x: np.ndarray, hop: int) -> np.ndarray:
+    """Mean power of each ``hop`` samples (the last block may be shorter)."""
+    padded = np.concatenate((np.square(x), np.zeros(-len(x) % hop)))
+    counts = np.full(len(padded) // hop, hop, dtype=np.float64)
+    if len(x) % hop:
+        counts[-1] = len(x) % hop
+    return np.asarray(padded.reshape(-1, hop).sum(axis=1) / counts)
+
+
+def _change_before(excess: np.ndarray, at: int, earliest: int) -> int:
+    """Where the sound found loud at ``at`` began: walking back, the block from which the summed excess over
+    the floor is largest (CUSUM: noise blocks lower it on average, the answer's quiet start still raises it)."""
+    if at <= earliest:
+        return at
+    sums = np.cumsum(excess[earliest : at + 1][::-1])[::-1]
+    return earliest + int(np.argmax(sums))
+
+
+def _change_after(excess: np.ndarray, at: int, latest: int) -> int:
+    """Where the sound loud at ``at`` ended: the mirror of ``_change_before``."""
+    if latest <= at:
+        return at
+    sums = np.cumsum(excess[at : latest + 1])
+    return at + int(np.argmax(sums))
 
 
 def _envelope(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
@@ -103,8 +132,8 @@ def _sustained(level: np.ndarray, after: int, hold: int) -> int | None:
     above = level >= EDGE_DB
     # runs of `hold` consecutive values above the edge, counted with a cumulative sum
     runs = np.concatenate(([0], np.cumsum(above)))
-    for i in np.nonzero(level[after:] >= ONSET_DB)[0] + after:
-        stop = min(len(level), i + hold)
-        if runs[stop] - runs[i] == stop - i and stop - i == hold:
-            return int(i)
+    for found in np.nonzero(level[after:] >= ONSET_DB)[0]:
+        i = int(found) + after
+        if i + hold <= len(level) and int(runs[i + hold]) - int(runs[i]) == hold:
+            return i
     return None

@@ -1,0 +1,88 @@
+"""The acoustic measurement on clean two-channel recordings (the emulator's layout): every figure exact to the
+sample, at the pipeline's rate and at others, rounds counted, the rows written with the contract's columns."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import load_questions
+from pipeline.acoustic.rows import COLUMNS, read_rows, write_rows
+from pipeline.events import FRAME_MS
+from pipeline.run.assembly import Engines, build_vad
+from pipeline.run.device import speech_end_ms
+from pipeline.settings.audio import load_audio
+from pipeline.settings.fixtures import load_questions as load_fixtures
+from tests.acoustic_synth import ENERGY, FIXTURES, Built, build, fixture_questions, of_language
+
+# question index (into the list given), silence after its end of speech (s), answer length (s)
+PLAN = [(0, 0.9, 2.0), (1, 1.3, 1.5), (0, 0.7, 3.0), (2, 2.0, 1.0), (1, 0.45, 0.8)]
+
+
+def assert_exact(built: Built, path: Path) -> None:
+    asked = [*of_language("en", 2), *of_language("zh", 1)]
+    rows = measure_recording(path, asked)
+    rate = built.rate
+    assert [(r.question_id, r.round) for r in rows] == [(t.question_id, t.round) for t in built.turns]
+    for row, truth in zip(rows, built.turns, strict=True):
+        assert row.ok and not row.error and row.measured_by == "acoustic" and row.device == path.stem
+        assert row.speech_end_s == truth.speech_end / rate
+        assert row.first_audible_s == truth.first_audible / rate
+        assert row.last_audible_s == truth.last_audible / rate
+        assert row.first_audible_ms == (truth.first_audible - truth.speech_end) * 1000 / rate
+        assert row.whole_turn_ms == (truth.last_audible - truth.speech_end) * 1000 / rate
+
+
+def test_every_figure_is_exact_to_the_sample_at_the_pipelines_rate(tmp_path: Path) -> None:
+    asked = [*of_language("en", 2), *of_language("zh", 1)]
+    built = build(asked, PLAN)
+    assert [t.round for t in built.turns] == [1, 1, 2, 1, 2]
+    assert_exact(built, built.write(tmp_path / "kitchen.wav"))
+
+
+@pytest.mark.parametrize("rate", [8000, 44100, 48000])
+def test_other_sample_rates_are_measured_at_their_own_samples(tmp_path: Path, rate: int) -> None:
+    asked = [*of_language("en", 2), *of_language("zh", 1)]
+    built = build(asked, PLAN, rate=rate)
+    assert_exact(built, built.write(tmp_path / f"device-{rate}.wav"))
+
+
+def test_a_flac_recording_reads_as_its_wav(tmp_path: Path) -> None:
+    asked = [*of_language("en", 2), *of_language("zh", 1)]
+    built = build(asked, PLAN[:2])
+    assert_exact(built, built.write(tmp_path / "device.flac"))
+
+
+def test_the_end_of_speech_is_the_runs_own() -> None:
+    """Each question's end of speech is what the emulated device's VAD finds in the clip (speech_end_ms)."""
+    fixtures = load_fixtures(FIXTURES).questions
+    for q, fixture in zip(fixture_questions(), fixtures, strict=True):
+        frames = load_audio(fixture.audio).frames
+        end = asyncio.run(speech_end_ms(build_vad(ENERGY, Engines(), fixture), frames))
+        assert q.question_id == fixture.id and q.speech_end_s * 1000 == (
+            end if end is not None else len(frames) * FRAME_MS
+        )
+        assert q.sample_rate == 16000 and len(q.pcm) == len(frames) * 960 and q.pcm.dtype == np.float32
+
+
+def test_a_folder_without_questions_names_itself(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=str(tmp_path)):
+        load_questions(tmp_path, ENERGY)
+
+
+def test_the_rows_carry_the_contracts_columns_and_read_back(tmp_path: Path) -> None:
+    asked = [*of_language("en", 2), *of_language("zh", 1)]
+    built = build(asked, PLAN)
+    rows = measure_recording(built.write(tmp_path / "kitchen.wav"), asked, device="desk-1")
+    out = tmp_path / "rows.csv"
+    assert write_rows(out, rows) == len(PLAN)
+    header = out.read_text(encoding="utf-8").splitlines()[0].split(",")
+    contract = ["run_id", "device", "question_id", "round", "speech_end_s", "first_audible_s", "last_audible_s"]
+    contract += ["first_audible_ms", "whole_turn_ms", "measured_by", "ok", "error"]
+    assert header[: len(contract)] == contract and tuple(header) == COLUMNS
+    assert ",true," in out.read_text(encoding="utf-8")
+    assert read_rows(out) == rows and {r.device for r in rows} == {"desk-1"}
