@@ -26,7 +26,10 @@ ENVELOPE_MS = 4.0  # short enough to place an edge within a few ms, long enough 
 QUIET_DB = 6.0  # the question's tail has died once the envelope is this close to the floor
 ONSET_DB = 10.0  # an answer's sound: this far above the floor (noise's 4 ms envelope varies by about 1 dB)
 EDGE_DB = 3.0  # an onset's sound stays this far above the floor for HOLD_MS
-CHANGE_BIAS = 0.15  # a block counts towards the answer when its power is over 1.25x the floor's (about 1 dB)
+CHANGE_BIAS = 0.3  # a block counts towards the answer when its power is over 1.3x the floor's (about 1.1 dB)
+# estimated, not measured: white noise's 1 ms blocks at 16 kHz (power sd 0.35 of the floor) drift down by the bias,
+# so a chance run of noise adds this much to the sum less than once in a hundred (exp(-2 * 0.3 * 1.0 / 0.35**2))
+CHANGE_SLACK = 1.0
 CHANGE_REACH_MS = 150.0  # how far before its loud part an answer's quiet start is looked for (and after, its end)
 HOLD_MS = 15.0  # an onset's sound lasts at least this long above EDGE_DB
 FLOOR_PERCENTILE = 10.0  # the recording's quietest tenth is noise: between turns, before the first question
@@ -99,12 +102,15 @@ def _block_power(x: np.ndarray, hop: int) -> np.ndarray:
 
 
 def _change_before(excess: np.ndarray, at: int, earliest: int) -> int:
-    """Where the sound found loud at ``at`` began: walking back, the block from which the summed excess over
-    the floor is largest (CUSUM: noise blocks lower it on average, the answer's quiet start still raises it)."""
+    """Where the sound found loud at ``at`` began: walking back, the block nearest ``at`` from which the summed
+    excess over the floor is within ``CHANGE_SLACK`` of its largest (a CUSUM: noise blocks lower the sum on
+    average, the answer's quiet start still raises it; the slack keeps a chance run of louder noise from
+    pulling the onset back)."""
     if at <= earliest:
         return at
     sums = np.cumsum(excess[earliest : at + 1][::-1])[::-1]
-    return earliest + int(np.argmax(sums))
+    near = np.nonzero(sums >= sums.max() - CHANGE_SLACK)[0]
+    return earliest + int(near[-1])
 
 
 def _change_after(excess: np.ndarray, at: int, latest: int) -> int:
@@ -112,7 +118,8 @@ def _change_after(excess: np.ndarray, at: int, latest: int) -> int:
     if latest <= at:
         return at
     sums = np.cumsum(excess[at : latest + 1])
-    return at + int(np.argmax(sums))
+    near = np.nonzero(sums >= sums.max() - CHANGE_SLACK)[0]
+    return at + int(near[0])
 
 
 def _envelope(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
