@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import load_questions
@@ -86,3 +87,29 @@ def test_the_rows_carry_the_contracts_columns_and_read_back(tmp_path: Path) -> N
     assert header[: len(contract)] == contract and tuple(header) == COLUMNS
     assert ",true," in out.read_text(encoding="utf-8")
     assert read_rows(out) == rows and {r.device for r in rows} == {"desk-1"}
+
+
+def test_a_late_frame_moves_the_end_of_speech_with_it(tmp_path: Path) -> None:
+    """Should the frame holding the end of speech sit a few ms from where the whole clip puts it (the emulator
+    places frames by their capture, so only a recorder that placed them by their sends would do this), the
+    end of speech is that frame's start + the end's offset in it, as the trace side marks it."""
+    asked = [*of_language("en", 2), *of_language("zh", 1)]
+    built = build(asked, PLAN)
+    samples = built.samples.copy()
+    ends = []
+    for truth in built.turns:
+        q = next(q for q in asked if q.question_id == truth.question_id)
+        start = truth.speech_end - round(q.speech_end_s * 16000)
+        clip = np.round(q.pcm.astype(np.float64) * 32768).astype(np.int16)
+        samples[start : start + len(clip), 0] = 0
+        k = int(np.ceil(q.speech_end_s * 1000 / FRAME_MS)) - 1
+        for j in range(len(clip) // 960):
+            late = 80 if j == k else 0  # the end's own frame 5 ms late, over the next frame's start
+            at = start + j * 960 + late
+            samples[at : at + 960, 0] = clip[j * 960 : (j + 1) * 960]
+        ends.append(start + k * 960 + 80 + round(q.speech_end_s * 16000) - k * 960)
+    path = tmp_path / "jittered.wav"
+    soundfile.write(str(path), samples, 16000, subtype="PCM_16")
+    rows = measure_recording(path, asked)
+    assert [r.speech_end_s for r in rows] == [end / 16000 for end in ends]
+    assert [r.first_audible_s for r in rows] == [t.first_audible / 16000 for t in built.turns]

@@ -19,9 +19,12 @@ import soxr
 
 from pipeline.acoustic.questions import Question
 from pipeline.acoustic.recording import AUDIBLE
+from pipeline.events import FRAME_MS
 
 COARSE_RATE = 8000  # speech's correlation peak is as sharp as a 62.5 us step needs; 4x less work than 16 kHz
 MIN_SCORE = 0.3  # normalised correlation that counts as the clip: a clean copy gives 1.0, a reverberant room ~0.5-0.9
+FRAME_JITTER_MS = 20.0  # how far the frame holding the end of speech may lie from where the whole clip puts it
+EXACT_COPY = 0.99  # that frame's match on a clean channel (a room's reverberation never reaches it)
 PRE_EMPHASIS = 0.95
 REFINE_SAMPLES = 3  # coarse steps searched either side at the recording's rate
 EARLIEST_MS = 30.0  # how much earlier than the best match the direct sound may be (a reflection's extra path: 10 m)
@@ -115,6 +118,31 @@ def _without_overlaps(found: list[Occurrence], questions: Sequence[Question]) ->
         if all(end <= b or begin >= e for b, e, _ in kept):
             kept.append((begin, end, o))
     return [o for _, _, o in kept]
+
+
+def speech_end_sample(mic: np.ndarray, rate: int, q: Question, o: Occurrence) -> int:
+    """The recording sample where the question's speech ends: from the frame that holds it when that frame is
+    found where the occurrence puts it (within ``FRAME_JITTER_MS``, as an exact copy: a clean channel), else
+    from the occurrence. The emulator writes each uplink frame where it was handed over, so a late frame moves
+    the end of speech with it, as the trace side marks it: that frame's start + the end's offset in the frame."""
+    end_ms = q.speech_end_s * 1000
+    frame = q.sample_rate * FRAME_MS // 1000
+    k = max(0, int(np.ceil(end_ms / FRAME_MS)) - 1)
+    fallback = o.start + round(q.speech_end_s * rate)
+    own = q.pcm[k * frame : (k + 1) * frame].astype(np.float64)
+    if not len(own) or not np.any(own):
+        return fallback
+    if rate != q.sample_rate:
+        own = _resampled(q.pcm, q.sample_rate, rate)[round(k * frame * rate / q.sample_rate) :][
+            : round(len(own) * rate / q.sample_rate)
+        ]
+    predicted = o.start + round(k * FRAME_MS * rate / 1000)
+    reach = round(FRAME_JITTER_MS * rate / 1000)
+    scores = _local_ncc(mic, own, predicted - reach, predicted + reach + 1)
+    best = int(np.argmax(scores))
+    if scores[best] < EXACT_COPY:
+        return fallback
+    return predicted - reach + best + round((end_ms - k * FRAME_MS) * rate / 1000)
 
 
 def _refined(o: Occurrence, mic: np.ndarray, rate: int, q: Question, spoken: tuple[int, int]) -> Occurrence:

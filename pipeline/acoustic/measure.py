@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.acoustic.align import Occurrence, find_occurrences
+from pipeline.acoustic.align import Occurrence, find_occurrences, speech_end_sample
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span
 from pipeline.acoustic.questions import Question
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
@@ -80,7 +80,11 @@ def _turn(
     floor: float,
 ) -> AcousticRow:
     q, rate, path = questions[o.question], recording.rate, recording.path
-    end = o.start + round(q.speech_end_s * rate)
+    end = (
+        speech_end_sample(recording.mic, rate, q, o)
+        if recording.speaker is not None
+        else o.start + round(q.speech_end_s * rate)
+    )
     if end > len(recording.mic):
         return failed_row(
             device,
