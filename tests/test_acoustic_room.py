@@ -74,6 +74,24 @@ def test_real_speech_answers_through_a_room(tmp_path: Path, language: str) -> No
     assert sum(f <= TOLERANCE_MS for f in firsts) >= 0.75 * len(firsts), errors
 
 
+def test_the_questions_own_reverberation_is_not_the_answer(tmp_path: Path) -> None:
+    """A reverberant room (RT60 0.8 s) and answers 250-500 ms after the end of speech, while the question's
+    tail is still dying away: the answer is where the device began to speak, not where the tail was loud."""
+    asked = of_language("zh", 6)
+    built = build(asked, [(i, 0.25 + 0.05 * i, 1.5) for i in range(6)], seed=5)
+    room = render_room(
+        built.samples.astype(np.float64) / 32768, built.rate, seed=5, latency_ms=100, rt60=0.8, max_order=6
+    )
+    path = tmp_path / "reverberant.wav"
+    soundfile.write(str(path), room.mic, built.rate, subtype="PCM_16")
+    rows = measure_recording(path, asked, layout="mono")
+    assert len(rows) == len(built.turns) and all(r.ok for r in rows)
+    for row, truth in zip(rows, built.turns, strict=True):
+        assert row.first_audible_s is not None
+        error_ms = (row.first_audible_s * built.rate - truth.first_audible - room.shift_of(1)) * 1000 / built.rate
+        assert abs(error_ms) <= TOLERANCE_MS
+
+
 def test_the_room_is_seeded_and_its_latency_drawn_in_range() -> None:
     built = build(of_language("en", 2), [(0, 0.8, 1.0), (1, 0.8, 1.0)])
     stereo = built.samples.astype(np.float64) / 32768
