@@ -23,6 +23,7 @@ from pipeline.events import FRAME_MS
 
 COARSE_RATE = 8000  # speech's correlation peak is as sharp as a 62.5 us step needs; 4x less work than 16 kHz
 MIN_SCORE = 0.3  # normalised correlation that counts as the clip: a clean copy gives 1.0, a reverberant room ~0.5-0.9
+BLOCK = 1 << 19  # samples per FFT block of a long recording: 65 s at COARSE_RATE
 FRAME_JITTER_MS = 20.0  # how far the frame holding the end of speech may lie from where the whole clip puts it
 EXACT_COPY = 0.99  # that frame's match on a clean channel (a room's reverberation never reaches it)
 PRE_EMPHASIS = 0.95
@@ -74,12 +75,17 @@ def spoken_part(q: Question) -> tuple[int, int]:
 
 
 class Correlator:
-    """Normalised cross-correlation of one signal with many templates, the signal's FFT made once."""
+    """Normalised cross-correlation of one signal with many templates, the signal's spectrum made once. A long
+    signal is cut into overlapping blocks of ``BLOCK`` samples (overlap-save): the same work per sample, and
+    memory that does not grow with the recording's length in one piece."""
 
     def __init__(self, signal: np.ndarray, longest: int) -> None:
         self.n = len(signal)
-        self.size = 1 << int(np.ceil(np.log2(self.n + longest)))
-        self.spectrum = np.fft.rfft(signal, self.size)
+        whole = _power_of_two(self.n + longest)
+        self.size = whole if whole <= BLOCK else max(BLOCK, _power_of_two(2 * longest))
+        self.step = self.size - longest + 1  # lags each block gives without wrapping round
+        self.starts = range(0, self.n, self.step)
+        self.spectra = [np.fft.rfft(signal[s : s + self.size], self.size) for s in self.starts]
         self.cumulative = np.concatenate(([0.0], np.cumsum(signal.astype(np.float64) ** 2)))
 
     def ncc(self, template: np.ndarray) -> np.ndarray:
@@ -87,12 +93,20 @@ class Correlator:
         norm = float(np.linalg.norm(template))
         if norm == 0.0:
             return np.zeros(self.n)
-        corr = np.fft.irfft(self.spectrum * np.conj(np.fft.rfft(template, self.size)), self.size)[: self.n]
+        kernel = np.conj(np.fft.rfft(template, self.size))
+        corr = np.empty(self.n)
+        for start, spectrum in zip(self.starts, self.spectra, strict=True):
+            count = min(self.step, self.n - start)
+            corr[start : start + count] = np.fft.irfft(spectrum * kernel, self.size)[:count]
         lags = np.arange(self.n)
         window = self.cumulative[np.minimum(lags + len(template), self.n)] - self.cumulative[lags]
         # silence (or near it) matches nothing: a floor keeps rounding noise from dividing into a peak
         floor = 1e-9 * len(template)
         return np.where(window > floor, corr / (norm * np.sqrt(np.maximum(window, floor))), 0.0)
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(0, int(np.ceil(np.log2(max(n, 1)))))
 
 
 def _peaks(scores: np.ndarray, length: int) -> list[tuple[int, float]]:
