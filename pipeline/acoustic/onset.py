@@ -6,12 +6,16 @@ Two ways, one per kind of channel:
   lab's own threshold (``recording.AUDIBLE``: |x| > 64 of int16), sample by sample, so the figure is
   exact and the trace side's "first audible sample" is the same sample.
 - ``room_span``: a room microphone, where noise is always there and the question's own reverberation
-  is still dying away after its speech ends. Audible is then relative to the recording's noise floor: the
-  envelope (power in ``ENVELOPE_MS`` windows, one per millisecond) first waits until the question's tail
-  has fallen to the floor (``QUIET_DB`` above it), then finds where sound rises ``ONSET_DB`` above the
-  floor and stays there for ``HOLD_MS`` (a click is not an answer), and walks back to where that rise
-  left the floor (``EDGE_DB``): the answer's first sound, not the moment it became loud. The answer's
-  end is found the same way from the other side.
+  is still dying away after its speech ends. Audible is then relative to the recording's noise floor
+  (``noise_floor``): the envelope (power in ``ENVELOPE_MS`` windows, one per millisecond) first waits
+  until the question's tail has fallen near the floor (``QUIET_DB`` above it), then finds where sound
+  rises ``ONSET_DB`` above the floor and stays above ``EDGE_DB`` for ``HOLD_MS`` (a click is not an
+  answer). Where that sound began is a change point: walking back over 1 ms blocks, the block from which
+  the summed excess power over the floor (less ``CHANGE_BIAS``) is within ``CHANGE_SLACK`` of its largest
+  (a CUSUM): the answer's quiet start, a little above the noise, still adds to the sum, noise alone takes
+  from it. The answer's end is found the same way forwards from its last loud moment, so it includes the
+  room's reverberation of the answer, which a listener there hears. A first sound that lies under the
+  noise (a breath, a soft fricative) is heard, and so found, only when it rises above it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pipeline.acoustic.recording import AUDIBLE
 
 ENVELOPE_MS = 4.0  # short enough to place an edge within a few ms, long enough to average noise (64 samples at 16 kHz)
 QUIET_DB = 6.0  # the question's tail has died once the envelope is this close to the floor
-ONSET_DB = 10.0  # an answer's sound: this far above the floor (noise's 4 ms envelope varies by about 1 dB)
+ONSET_DB = 10.0  # an answer's sound: this far above the floor (white noise's 4 ms envelope: sd about 0.8 dB, estimated)
 EDGE_DB = 3.0  # an onset's sound stays this far above the floor for HOLD_MS
 CHANGE_BIAS = 0.3  # a block counts towards the answer when its power is over 1.3x the floor's (about 1.1 dB)
 # estimated, not measured: white noise's 1 ms blocks at 16 kHz (power sd 0.35 of the floor) drift down by the bias,
