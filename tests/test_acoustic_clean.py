@@ -80,7 +80,9 @@ def test_a_folder_without_questions_names_itself(tmp_path: Path) -> None:
 def test_the_rows_carry_the_contracts_columns_and_read_back(tmp_path: Path) -> None:
     asked = [*of_language("en", 2), *of_language("zh", 1)]
     built = build(asked, PLAN)
-    rows = measure_recording(built.write(tmp_path / "kitchen.wav"), asked, device="desk-1")
+    path = built.write(tmp_path / "kitchen.wav")
+    rows = measure_recording(path, asked, device="desk-1")
+    assert {r.recording for r in rows} == {str(path)}  # beyond the contract's columns: the file, for its waveform
     out = tmp_path / "rows.csv"
     assert write_rows(out, rows) == len(PLAN)
     header = out.read_text(encoding="utf-8").splitlines()[0].split(",")

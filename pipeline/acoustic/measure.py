@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +32,10 @@ def measure_recording(
     """One row per turn found in the recording at ``path``; failures are rows, never exceptions."""
     name = device if device is not None else path.stem
     try:
-        recording = read_recording(path, layout)
+        rows = measure(read_recording(path, layout), questions, name)
     except RecordingError as exc:
-        return [failed_row(name, str(exc))]
-    return measure(recording, questions, name)
+        rows = [failed_row(name, str(exc))]
+    return [replace(row, recording=str(path)) for row in rows]
 
 
 def measure(recording: Recording, questions: Sequence[Question], device: str) -> list[AcousticRow]:

@@ -5,7 +5,7 @@ speech (``first_audible_ms``: the silence a person hears; ``whole_turn_ms``: to 
 sample), ``measured_by`` says ``acoustic`` so the report can set these rows beside the traces' own. A turn
 that could not be measured is a row with ``ok`` false and ``error`` naming the file and the reason; a file
 that could not be measured at all is one such row with no question. ``note`` is what was noticed but did
-not stop the measurement (clipping), as the device rows' ``note`` is.
+not stop the measurement (clipping), as the device rows' ``note`` is; ``recording`` the file measured.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ MEASURED_BY = "acoustic"
 
 @dataclass(frozen=True, slots=True)
 class AcousticRow:
-    """One turn as the recording tells it (the contract's columns, in order, and ``note``)."""
+    """One turn as the recording tells it (the contract's columns, in order, then ``note`` and ``recording``)."""
 
     run_id: str
     device: str
@@ -35,6 +35,7 @@ class AcousticRow:
     ok: bool
     error: str
     note: str = ""
+    recording: str = ""  # the file measured, so a reader can show its waveform
 
 
 COLUMNS = tuple(f.name for f in fields(AcousticRow))
@@ -93,4 +94,5 @@ def _row(record: dict[str, str]) -> AcousticRow:
         ok=record["ok"] == "true",
         error=record["error"],
         note=record.get("note", ""),
+        recording=record.get("recording", ""),
     )
