@@ -14,6 +14,7 @@ from pipeline.report.sections import (
     amplification,
     capacity,
     centralised,
+    cold_warm,
     critical_path,
     dilution,
     figures,
@@ -35,6 +36,7 @@ SECTIONS: tuple[Section, ...] = (
     sweep.section,  # first: in a sweep's folder it is the reading; elsewhere it shows nothing
     capacity.section,  # beside the traces of a capacity ramp only
     result.section,
+    cold_warm.section,
     segments.section,
     wire.section,
     critical_path.section,  # after the segments (and 2b, the wire, shown only over a transport)
