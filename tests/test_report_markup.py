@@ -38,3 +38,8 @@ def test_no_escaped_backtick_in_a_rendered_report() -> None:
     assert "\\`" not in markdown.render(doc)
     assert "`timings`" in markdown.render(doc)
     assert "<code>timings</code>" in html.render(doc)
+
+
+def test_a_signed_cell_is_not_escaped_but_a_paragraph_that_would_be_a_list_is() -> None:
+    assert markdown.table(Table("t", ("change",), (("-89.4",),))).splitlines()[2] == "| -89.4 |"
+    assert markdown.block(Paragraph("- not a list")) == "\\- not a list"

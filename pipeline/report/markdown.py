@@ -17,7 +17,8 @@ _MARKUP = re.compile(r"([\\`*<|~])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=\()")
 
 def escape(text: str, in_table: bool = False) -> str:
     """Text as Markdown shows it, never as markup, but for its code spans (``document.pieces``); one line.
-    In a table a code span's pipes are escaped too: GitHub's tables split cells on them before code."""
+    In a table a code span's pipes are escaped too (GitHub's tables split cells on them before code), and a
+    leading sign is left as it is: ``-89.4``, not ``\\-89.4``."""
     out = []
     for piece, code in pieces(text.replace("\n", " ")):
         if code:
@@ -25,7 +26,8 @@ def escape(text: str, in_table: bool = False) -> str:
         else:
             out.append(_MARKUP.sub(lambda m: "\\" + m.group(0), piece))
     escaped = "".join(out)
-    return "\\" + escaped if escaped.startswith(("#", "-", "+", ">", "=")) else escaped
+    # what opens a block (a heading, a list, a quote) only at a line's start: a table cell is no line's start
+    return "\\" + escaped if not in_table and escaped.startswith(("#", "-", "+", ">", "=")) else escaped
 
 
 def _cell(text: str) -> str:
