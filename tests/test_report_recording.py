@@ -105,9 +105,13 @@ def doc(tmp_path: Path) -> Document:
 
 def test_per_run_median_worst_and_the_turns_beyond_the_tolerance(doc: Document, tmp_path: Path) -> None:
     assert doc.table("recording-runs").rows == (
-        ("r1", "2/3", "+6.0", "+10.0 (q2 round 2)", "1/2", recording.ATTRIBUTION),
+        ("r1", "2/3", "1250.0", "1244.0", "+6.0", "+10.0 (q2 round 2)", "1/2", recording.ATTRIBUTION),
     )
-    assert doc.table("recording-runs").headers[4] == "beyond ±5 ms"
+    assert doc.table("recording-runs").headers[6] == "beyond ±5 ms"
+    assert doc.table("recording-turns").rows == (
+        ("r1 device 0, q1 round 2", "1000.0", "998.0", "+2.0", "yes"),
+        ("r1 device 0, q2 round 2", "1500.0", "1490.0", "+10.0", "no: beyond ±5 ms"),
+    )
     assert doc.table("recording-disagree").rows == (
         ("r1 device 0, q2 round 2", "1500.0", "1490.0", "+10.0", f"{tmp_path / 'rows.csv'}:3"),
     )
@@ -135,7 +139,7 @@ def test_the_waveform_of_the_turn_that_disagrees_most_is_drawn(doc: Document) ->
 def test_a_wider_tolerance_agrees(tmp_path: Path) -> None:
     given = acoustic.load([rows_csv(tmp_path)], tolerance_ms=20.0)
     doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=given)
-    assert doc.table("recording-runs").rows[0][4] == "0/2"
+    assert doc.table("recording-runs").rows[0][6] == "0/2"
     assert "recording-disagree" not in doc.table_keys()
     assert "Every compared turn agrees within ±20 ms." in doc.text()
 
@@ -185,3 +189,12 @@ def test_the_command_takes_acoustic_rows(tmp_path: Path, capsys: pytest.CaptureF
     assert "## 1c. What the recording says" in report and "| b1 | 1/1 |" in report
     assert main([str(EXPERIMENT), "--out", str(out), "--acoustic", str(tmp_path / "missing.csv")]) == 2
     assert f"error: {tmp_path / 'missing.csv'}: cannot read acoustic rows" in capsys.readouterr().err
+
+
+def test_past_its_most_only_the_turns_beyond_the_tolerance_are_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recording, "MOST_TURNS", 1)
+    doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic.load([rows_csv(tmp_path)]))
+    assert "recording-turns" not in doc.table_keys() and len(doc.table("recording-disagree").rows) == 1
+    assert "2 turns compared: past 1, only those beyond the tolerance are listed." in doc.text()

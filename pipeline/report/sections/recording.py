@@ -22,6 +22,7 @@ from pipeline.report.waveform import Mark, WaveformError, read_wav, waveform_plo
 
 HEADING = "1c. What the recording says"
 ATTRIBUTION = "measured (traces and recording)"
+MOST_TURNS = 100  # every compared turn listed up to this many; past it, the turns beyond the tolerance only
 HOW = (
     "No acoustic rows were given, so the traces' silence is not checked against a recording here. To check it: "
     "record the run (`python -m pipeline.replay FIXTURES --transport websocket --record-audio DIR ...`), measure "
@@ -48,7 +49,7 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     for run, mine in by_run.items():
         found = _differences(mine)
         if not found:
-            rows.append((run, f"0/{len(mine)}", "-", "-", "-", ATTRIBUTION))
+            rows.append((run, f"0/{len(mine)}", "-", "-", "-", "-", "-", ATTRIBUTION))
             continue
         worst, by = max(found, key=lambda f: abs(f[1]))
         beyond = sum(1 for _, d in found if abs(d) > tolerance_ms)
@@ -56,6 +57,8 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
             (
                 run,
                 f"{len(found)}/{len(mine)}",
+                cells.ms(median([m.trace_ms for m, _ in found if m.trace_ms is not None])),
+                cells.ms(median([m.row.first_audible_ms for m, _ in found if m.row.first_audible_ms is not None])),
                 cells.signed(median([d for _, d in found]), ""),
                 f"{cells.signed(by, '')} ({worst.trace.question_id} round {worst.trace.round})",
                 f"{beyond}/{len(found)}",
@@ -65,6 +68,8 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     headers = (
         "run",
         "turns compared / matched",
+        "silence median, traces (ms)",
+        "silence median, recording (ms)",
         "median difference (ms)",
         "worst difference (ms)",
         f"beyond ±{tolerance_ms:g} ms",
@@ -75,6 +80,24 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
         "A turn is compared where both give a silence."
     )
     return Table("recording-runs", headers, tuple(rows), caption)
+
+
+def turn_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
+    """Every compared turn, in the acoustic rows' order: both silences, their difference and whether it is within."""
+    rows = tuple(
+        (
+            _turn(m),
+            cells.ms(m.trace_ms),
+            cells.ms(m.row.first_audible_ms),
+            cells.signed(d, ""),
+            "yes" if abs(d) <= tolerance_ms else f"no: beyond ±{tolerance_ms:g} ms",
+        )
+        for m, d in _differences(matches)
+    )
+    headers = ("turn", "traces (ms)", "recording (ms)", "difference (ms)", "within the tolerance")
+    return Table(
+        "recording-turns", headers, rows, "Every turn both measured: the silence, end of speech -> first audible sound."
+    )
 
 
 def disagreement_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
@@ -162,6 +185,15 @@ def section(ctx: Context) -> list[Block]:
     if not matches:
         return out
     out.append(run_table(matches, tolerance))
+    compared = len(_differences(matches))
+    if compared <= MOST_TURNS:
+        out.append(turn_table(matches, tolerance))
+    else:
+        out.append(
+            Paragraph(
+                f"{compared} turns compared: past {MOST_TURNS}, only those beyond the tolerance are listed.", NOTE
+            )
+        )
     beyond = disagreement_table(matches, tolerance)
     if beyond.rows:
         out.append(Paragraph(f"{len(beyond.rows)} turn(s) disagree by more than ±{tolerance:g} ms:", WARNING))
