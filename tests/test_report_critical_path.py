@@ -161,3 +161,16 @@ def test_past_its_most_a_condition_is_a_sample_and_says_so(data: Dataset, monkey
     assert [t.split(" successful")[0] for t in said] == [f"Paths and what-ifs from 3 of the {n}" for n in (6, 6, 5)]
     (total,) = [r for r in next(b for b in blocks if isinstance(b, Table)).rows if r[0] == "silence: the whole path"]
     assert total[3] == "⚠ 3/6"  # the sample counted against every measured turn
+
+
+def test_a_run_shaped_like_the_demo_gets_predictions_and_no_refusal() -> None:
+    """One in-process condition, no A (``make demo``'s shape): every default asked is answered; the network
+    and the swap are said to be left out, with why."""
+    doc = build(load_paths([EXPERIMENT], runs=("b1",)), draw=False)
+    rows = doc.table("whatif-B").rows
+    assert rows and not [r for r in rows if r[1] == "refused"]
+    assert {r[0] for r in rows} == {"LLM first token -25 %", "llm.generation -25 % (the silence's largest segment)"}
+    assert (
+        "B (local): not asked: network RTT +100 ms: the LLM ran in-process, there is no network on its path; "
+        "the LLM of A (cloud): A (cloud) has no measured successful turn here." in doc.text()
+    )
