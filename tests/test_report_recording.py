@@ -116,6 +116,10 @@ def test_per_run_median_worst_and_the_turns_beyond_the_tolerance(doc: Document, 
         ("r1 device 0, q2 round 2", "1500.0", "1490.0", "+10.0", f"{tmp_path / 'rows.csv'}:3"),
     )
     text = doc.text()
+    assert (
+        "The recording disagrees with the traces on 1 turn(s) by more than ±5 ms: see 1c. What the recording says."
+        in text
+    )
     assert "Tolerance: ±5 ms (5 ms on the emulator's own recording, 20 ms in a room" in text
     assert f"{tmp_path / 'rows.csv'}:4: r1 device 0, q3 round 2: d.wav: no answer" in text
     assert f"{tmp_path / 'rows.csv'}:5: q9 round 2 (device-0): no trace turn of that device, question and round" in text
@@ -142,6 +146,7 @@ def test_a_wider_tolerance_agrees(tmp_path: Path) -> None:
     assert doc.table("recording-runs").rows[0][6] == "0/2"
     assert "recording-disagree" not in doc.table_keys()
     assert "Every compared turn agrees within ±20 ms." in doc.text()
+    assert "The recording disagrees" not in doc.text()
 
 
 def test_without_acoustic_rows_the_section_says_how_to_get_them() -> None:

@@ -40,6 +40,13 @@ def _differences(matches: Sequence[Match]) -> list[tuple[Match, float]]:
     return [(m, d) for m in matches if (d := m.difference_ms) is not None]
 
 
+def beyond(ctx: Context) -> int:
+    """How many compared turns differ by more than the tolerance (0 without acoustic rows)."""
+    if ctx.acoustic is None:
+        return 0
+    return sum(1 for _, d in _differences(ctx.matched()[0]) if abs(d) > ctx.acoustic.tolerance_ms)
+
+
 def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     """Per run: turns compared, the median and worst difference, and how many are beyond the tolerance."""
     by_run: dict[str, list[Match]] = {}
