@@ -42,9 +42,9 @@ T = TypeVar("T")
 
 
 # A turn's graph is made from its spans when asked for (read again from its lines) and re-timed: together
-# about 0.5 ms a turn for the paths and three what-ifs. Past this many turns a condition's are an evenly
-# spaced sample (medians and P90s of 1,000 turns hold to well within their intervals); every turn's paths:
-# ``python -m pipeline.whatif --paths-csv``.
+# about 0.5 ms a turn for the paths and three what-ifs (timed before ``whatif_defaults``, which asks up to
+# four). Past this many turns a condition's are an evenly spaced sample (medians and P90s of 1,000 turns hold
+# to well within their intervals); every turn's paths: ``python -m pipeline.whatif --paths-csv``.
 MOST = 1000
 
 
