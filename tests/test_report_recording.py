@@ -175,6 +175,11 @@ def test_bad_acoustic_rows_are_refused_naming_the_file_and_line(tmp_path: Path) 
     )
     with pytest.raises(acoustic.AcousticError, match=r"bad\.csv:2: round 'two' is not a whole number"):
         acoustic.read_rows(bad)
+    nan = write_rows(
+        tmp_path / "nan.csv", [{"device": "d", "question_id": "q1", "round": "1", "first_audible_ms": "nan"}]
+    )
+    with pytest.raises(acoustic.AcousticError, match=r"nan\.csv:2: first_audible_ms 'nan' is not a finite number"):
+        acoustic.read_rows(nan)
     (tmp_path / "other.csv").write_text("run_id,first_audible_ms\n", encoding="utf-8")
     with pytest.raises(acoustic.AcousticError, match=r"other\.csv: not acoustic rows: no column device"):
         acoustic.read_rows(tmp_path / "other.csv")

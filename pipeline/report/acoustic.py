@@ -11,6 +11,7 @@ turn. Every silence compared is the trace's (``silence.silence_ms``) minus the r
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,9 +94,12 @@ def _number(text: str, where: str, name: str) -> float | None:
     if not text.strip():
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise AcousticError(f"{where}: {name} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise AcousticError(f"{where}: {name} {text!r} is not a finite number")
+    return value
 
 
 def _row(line: dict[str, str], where: str) -> AcousticRow:
@@ -126,7 +130,7 @@ def _row(line: dict[str, str], where: str) -> AcousticRow:
 def read_rows(path: Path) -> list[AcousticRow]:
     """Every row of one acoustic CSV; an unreadable file or a bad value -> ``AcousticError`` naming it."""
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # a spreadsheet's BOM too
             reader = csv.DictReader(f)
             missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
             if missing:
