@@ -79,6 +79,7 @@ def rows_csv(tmp_path: Path) -> Path:
             },
             {"device": "device-0", "question_id": "q3", "round": "2", "ok": "false", "error": "d.wav: no answer"},
             {"device": "device-0", "question_id": "q9", "round": "2", "first_audible_ms": "700.0"},
+            {"device": "1", "question_id": "", "round": "", "ok": "false", "error": "1.wav: no speech found"},
         ],
     )
 
@@ -122,6 +123,7 @@ def test_per_run_median_worst_and_the_turns_beyond_the_tolerance(doc: Document, 
     )
     assert "Tolerance: ±5 ms (5 ms on the emulator's own recording, 20 ms in a room" in text
     assert f"{tmp_path / 'rows.csv'}:4: r1 device 0, q3 round 2: d.wav: no answer" in text
+    assert f"{tmp_path / 'rows.csv'}:6: 1.wav: no speech found" in text  # a whole file: no question, no round
     assert f"{tmp_path / 'rows.csv'}:5: q9 round 2 (device-0): no trace turn of that device, question and round" in text
 
 

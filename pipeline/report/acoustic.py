@@ -108,8 +108,8 @@ def _row(line: dict[str, str], where: str) -> AcousticRow:
     ok = line["ok"].strip().lower()
     if ok not in ("true", "false", "1", "0"):
         raise AcousticError(f"{where}: ok {line['ok']!r} is neither true nor false")
-    try:
-        rnd = int(line["round"])
+    try:  # a file that could not be measured at all is one failed row with no question and no round
+        rnd = int(line["round"]) if line["round"].strip() or ok not in ("false", "0") else 0
     except ValueError:
         raise AcousticError(f"{where}: round {line['round']!r} is not a whole number") from None
     numbers = {name: _number(line.get(name) or "", where, name) for name in OPTIONAL_NUMBERS}
