@@ -75,5 +75,7 @@ def _draw(ax: Axes, channel: np.ndarray, rate: int, start_s: float, end_s: float
     for m in marks:
         ax.axvline(m.at_s, color=m.colour, linestyle=m.style, linewidth=1.2, label=m.label)
     ax.set_xlim(start_s, end_s)
-    ax.set_ylim(-1.0, 1.0)
+    peak = float(np.abs(channel[first:last]).max()) if last > first else 0.0
+    limit = 1.2 * peak if peak > 0 else 1.0  # scaled to what is shown: a quiet answer is still seen
+    ax.set_ylim(-limit, limit)
     ax.grid(True, alpha=0.3)

@@ -169,7 +169,8 @@ def figure(acoustic: Acoustic, matches: Sequence[Match]) -> Block | None:
     png = waveform_plot(samples, rate, marks, max(0.0, end - 0.5), max(heard, traced) + 0.5)
     caption = (
         f"{_turn(m)} ({path}): the turn whose two silences differ most ({cells.signed(d)}). The traces' first "
-        "audible mark is drawn at the recording's end of speech + the traces' silence; below, the speaker zoomed."
+        "audible mark is drawn at the recording's end of speech + the traces' silence, so a difference at either end "
+        "(the end of speech or the first sound) shows at the first sound; below, the speaker zoomed."
     )
     return Figure("recording-waveform", png, caption, f"waveform of {_turn(m)} with both methods' marks")
 
