@@ -210,3 +210,14 @@ def test_past_its_most_only_the_turns_beyond_the_tolerance_are_listed(
     doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic.load([rows_csv(tmp_path)]))
     assert "recording-turns" not in doc.table_keys() and len(doc.table("recording-disagree").rows) == 1
     assert "2 turns compared: past 1, only those beyond the tolerance are listed." in doc.text()
+
+
+def test_a_difference_that_rounds_to_nothing_reads_plus_zero(tmp_path: Path) -> None:
+    rows = write_rows(
+        tmp_path / "r.csv", [{"device": "0", "question_id": "q1", "round": "2", "first_audible_ms": "1000.04"}]
+    )
+    doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic.load([rows]))
+    assert doc.table("recording-turns").rows == (("r1 device 0, q1 round 2", "1000.0", "1000.0", "+0.0", "yes"),)
+    assert {r[0]: r[2] for r in doc.table("result").rows}["silence: trace - recording, median / worst (ms)"] == (
+        "+0.0 / +0.0 · ⚠ 1/3"
+    )

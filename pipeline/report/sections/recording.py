@@ -36,6 +36,11 @@ def _turn(m: Match) -> str:
     return f"{m.trace.run_id} {device}{m.trace.question_id} round {m.trace.round}"
 
 
+def _signed(value: float | None, unit: str = " ms") -> str:
+    """``cells.signed``, with a difference that rounds to nothing shown as +0.0, never -0.0."""
+    return cells.signed(None if value is None else round(value, 1) + 0.0, unit)
+
+
 def _differences(matches: Sequence[Match]) -> list[tuple[Match, float]]:
     return [(m, d) for m in matches if (d := m.difference_ms) is not None]
 
@@ -66,8 +71,8 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
                 f"{len(found)}/{len(mine)}",
                 cells.ms(median([m.trace_ms for m, _ in found if m.trace_ms is not None])),
                 cells.ms(median([m.row.first_audible_ms for m, _ in found if m.row.first_audible_ms is not None])),
-                cells.signed(median([d for _, d in found]), ""),
-                f"{cells.signed(by, '')} ({worst.trace.question_id} round {worst.trace.round})",
+                _signed(median([d for _, d in found]), ""),
+                f"{_signed(by, '')} ({worst.trace.question_id} round {worst.trace.round})",
                 f"{beyond}/{len(found)}",
                 ATTRIBUTION,
             )
@@ -96,7 +101,7 @@ def turn_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
             _turn(m),
             cells.ms(m.trace_ms),
             cells.ms(m.row.first_audible_ms),
-            cells.signed(d, ""),
+            _signed(d, ""),
             "yes" if abs(d) <= tolerance_ms else f"no: beyond ±{tolerance_ms:g} ms",
         )
         for m, d in _differences(matches)
@@ -113,7 +118,7 @@ def disagreement_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
         ((m, d) for m, d in _differences(matches) if abs(d) > tolerance_ms), key=lambda f: (-abs(f[1]), _turn(f[0]))
     )
     rows = tuple(
-        (_turn(m), cells.ms(m.trace_ms), cells.ms(m.row.first_audible_ms), cells.signed(d, ""), m.row.where)
+        (_turn(m), cells.ms(m.trace_ms), cells.ms(m.row.first_audible_ms), _signed(d, ""), m.row.where)
         for m, d in found
     )
     headers = ("turn", "traces (ms)", "recording (ms)", "difference (ms)", "acoustic row")
@@ -168,7 +173,7 @@ def figure(acoustic: Acoustic, matches: Sequence[Match]) -> Block | None:
     )
     png = waveform_plot(samples, rate, marks, max(0.0, end - 0.5), max(heard, traced) + 0.5)
     caption = (
-        f"{_turn(m)} ({path}): the turn whose two silences differ most ({cells.signed(d)}). The traces' first "
+        f"{_turn(m)} ({path}): the turn whose two silences differ most ({_signed(d)}). The traces' first "
         "audible mark is drawn at the recording's end of speech + the traces' silence, so a difference at either end "
         "(the end of speech or the first sound) shows at the first sound; below, the speaker zoomed."
     )
@@ -204,7 +209,13 @@ def section(ctx: Context) -> list[Block]:
         )
     beyond = disagreement_table(matches, tolerance)
     if beyond.rows:
-        out.append(Paragraph(f"{len(beyond.rows)} turn(s) disagree by more than ±{tolerance:g} ms:", WARNING))
+        out.append(
+            Paragraph(
+                f"{len(beyond.rows)} turn(s) disagree by more than ±{tolerance:g} ms. Were the recordings measured "
+                "with the run's own configuration (`--config`)? Its VAD decides where each question's speech ends:",
+                WARNING,
+            )
+        )
         out.append(beyond)
     elif _differences(matches):
         out.append(Paragraph(f"Every compared turn agrees within ±{tolerance:g} ms."))

@@ -72,7 +72,8 @@ def acoustic_rows(labels: Sequence[str], conds: Conditions, matches: Sequence[Ma
             return NOT_RECORDED
         worst = max(diffs, key=abs)
         n = cells.count(len(diffs), len(cond.measured))
-        return f"{cells.signed(median(diffs), '')} / {cells.signed(worst, '')} · {n}"
+        shown = [cells.signed(round(v, 1) + 0.0, "") for v in (median(diffs), worst)]  # +0.0, never -0.0
+        return f"{shown[0]} / {shown[1]} · {n}"
 
     return (
         row("silence median, from the recording (ms)", labels, conds, median_cell, ACOUSTIC),
