@@ -14,6 +14,8 @@ Parts (``--parts``, a comma list; each part is one function of ``PARTS``):
 - ``real``: the real xiaozhi-esp32-server over WebSocket and through the real MQTT gateway, and the lab's
   server, on the same fixed-latency stand-ins, each ramped by ``pipeline.capacity``
   (``scripts/interop/xiaozhi_server.py --capacity``; needs ``--real-server CHECKOUT``, and ``--gateway``).
+- ``codec``: what each downlink Opus preset costs a server per frame and does to speech (wide-band PESQ):
+  the trade-off of ``pipeline.serve --downlink-codec`` (``scripts/downlink_codec_bench.py``).
 - ``shared``: one shared LLM (the emulated cloud's slots, a llama-server hub) against each device's own, the
   silence against devices and the headcount where they cross (``scripts/capacity_shared_bench.py``).
 
@@ -210,6 +212,11 @@ def real(args: argparse.Namespace) -> None:
     _script("scripts/interop/xiaozhi_server.py", argv)
 
 
+def codec(args: argparse.Namespace) -> None:
+    """Part ``codec``: the downlink presets' cost and quality (scripts/downlink_codec_bench.py)."""
+    _script("scripts/downlink_codec_bench.py", [])
+
+
 def shared(args: argparse.Namespace) -> None:
     """Part ``shared``: a shared LLM against each device's own (scripts/capacity_shared_bench.py)."""
     _script("scripts/capacity_shared_bench.py", args.shared_args.split())
@@ -219,6 +226,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], None]] = {
     "fleet": fleet,
     "server": server,
     "real": real,
+    "codec": codec,
     "shared": shared,
 }
 

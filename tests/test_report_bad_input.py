@@ -60,7 +60,7 @@ def test_truncated_trace_lines_are_named_and_the_missing_turns_counted(tmp_path:
     assert f"{exp / 'traces' / 'junk.jsonl'}:1: unreadable trace line" in text_out
     assert "Run a1: its settings ask for 9 turns, the traces hold 8" in text_out
     assert doc.table("runs").rows[0][5:7] == ("8", "⚠ 9 (found 8)")
-    assert doc.table("result").rows[0][1] == "521.8 [447.7, 594.8] · 5/5"
+    assert doc.table("result").rows[2][1] == "521.8 [447.7, 594.8] · 5/5"
     assert "2 read problem(s)" in text_out and "run a1: 8 of 9 expected turns found" in text_out
     assert not doc.complete
 
@@ -83,7 +83,7 @@ def test_traces_of_an_older_schema_are_skipped_and_said_so(tmp_path: Path) -> No
     text = doc.text()
     assert "trace schema version '0' is not '1'; skipped" in text
     assert "9 read problem(s)" in text
-    assert doc.table("result").rows[0][3] == "not measured"
+    assert doc.table("result").rows[2][3] == "not measured"
     assert "B' (offline) was not measured: that the chain runs fully offline is not shown (M13)." in text
 
 
@@ -96,7 +96,7 @@ def test_traces_that_do_not_record_their_settings_are_not_compared(tmp_path: Pat
         "run b1 does not record its settings (older trace format, no lab.config_json): it cannot be shown to differ "
         "from the others only in the condition" in doc.text()
     )
-    assert doc.table("run-b1").rows[0][1] == "302.0 [293.8, 311.5] · 6/6"
+    assert doc.table("run-b1").rows[2][1] == "302.0 [293.8, 311.5] · 6/6"
     single = build(load_paths([exp], runs=("b1",)), draw=False)  # alone, there is nothing to compare
     assert single.comparable
     assert single.table("runs").rows[0][6] == "unknown"
@@ -107,7 +107,7 @@ def test_a_run_where_every_turn_failed(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0, capsys.readouterr().err
     doc = build(load_paths([DATA / "failed"]), draw=False)
     failed = "not measured (0 of 2 turns gave a value)"
-    assert [row[3] for row in doc.table("result").rows] == [failed] * 4 + [
+    assert [row[3] for row in doc.table("result").rows] == [failed] * 6 + [
         "0/2 (0.0%)",
         "not measured (no sensor reading)",
     ]

@@ -13,11 +13,12 @@ from pipeline.analysis.numbers import median
 from pipeline.analysis.path.critical import critical_path
 from pipeline.analysis.path.graph import TurnGraph
 from pipeline.analysis.path.kinds import SEGMENTS
-from pipeline.analysis.whatif import parse_change, partners, predict, read_graphs
+from pipeline.analysis.whatif import WhatIfError, parse_change, partners, predict, read_graphs
 from pipeline.report.build import build
 from pipeline.report.document import Document, Figure, Heading, Paragraph, Table
 from pipeline.report.load import Dataset, load_paths
 from pipeline.report.sections import critical_path as section
+from pipeline.report.sections import whatif_defaults
 from pipeline.report.sections.base import MEASURED, Context
 
 EXPERIMENT = Path(__file__).resolve().parent / "data" / "report" / "experiment"
@@ -69,16 +70,44 @@ def test_whatif_rows_are_labelled_predicted_never_measured(doc: Document) -> Non
         t = doc.table(key)
         assert "predicted from measured traces" in t.headers[3]
         assert {r[-1] for r in t.rows} == {section.PREDICTED}
-        assert len([r for r in t.rows if r[1] != "refused"]) == 8  # two what-ifs answered, four figures each
+    # every default answered, four figures each: A's largest segment is its first token, asked once
+    assert [len({r[0] for r in doc.table(k).rows if r[1] != "refused"}) for k in ("whatif-A", "whatif-B")] == [2, 3]
+    assert [r[0] for r in doc.table("whatif-B").rows][::4] == [
+        "LLM first token -25 %",
+        "llm.generation -25 % (the silence's largest segment)",
+        "the LLM of A (cloud)",
+    ]
 
 
-def test_network_rtt_is_refused_for_an_in_process_llm(doc: Document) -> None:
-    (refused,) = [r for r in doc.table("whatif-B").rows if r[0] == "network RTT +100 ms"]
-    assert refused[1] == "refused"
-    assert refused[3] == (
-        "refused: the turn's LLM ran in-process: there is no network on its path "
-        "(6 of 6 turn(s) refused; the first: turn b1 zh01 round 2)"
+def test_a_network_for_an_in_process_llm_is_not_asked_and_said_so(doc: Document) -> None:
+    assert not [r for r in doc.table("whatif-B").rows if r[0].startswith("network")]
+    assert (
+        "B (local): not asked: network RTT +100 ms: the LLM ran in-process, there is no network on its path."
+        in doc.text()
     )
+
+
+def test_the_network_is_asked_where_the_llm_was_remote_and_the_swap_only_where_measured(data: Dataset) -> None:
+    remote = [msgspec.structs.replace(g, remote_llm=True) for g in graphs(data, "B")]
+    asked = whatif_defaults.defaults("B", remote, ["asr", "llm_first_token"], {"B"})
+    assert [w.name for w in asked.asked] == [
+        "LLM first token -25 %",
+        "asr -25 % (the silence's largest segment)",
+        "network RTT +100 ms",
+    ]
+    assert asked.left_out == ["the LLM of A (cloud): A (cloud) has no measured successful turn here"]
+    assert [str(c) for w in asked.asked for c in w.changes] == [
+        "llm.first_token -25%",
+        "asr -25%",
+        "network.rtt +100 ms",
+    ]
+
+
+def test_a_relative_first_token_change_is_answered_where_a_fixed_one_is_refused(data: Dataset) -> None:
+    b = graphs(data, "B")  # first tokens of about 300 ms: -400 ms asks for less than nothing, -25 % never does
+    with pytest.raises(WhatIfError, match="it cannot become shorter than nothing"):
+        predict(b[0], (parse_change("llm.first_token=-400ms"),))
+    assert len([predict(g, (parse_change(whatif_defaults.FIRST_TOKEN),)) for g in b]) == 6
 
 
 def test_the_llm_swap_for_b_is_the_median_of_predict(data: Dataset, doc: Document) -> None:
@@ -90,16 +119,16 @@ def test_the_llm_swap_for_b_is_the_median_of_predict(data: Dataset, doc: Documen
     assert rows["first audible median"][2].split()[0] == f"{median([p.measured_audible_ns / 1e6 for p in found]):.1f}"
 
 
-def test_a_first_token_100_ms_sooner_moves_each_call_on_the_path(data: Dataset, doc: Document) -> None:
-    change = (parse_change(section.FIRST_TOKEN),)
+def test_a_first_token_25_percent_sooner_moves_each_call_on_the_path(data: Dataset, doc: Document) -> None:
+    change = (parse_change(whatif_defaults.FIRST_TOKEN),)
     found = [predict(g, change) for g in graphs(data, "A")]
-    (row,) = [r for r in doc.table("whatif-A").rows if r[:2] == ("LLM first token -100 ms", "first audible median")]
+    (row,) = [r for r in doc.table("whatif-A").rows if r[:2] == ("LLM first token -25 %", "first audible median")]
     assert row[3].split()[0] == f"{median([p.audible_ns / 1e6 for p in found]):.1f}"
     assert row[3].endswith("· 6/6")
 
 
 def test_a_change_shorter_than_nothing_is_refused(data: Dataset) -> None:
-    w = section.WhatIf("tool -1 s", (parse_change("tool=-1000ms"),))
+    w = whatif_defaults.WhatIf("tool -1 s", (parse_change("tool=-1000ms"),))
     said = section.predictions(data, section.turns_of(data, Context(data, draw=False).conds["B"]), w, {})
     assert isinstance(said, str) and "it cannot become shorter than nothing" in said
     assert said.startswith("the turn's tool ")
@@ -132,3 +161,16 @@ def test_past_its_most_a_condition_is_a_sample_and_says_so(data: Dataset, monkey
     assert [t.split(" successful")[0] for t in said] == [f"Paths and what-ifs from 3 of the {n}" for n in (6, 6, 5)]
     (total,) = [r for r in next(b for b in blocks if isinstance(b, Table)).rows if r[0] == "silence: the whole path"]
     assert total[3] == "⚠ 3/6"  # the sample counted against every measured turn
+
+
+def test_a_run_shaped_like_the_demo_gets_predictions_and_no_refusal() -> None:
+    """One in-process condition, no A (``make demo``'s shape): every default asked is answered; the network
+    and the swap are said to be left out, with why."""
+    doc = build(load_paths([EXPERIMENT], runs=("b1",)), draw=False)
+    rows = doc.table("whatif-B").rows
+    assert rows and not [r for r in rows if r[1] == "refused"]
+    assert {r[0] for r in rows} == {"LLM first token -25 %", "llm.generation -25 % (the silence's largest segment)"}
+    assert (
+        "B (local): not asked: network RTT +100 ms: the LLM ran in-process, there is no network on its path; "
+        "the LLM of A (cloud): A (cloud) has no measured successful turn here." in doc.text()
+    )

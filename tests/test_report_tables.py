@@ -35,6 +35,8 @@ def test_the_result_table_m23(doc: Document) -> None:
     t = doc.table("result")
     assert t.headers == ("metric", "A (cloud)", "B (local)", "B' (offline)", "attribution")
     assert t.rows == (
+        ("silence median (ms)", "2427.1 [2377.3, 2680.2] · 6/6", "2834.2 [1954.2, 3044.4] · 6/6", "2870.8 [1977.1, 3075.3] · ⚠ 5/6", "measured"),
+        ("silence P90 (ms)", "2680.2 [2427.1, 2787.0] · 6/6", "3044.4 [2797.6, 3075.3] · 6/6", "3050.6 [2841.5, 3075.3] · ⚠ 5/6", "measured"),
         ("first-token median (ms)", "531.8 [482.9, 588.7] · 6/6", "302.0 [293.8, 311.5] · 6/6", "300.3 [287.9, 312.5] · ⚠ 5/6", "measured"),
         ("first-token P90 (ms)", "588.7 [531.8, 594.8] · 6/6", "311.5 [302.0, 312.5] · 6/6", "308.9 [300.0, 312.5] · ⚠ 5/6", "measured"),
         ("whole-turn median (ms)", "4644.6 [4477.3, 5262.6] · 6/6", "4994.2 [4284.8, 5684.4] · 6/6", "5030.8 [4309.3, 5715.3] · ⚠ 5/6", "measured"),
@@ -227,9 +229,9 @@ def test_scripted_runs_are_flagged_at_the_top(doc: Document) -> None:
 def test_a_condition_without_runs_is_not_measured_never_filled() -> None:
     doc = build(load_paths([EXPERIMENT], runs=("b1",)), draw=False)
     result = doc.table("result")
-    assert [row[1] for row in result.rows] == [NM] * 6
-    assert [row[3] for row in result.rows] == [NM] * 6
-    assert result.rows[0][2] == "302.0 [293.8, 311.5] · 6/6"
+    assert [row[1] for row in result.rows] == [NM] * 8
+    assert [row[3] for row in result.rows] == [NM] * 8
+    assert result.rows[2][2] == "302.0 [293.8, 311.5] · 6/6"
     text = doc.text()
     assert "Not measured (left empty, never filled from a cited source): A (cloud): every figure; B (local): " in text
     assert "The amplification needs two measured conditions; measured: B (local)." in text
@@ -257,7 +259,7 @@ def test_runs_differing_in_more_than_the_condition_are_refused(tmp_path: Path) -
     assert "No conclusion: the comparison was refused (M11), see Integrity." in text
     for key in ("result", "segments-client", "amplification", "dilution", "outcomes", "differences"):
         assert key not in doc.table_keys()
-    assert doc.table("run-a1").rows[0] == ("first-token median (ms)", "531.8 [482.9, 588.7] · 6/6", "measured")
+    assert doc.table("run-a1").rows[2] == ("first-token median (ms)", "531.8 [482.9, 588.7] · 6/6", "measured")
 
 
 def test_a_run_made_to_drift_is_flagged() -> None:
@@ -287,8 +289,8 @@ def test_other_condition_labels_become_extra_columns(tmp_path: Path) -> None:
     doc = build(load_paths([tmp_path]), draw=False)
     result = doc.table("result")
     assert result.headers == ("metric", "A (cloud)", "B (local)", "B' (offline)", "B2", "attribution")
-    assert [row[3] for row in result.rows] == [NM] * 6
-    assert result.rows[0][4] == "300.3 [287.9, 312.5] · ⚠ 5/6"
+    assert [row[3] for row in result.rows] == [NM] * 8
+    assert result.rows[2][4] == "300.3 [287.9, 312.5] · ⚠ 5/6"
     assert [row[0] for row in doc.table("amplification").rows] == ["B - A", "B2 - A"]
     assert [row[1] for row in doc.table("outcomes").rows] == ["faster", "less reliable"]
     assert "Other conditions shown as extra columns: B2." in doc.text()

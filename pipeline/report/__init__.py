@@ -6,19 +6,22 @@ Modules, in the order data flows through them:
   each turn's facts (its row, per-sentence times, failed stages, what it says of its run) as
   ``pipeline.analysis.read`` makes them from the spans alone, and each run's recorded settings.
 - ``sweeps``: sweeps recorded beside the traces (``sweep.json``), held against the runs' own spans.
+- ``acoustic``: turns measured from recordings (``--acoustic ROWS.csv``), matched to the traces' turns.
 - ``conditions``: rows grouped by condition (A, B, B', then any other label).
 - ``compare``, ``runs``, ``drift``, ``settings``, ``waterfall``: figures several sections share
-  (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks); the
+  (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks), ``silence``
+  (end of speech -> first audible sound, one rule for every section); the
   intervals themselves are statistics, ``pipeline.analysis.bootstrap``.
 - ``sections/``: one module per section of the report, each owning its numbers, its tables and its
   words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),
   ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``capacity`` (how many devices a
-  server holds, from a capacity ramp's folder), ``result``,
-  ``segments``, ``wire``, ``critical_path`` (what moves the silence, and three what-ifs),
+  server holds, from a capacity ramp's folder), ``result``, ``cold_warm`` (cold and warm turns' silences),
+  ``recording`` (what the recording says: the traces' silence against the recording's),
+  ``segments``, ``wire``, ``critical_path`` (what moves the silence, and the what-ifs of ``whatif_defaults``),
   ``amplification``, ``dilution``, ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM
   against each device's own, as figures, when a capacity crossover record is there), ``integrity``, ``uncertainty``,
   ``figures``, ``reference``; ``base`` is what every section reads.
-- ``document``, ``cells``, ``cited``, ``plots``: the report's building blocks; ``markdown``,
+- ``document``, ``cells``, ``cited``, ``plots``, ``waveform``: the report's building blocks; ``markdown``,
   ``html``, ``output``: renderings and the files written (report.md, report.html, rows.csv);
   ``__main__`` is the command line.
 """

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from pipeline.analysis.read import cyclic_gc_paused
+from pipeline.report.acoustic import EMULATOR_TOLERANCE_MS, Acoustic, AcousticError
+from pipeline.report.acoustic import load as load_acoustic
 from pipeline.report.document import Document
 from pipeline.report.jaeger import JaegerQuery, load_jaeger
 from pipeline.report.load import Dataset, LoadError, load_paths
@@ -43,6 +45,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--run", action="append", default=[], metavar="RUN_ID", help="only this run (repeatable)")
     p.add_argument("--out", type=Path, help="output folder")
     p.add_argument("--no-plots", action="store_true", help="skip the plots (faster)")
+    p.add_argument(
+        "--acoustic",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="ROWS.csv",
+        help="turns measured from recordings (python -m pipeline.acoustic measure): checked against the traces",
+    )
+    p.add_argument("--recordings", type=Path, metavar="DIR", help="the recordings (DIR/<device>.wav), for the waveform")
+    p.add_argument(
+        "--acoustic-tolerance-ms",
+        type=float,
+        default=EMULATOR_TOLERANCE_MS,
+        metavar="MS",
+        help="trace and recording agree within this (default: %(default)s, the emulator's own recording; a room: 20)",
+    )
     args = p.parse_args(argv)
     if bool(args.paths) == bool(args.jaeger):
         p.error("give trace paths or --jaeger URL (one of the two)")
@@ -68,9 +86,9 @@ def _import_build() -> None:
     importlib.import_module(_BUILD)
 
 
-def build(data: Dataset, draw: bool) -> Document:
+def build(data: Dataset, draw: bool, acoustic: Acoustic | None = None) -> Document:
     """The report of ``data`` (``pipeline.report.build``, imported by now where trace files were read)."""
-    built: Document = importlib.import_module(_BUILD).build(data, draw=draw)
+    built: Document = importlib.import_module(_BUILD).build(data, draw=draw, acoustic=acoustic)
     return built
 
 
@@ -91,11 +109,14 @@ def report(argv: Sequence[str] | None = None) -> tuple[int, Dataset | None]:
     args = parse(argv)
     with cyclic_gc_paused():  # back on once the report is written: until then it would only walk the dataset
         try:
+            acoustic = (
+                load_acoustic(args.acoustic, args.acoustic_tolerance_ms, args.recordings) if args.acoustic else None
+            )
             data = load(args)
-        except LoadError as exc:
+        except (LoadError, AcousticError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2, None
-        doc = build(data, draw=not args.no_plots)
+        doc = build(data, draw=not args.no_plots, acoustic=acoustic)
         try:
             written = write(doc, data, default_out(args))
         except OSError as exc:

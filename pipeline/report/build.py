@@ -8,18 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeline.report.acoustic import Acoustic
 from pipeline.report.document import WARNING, Document, Paragraph
 from pipeline.report.load import Dataset
 from pipeline.report.sections import (
     amplification,
     capacity,
     centralised,
+    cold_warm,
     critical_path,
     dilution,
     figures,
     header,
     integrity,
     outcomes,
+    recording,
     reference,
     result,
     segments,
@@ -35,6 +38,8 @@ SECTIONS: tuple[Section, ...] = (
     sweep.section,  # first: in a sweep's folder it is the reading; elsewhere it shows nothing
     capacity.section,  # beside the traces of a capacity ramp only
     result.section,
+    cold_warm.section,
+    recording.section,
     segments.section,
     wire.section,
     critical_path.section,  # after the segments (and 2b, the wire, shown only over a transport)
@@ -60,9 +65,9 @@ SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, r
 CAPACITY_SECTIONS: tuple[Section, ...] = (capacity.section, centralised.section, reference.method_section)
 
 
-def build(data: Dataset, draw: bool = True) -> Document:
-    """The report of ``data``."""
-    ctx = Context(data, draw)
+def build(data: Dataset, draw: bool = True, acoustic: Acoustic | None = None) -> Document:
+    """The report of ``data`` (and of the acoustic rows measured from its recordings, where given)."""
+    ctx = Context(data, draw, acoustic)
     sweeps = sweep.covering(ctx)
     ramps = not sweeps and capacity.covering(ctx)
     sections = SWEEP_SECTIONS if sweeps else CAPACITY_SECTIONS if ramps else SECTIONS

@@ -1,10 +1,33 @@
-"""The report as a list of blocks, rendered by ``markdown`` and ``html`` alike."""
+"""The report as a list of blocks, rendered by ``markdown`` and ``html`` alike.
+
+A block's text is plain words, except for code spans: text between a pair of single backticks
+(`python -m pipeline.whatif`) is code, shown as code in both renderings (``pieces``); a backtick
+without its pair is a backtick.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 PLAIN = "plain"
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def pieces(text: str) -> list[tuple[str, bool]]:
+    """The text as (piece, is code) in order: the code spans without their backticks, the words between."""
+    out: list[tuple[str, bool]] = []
+    at = 0
+    for found in _CODE.finditer(text):
+        if found.start() > at:
+            out.append((text[at : found.start()], False))
+        out.append((found.group(1), True))
+        at = found.end()
+    if at < len(text) or not out:
+        out.append((text[at:], False))
+    return out
+
+
 WARNING = "warning"
 NOTE = "note"
 

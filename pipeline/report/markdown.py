@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.report.document import WARNING, Block, Bullets, Document, Figure, Heading, Paragraph, Table
+from pipeline.report.document import WARNING, Block, Bullets, Document, Figure, Heading, Paragraph, Table, pieces
 
 PLOTS_DIR = "plots"
 
@@ -15,14 +15,23 @@ PLOTS_DIR = "plots"
 _MARKUP = re.compile(r"([\\`*<|~])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=\()")
 
 
-def escape(text: str) -> str:
-    """Text as Markdown shows it, never as markup; one line."""
-    escaped = _MARKUP.sub(lambda m: "\\" + m.group(0), text.replace("\n", " "))
-    return "\\" + escaped if escaped.startswith(("#", "-", "+", ">", "=")) else escaped
+def escape(text: str, in_table: bool = False) -> str:
+    """Text as Markdown shows it, never as markup, but for its code spans (``document.pieces``); one line.
+    In a table a code span's pipes are escaped too (GitHub's tables split cells on them before code), and a
+    leading sign is left as it is: ``-89.4``, not ``\\-89.4``."""
+    out = []
+    for piece, code in pieces(text.replace("\n", " ")):
+        if code:
+            out.append("`" + (piece.replace("|", "\\|") if in_table else piece) + "`")
+        else:
+            out.append(_MARKUP.sub(lambda m: "\\" + m.group(0), piece))
+    escaped = "".join(out)
+    # what opens a block (a heading, a list, a quote) only at a line's start: a table cell is no line's start
+    return "\\" + escaped if not in_table and escaped.startswith(("#", "-", "+", ">", "=")) else escaped
 
 
 def _cell(text: str) -> str:
-    return escape(text)
+    return escape(text, in_table=True)
 
 
 def table(t: Table) -> str:

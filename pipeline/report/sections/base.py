@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.report import drift, settings
+from pipeline.report.acoustic import Acoustic, AcousticRow, Match, match
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph
@@ -43,6 +44,7 @@ class Context:
 
     data: Dataset
     draw: bool
+    acoustic: Acoustic | None = None  # rows measured from recordings, where the report was given them
     conds: Conditions = field(init=False)
     labels: list[str] = field(init=False)
     run_summaries: list[RunSummary] = field(init=False)
@@ -52,6 +54,7 @@ class Context:
     sweeps: list[Sweep] = field(init=False)  # recorded beside the traces (``sweep.json``)
     sweep_problems: list[str] = field(init=False)
     incomplete: list[str] = field(default_factory=list)  # what could not be computed, for the status line
+    _matched: tuple[list[Match], list[tuple[AcousticRow, str]]] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         rows, runs = self.data.rows, self.data.runs
@@ -62,6 +65,13 @@ class Context:
         self.drifts = drift.check_runs(rows)
         self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
         self.sweeps, self.sweep_problems = read_sweeps(self.data.files)
+
+    def matched(self) -> tuple[list[Match], list[tuple[AcousticRow, str]]]:
+        """The acoustic rows with their trace turns, and those left unmatched (computed once; none without rows)."""
+        if self._matched is None:
+            rows = self.acoustic.rows if self.acoustic else ()
+            self._matched = match(self.data.rows, rows) if rows else ([], [])
+        return self._matched
 
     @property
     def simulated(self) -> list[RunSummary]:

@@ -4,9 +4,11 @@ The silence (end of speech -> first audible sample) is split at the points its c
 passed (``pipeline.analysis.path``): per segment kind, its median and P90 over a condition's
 measured successful turns, and its share of the silence summed over them. Work that ran beside
 the path (slack) delayed nobody. Then each turn re-timed along its own graph
-(``pipeline.analysis.whatif``) for the changes a reader asks first: a first token 100 ms sooner,
-a round trip 100 ms longer, the other condition's LLM. Those figures are predicted from the
-measured traces, never measured (M12); what a graph cannot know is refused, with the reason.
+(``pipeline.analysis.whatif``) for the changes a reader asks first, chosen so the run can answer
+them (``whatif_defaults``): a first token 25 % sooner, the largest segment 25 % shorter, a round
+trip more where there is a network, the other condition's LLM where it was measured. Those
+figures are predicted from the measured traces, never measured (M12); what a graph cannot know is
+refused, with the reason.
 """
 
 from __future__ import annotations
@@ -24,47 +26,25 @@ from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.path.critical import CriticalPath, critical_path
 from pipeline.analysis.path.graph import TurnGraph
 from pipeline.analysis.path.kinds import SEGMENTS
-from pipeline.analysis.whatif import (
-    Change,
-    Place,
-    Prediction,
-    WhatIfError,
-    paired,
-    parse_change,
-    place,
-    predict,
-    same_questions,
-)
+from pipeline.analysis.whatif import Place, Prediction, WhatIfError, paired, place, predict, same_questions
 from pipeline.report import cells, plots
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.sections.base import MEASURED, Context
+from pipeline.report.sections.whatif_defaults import Defaults, WhatIf, defaults
 
 HEADING = "2c. What moves the silence (critical path)"
 PREDICTED = "predicted from measured traces (estimated, M12): not measured"
 SILENCE = "silence: end of speech -> first audible sample"
 WHOLE = "whole turn: end of speech -> last sample played"
-# the condition whose LLM each one's turns are re-timed with: the cloud against the device
-SWAP_WITH = {"A": "B", "B": "A", "B'": "A"}
-FIRST_TOKEN = "llm.first_token=-100ms"
-RTT = "network.rtt=+100ms"
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class WhatIf:
-    """One what-if the section asks of every condition: changes, or another condition's LLM."""
-
-    name: str  # as a reader reads it
-    changes: tuple[Change, ...]
-    other: str | None = None  # the condition whose LLM is swapped in
-
-
 # A turn's graph is made from its spans when asked for (read again from its lines) and re-timed: together
-# about 0.5 ms a turn for the paths and three what-ifs. Past this many turns a condition's are an evenly
-# spaced sample (medians and P90s of 1,000 turns hold to well within their intervals); every turn's paths:
-# ``python -m pipeline.whatif --paths-csv``.
+# about 0.5 ms a turn for the paths and three what-ifs (timed before ``whatif_defaults``, which asks up to
+# four). Past this many turns a condition's are an evenly spaced sample (medians and P90s of 1,000 turns hold
+# to well within their intervals); every turn's paths: ``python -m pipeline.whatif --paths-csv``.
 MOST = 1000
 
 
@@ -151,17 +131,6 @@ def _key(label: str) -> str:
     return "Bp" if label == "B'" else "".join(ch if ch.isalnum() else "_" for ch in label)
 
 
-def what_ifs(label: str, labels: Sequence[str]) -> list[WhatIf]:
-    other = SWAP_WITH.get(label, "A" if label != "A" else None)
-    out = [
-        WhatIf("LLM first token -100 ms", (parse_change(FIRST_TOKEN),)),
-        WhatIf("network RTT +100 ms", (parse_change(RTT),)),
-    ]
-    if other is not None and other in labels:
-        out.append(WhatIf(f"the LLM of {title(other)}", (), other))
-    return out
-
-
 def predictions(data: Dataset, mine: Turns, w: WhatIf, others: dict[str, Turns]) -> list[Prediction] | str:
     """Every sampled turn re-timed, or why not: one turn refused refuses the what-if (a prediction over the
     turns a change happens to fit would not be the condition's)."""
@@ -206,10 +175,10 @@ def _cell(values: np.ndarray, q: float, name: str, turns: int) -> str:
 
 
 def whatif_table(
-    data: Dataset, label: str, mine: Turns, turns: int, others: dict[str, Turns], labels: Sequence[str]
+    data: Dataset, label: str, mine: Turns, turns: int, others: dict[str, Turns], asked: Defaults
 ) -> Table:
     rows: list[tuple[str, ...]] = []
-    for w in what_ifs(label, labels):
+    for w in asked.asked:
         found = predictions(data, mine, w, others)
         if isinstance(found, str):
             rows.append((w.name, "refused", "-", f"refused: {found}", "-", PREDICTED))
@@ -290,8 +259,9 @@ def section(ctx: Context) -> list[Block]:
     out.append(
         Paragraph(
             "Where the user's silence goes: each turn's critical path (the chain of waits that decided when the "
-            "first sample was heard), by segment, then what three changes would do to it, predicted by re-timing "
-            "each measured turn along its own dependency graph (`python -m pipeline.whatif` gives any other change)."
+            "first sample was heard), by segment, then what changes the run can answer would do to it, predicted by "
+            "re-timing each measured turn along its own dependency graph (`python -m pipeline.whatif` gives any "
+            "other change)."
         )
     )
     medians: dict[str, dict[str, float]] = {}
@@ -328,7 +298,11 @@ def _condition(
         lacking = mine.sampled - len(mine.graphs)
         why = "their spans lack what a path needs; `python -m pipeline.whatif` names it"
         out.append(Paragraph(f"{lacking} successful turn(s) have no path ({why}): left out here.", NOTE))
-    out.append(whatif_table(ctx.data, label, mine, turns, others, ctx.labels))
+    measured = {other for other, t in others.items() if t.ok}
+    asked = defaults(label, mine.graphs, [kind for kind, _ in ranked(silence)], measured)
+    out.append(whatif_table(ctx.data, label, mine, turns, others, asked))
+    if asked.left_out:
+        out.append(Paragraph(f"{title(label)}: not asked: {'; '.join(asked.left_out)}.", NOTE))
     kinds = [p.by_kind() for p in silence]
     medians[label] = {k: median([b[k] / 1e6 for b in kinds]) for k in SEGMENTS}
     return out

@@ -1,11 +1,11 @@
 """The report's head: title, source, and the warnings a reader must see first (simulated stages,
-virtual clock, a refused comparison, extra conditions)."""
+virtual clock, a refused comparison, a recording that disagrees with the traces, extra conditions)."""
 
 from __future__ import annotations
 
 from pipeline.report.conditions import KNOWN, title
 from pipeline.report.document import NOTE, WARNING, Block, Heading, Paragraph
-from pipeline.report.sections import capacity, sweep
+from pipeline.report.sections import capacity, recording, sweep
 from pipeline.report.sections.base import Context
 
 TITLE = "Voice pipeline latency report"
@@ -43,6 +43,16 @@ def section(ctx: Context) -> list[Block]:
                 + " ".join(r + "." for r in ctx.check.reasons)
                 + " Report the runs separately, or "
                 "re-run them with matching settings.",
+                WARNING,
+            )
+        )
+    disagree = recording.beyond(ctx)
+    if disagree:
+        tolerance = ctx.acoustic.tolerance_ms if ctx.acoustic else 0.0
+        out.append(
+            Paragraph(
+                f"The recording disagrees with the traces on {disagree} turn(s) by more than ±{tolerance:g} ms: "
+                f"see {recording.HEADING}.",
                 WARNING,
             )
         )

@@ -1,4 +1,9 @@
-"""Section 1, the result table (M23): filled only from measured rows; an empty cell says so."""
+"""Section 1, the result table (M23): filled only from measured rows; an empty cell says so.
+
+It leads with what a person hears, the silence (end of speech -> first audible sound,
+``silence``), and, where the report was given rows measured from a recording, the recording's
+own figure for the same turns and how far the traces are from it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,19 @@ import numpy as np
 
 from pipeline.analysis.numbers import median
 from pipeline.report import cells, compare
+from pipeline.report.acoustic import Match
 from pipeline.report.conditions import Condition, group, number
 from pipeline.report.document import WARNING, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.runs import temperatures
 from pipeline.report.sections.base import MEASURED, Conditions, Context, header, row
+from pipeline.report.silence import sorted_silences
 
 EVERY = "every figure"
+ACOUSTIC = "measured (acoustic: from the recording)"
+# not "not measured": a turn without a recording is measured by its traces; the report is not incomplete for it
+NOT_RECORDED = "no recording of these turns"
+ROW_CHECK = "silence: trace - recording, median / worst (ms)"
 
 
 def calls_cell(cond: Condition) -> str:
@@ -34,8 +45,47 @@ def temperature_cell(cond: Condition) -> str:
     return f"{found[0]:.1f}-{found[1]:.1f} °C"
 
 
-def result_table(labels: Sequence[str], conds: Conditions) -> Table:
+def silence_cell(cond: Condition, q: float) -> str:
+    name = f"{cond.label}|silence"
+    return cells.stat(compare.stat_of(sorted_silences(cond.ok), q, name, len(cond.measured)))
+
+
+def _matched_in(cond: Condition, matches: Sequence[Match]) -> list[Match]:
+    """The matches whose trace turn is one of the condition's measured successful turns."""
+    ok = {id(r) for r in cond.ok}
+    return [m for m in matches if id(m.trace) in ok and m.row.ok and m.row.first_audible_ms is not None]
+
+
+def acoustic_rows(labels: Sequence[str], conds: Conditions, matches: Sequence[Match]) -> tuple[tuple[str, ...], ...]:
+    """The recording's silence median over the turns it measured, and the traces' distance from it."""
+
+    def median_cell(cond: Condition) -> str:
+        found = _matched_in(cond, matches)
+        values = np.sort(np.asarray([m.row.first_audible_ms for m in found], dtype=np.float64))
+        if not len(values):
+            return NOT_RECORDED
+        return cells.stat(compare.stat_of(values, 0.5, f"{cond.label}|acoustic", len(cond.measured)))
+
+    def check_cell(cond: Condition) -> str:
+        diffs = [d for m in _matched_in(cond, matches) if (d := m.difference_ms) is not None]
+        if not diffs:
+            return NOT_RECORDED
+        worst = max(diffs, key=abs)
+        n = cells.count(len(diffs), len(cond.measured))
+        shown = [cells.signed(round(v, 1) + 0.0, "") for v in (median(diffs), worst)]  # +0.0, never -0.0
+        return f"{shown[0]} / {shown[1]} · {n}"
+
+    return (
+        row("silence median, from the recording (ms)", labels, conds, median_cell, ACOUSTIC),
+        row(ROW_CHECK, labels, conds, check_cell, ACOUSTIC),
+    )
+
+
+def result_table(labels: Sequence[str], conds: Conditions, acoustic: Sequence[tuple[str, ...]] = ()) -> Table:
     rows = (
+        row("silence median (ms)", labels, conds, lambda c: silence_cell(c, 0.5), MEASURED),
+        row("silence P90 (ms)", labels, conds, lambda c: silence_cell(c, 0.9), MEASURED),
+        *acoustic,
         row(
             "first-token median (ms)", labels, conds, lambda c: cells.stat(compare.stat(c, "first_token_ms")), MEASURED
         ),
@@ -55,7 +105,8 @@ def result_table(labels: Sequence[str], conds: Conditions) -> Table:
         "result",
         header("metric", labels),
         rows,
-        "Cells: value [95% bootstrap interval, estimated] · turns with a value / measured turns (warm-up excluded).",
+        "Silence: end of user speech -> first audible sound, what a person hears. Cells: value [95% bootstrap "
+        "interval, estimated] · turns with a value / measured turns (warm-up excluded).",
     )
 
 
@@ -65,7 +116,8 @@ def section(ctx: Context) -> list[Block]:
         out.append(Paragraph("Comparison refused (M11): see Integrity. Each run alone:", WARNING))
         out.extend(_per_run_tables(ctx.data))
         return out
-    table = result_table(ctx.labels, ctx.conds)
+    matches = ctx.matched()[0]
+    table = result_table(ctx.labels, ctx.conds, acoustic_rows(ctx.labels, ctx.conds, matches) if matches else ())
     out.append(table)
     empty = _not_measured(table)
     if empty:

@@ -1,0 +1,34 @@
+"""The silence a person hears: end of user speech -> the answer's first audible sound, per turn.
+
+A device's turn (over a transport) has it as ``first_audible_ms``: the first frame with sound in
+it began to play on the device. In one process the playback starts with the first synthesised
+frame, so its ``first_audio_ms`` is that moment (section 2c's path to the first audible point ends
+there too). One rule for every section that shows the silence: the first table, cold vs warm, and
+the recording's check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from pipeline.analysis.columns import TurnRow
+from pipeline.report.conditions import number
+
+COLUMN_NOTE = (
+    "silence: end of user speech -> first audible sound (a device's `first_audible_ms`; in one process "
+    "`first_audio_ms`, the playback's start)"
+)
+
+
+def silence_ms(row: TurnRow) -> float | None:
+    """The turn's silence in ms, or None where its spans do not give it."""
+    if row.transport or row.first_audible_ms is not None:
+        return number(row.first_audible_ms)
+    return number(row.first_audio_ms)
+
+
+def sorted_silences(rows: Iterable[TurnRow]) -> np.ndarray:
+    """The silences of ``rows`` that have one, sorted (float64)."""
+    return np.sort(np.asarray([v for r in rows if (v := silence_ms(r)) is not None], dtype=np.float64))
