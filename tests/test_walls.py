@@ -57,6 +57,8 @@ MAY_USE = {
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names"},
     # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
+    # measures what a person hears from recordings; plays and records through the sound card (sound.py, run.py)
+    "acoustic": {"contract"},
     "capacity": {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
         *("transport.device", "transport.wire", "transport.server", "entry"),

@@ -1,0 +1,1 @@
+"""Acoustic measurement: minimal package marker (the acoustic helper owns this file)."""
