@@ -52,7 +52,8 @@ MAY_USE = {
     "transport": set(),  # the map alone
     "transport.wire": {"contract"},
     "transport.server": {"contract", "clock", "run", "tracing", "transport.wire"},
-    "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire"},
+    # acoustic: its speaker and its user's voice into sound devices (transport/device/speaker.py)
+    "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names"},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,12 +122,12 @@ class Recorder:
         )
         self.info = StreamInfo(device, sample_rate, blocksize, float(self.stream.latency))
 
-    def _callback(self, indata: Pcm, frames: int, time: Any, status: Any) -> None:
+    def _callback(self, indata: Pcm, frames: int, info: Any, status: Any) -> None:
         if status.input_overflow:
             self.overflows += 1
         with self._lock:
             # the block's start on the stream's clock, less the samples before it: sample 0's time by this block
-            self._anchors.append(float(time.inputBufferAdcTime) - self._count / self.sample_rate)
+            self._anchors.append(float(info.inputBufferAdcTime) - self._count / self.sample_rate)
             self._starts.append(self._count)
             self._blocks.append(indata[:, 0].copy())
             self._count += frames
@@ -181,50 +182,58 @@ class Recorder:
 
 @dataclass(slots=True)
 class _Chunk:
-    start: float  # stream time of its first sample
+    start: int  # the stream's sample index of its first sample
     pcm: Pcm
-    begun: bool = False  # some of it has been rendered
+    begun: bool = False  # some of it has been played
 
 
 class Lane:
-    """One source into a ``Speaker``: what it writes plays ``delay_s`` after it was written, in order."""
+    """One source into a ``Speaker``: what it writes plays ``delay_s`` after it was written, in order.
+
+    Positions are the stream's sample indices: a chunk that follows another plays right after it, to
+    the sample, whatever the jitter of the stream's time info."""
 
     def __init__(self, speaker: Speaker, name: str) -> None:
         self.speaker, self.name = speaker, name
         self.chunks: deque[_Chunk] = deque()
-        self.end = 0.0  # stream time when the last chunk written ends
-        self.late = 0  # chunks whose start had already been played past when first rendered: started late
+        self.end = 0  # sample index where the last chunk written ends
+        self.late = 0  # times a chunk was due before the block being played: its schedule moved on
 
     def write(self, pcm: Pcm, at: float | None = None) -> float:
         """Plays ``pcm`` from ``at`` (stream time; default now) + the speaker's delay, or after what this lane
         already holds; returns the stream time its first sample plays."""
         sp = self.speaker
-        start = max((sp.now() if at is None else at) + sp.delay_s, self.end)
+        due = (sp.now() if at is None else at) + sp.delay_s
         with sp.lock:
+            start = max(sp.index_at(due), self.end)
             self.chunks.append(_Chunk(start, np.asarray(pcm, np.float32)))
-            self.end = start + len(pcm) / sp.sample_rate
-        return start
+            self.end = start + len(pcm)
+            return sp.time_of(start)
 
-    def render(self, out: Pcm, t0: float, rate: int) -> None:
-        """Adds this lane's sound for the block whose first sample plays at ``t0``."""
+    def render(self, out: Pcm, first: int) -> None:
+        """Adds this lane's sound to the block whose first sample is the stream's sample ``first``."""
         frames = len(out)
         while self.chunks:
             chunk = self.chunks[0]
-            offset = round((chunk.start - t0) * rate)
+            if not chunk.begun and chunk.start < first:
+                self._move_on(first - chunk.start)
+            offset = chunk.start - first
             if offset >= frames:
                 return
-            if offset < 0 and not chunk.begun:
-                # its time passed before its first block: played from now, and counted as late
-                self.late += 1
-                chunk.start, offset = t0, 0
             chunk.begun = True
-            skip = max(0, -offset)
-            take = chunk.pcm[skip : skip + frames - max(0, offset)]
-            out[max(0, offset) : max(0, offset) + len(take)] += take
-            if skip + len(take) >= len(chunk.pcm):
-                self.chunks.popleft()
-                continue
-            return
+            skip, at = max(0, -offset), max(0, offset)
+            take = chunk.pcm[skip : skip + frames - at]
+            out[at : at + len(take)] += take
+            if skip + len(take) < len(chunk.pcm):
+                return
+            self.chunks.popleft()
+
+    def _move_on(self, by: int) -> None:
+        """The head chunk's time has passed unplayed: it and all after it play ``by`` samples later."""
+        self.late += 1
+        for chunk in self.chunks:
+            chunk.start += by
+        self.end += by
 
 
 class Speaker:
@@ -246,6 +255,8 @@ class Speaker:
         self.lanes: list[Lane] = []
         self.underflows = 0
         self.callbacks = 0
+        self.played = 0  # samples handed to the stream so far: the next block's first sample index
+        self._clock = (0.0, 0)  # the latest block's (time info of its first sample, its sample index)
         self.running = threading.Event()
         self.stream = _open(
             lambda sd: sd.OutputStream,
@@ -271,22 +282,35 @@ class Speaker:
         """The stream's clock (seconds), the one its time info and the lanes' times are on."""
         return float(self.stream.time)
 
-    def _callback(self, outdata: Pcm, frames: int, time: Any, status: Any) -> None:
+    def _callback(self, outdata: Pcm, frames: int, info: Any, status: Any) -> None:
         if status.output_underflow:
             self.underflows += 1
         out = np.zeros(frames, np.float32)
         with self.lock:
+            first = self.played
+            self._clock = (float(info.outputBufferDacTime), first)
             for lane in self.lanes:
-                lane.render(out, float(time.outputBufferDacTime), self.sample_rate)
+                lane.render(out, first)
+            self.played += frames
         outdata[:, 0] = np.clip(out, -1.0, 1.0)
         self.callbacks += 1
         if self.callbacks >= self._priming + 2:
             self.running.set()
 
+    def index_at(self, t: float) -> int:
+        """The stream's sample index that plays at stream time ``t`` (by the latest block; under ``lock``)."""
+        dac, index = self._clock
+        return index + round((t - dac) * self.sample_rate)
+
+    def time_of(self, index: int) -> float:
+        """When the stream's sample ``index`` plays (stream time; under ``lock``)."""
+        dac, at = self._clock
+        return dac + (index - at) / self.sample_rate
+
     def busy_until(self) -> float:
         """The stream time when everything written so far has played."""
         with self.lock:
-            return max((lane.end for lane in self.lanes), default=0.0)
+            return self.time_of(max((lane.end for lane in self.lanes), default=self.played))
 
     @property
     def late(self) -> int:
@@ -307,7 +331,12 @@ class Speaker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stops the stream once everything written has played (at most ``timeout_s`` more)."""
+        end = self.busy_until() + self.info.latency_s
+        while self.stream.active and self.now() < end and timeout_s > 0:
+            time.sleep(0.02)
+            timeout_s -= 0.02
         self.stream.stop()
         self.stream.close()
 
