@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.acoustic.sound import Recorder, SoundError, Speaker, pulse_choice
+from pipeline.acoustic.sound import Recorder, SoundError, Speaker
 from pipeline.acoustic.sound_server import PulseServer, SoundServerError
 from tests.sound_server import pulse, sound_missing
 
@@ -67,14 +67,6 @@ def test_two_lanes_keep_their_distance_to_the_sample(pulse: PulseServer) -> None
 def test_an_unknown_device_is_named_in_the_error(pulse: PulseServer) -> None:
     with pytest.raises(SoundError, match="no-such-speaker"):
         Speaker("no-such-speaker")
-
-
-def test_pulse_colon_names_a_sink_or_a_source() -> None:
-    assert pulse_choice("pulse:lab_sink", "output") == ("pulse", {"PULSE_SINK": "lab_sink"})
-    assert pulse_choice("pulse:lab_sink.monitor", "input") == ("pulse", {"PULSE_SOURCE": "lab_sink.monitor"})
-    assert pulse_choice("USB Audio", "input") == ("USB Audio", {})
-    with pytest.raises(SoundError, match="pulse:NAME"):
-        pulse_choice("pulse:", "output")
 
 
 def test_a_daemon_that_cannot_start_says_why(tmp_path: Path) -> None:

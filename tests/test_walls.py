@@ -59,7 +59,7 @@ MAY_USE = {
     "interop": {"settings", "endpoints", "analysis", "names"},
     # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
     # measures what a person hears from recordings; plays and records through the sound card (sound.py, run.py)
-    "acoustic": {"contract"},
+    "acoustic": {"contract", "settings"},
     "capacity": {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
         *("transport.device", "transport.wire", "transport.server", "entry"),

@@ -9,9 +9,9 @@ asked for whatever the callback's block size: a chunk written now plays ``delay_
 to the sample, so two lanes keep their distance exactly (the silence between a question and its
 answer is what it was when the emulator played them).
 
-Devices are named as sounddevice takes them (an index or a part of a name); a command offers
-``pulse:NAME`` too (``pulse_choice``: PulseAudio's sink or source NAME through ALSA's ``pulse``
-device, by the ``PULSE_SINK``/``PULSE_SOURCE`` the command sets). sounddevice is imported when a stream
+Devices are named as sounddevice takes them (an index or a part of a name). A PulseAudio sink or
+source is ALSA's ``pulse`` device with ``PULSE_SINK``/``PULSE_SOURCE`` naming it in the
+environment (libpulse reads them as a stream opens). sounddevice is imported when a stream
 opens, so the rest of the lab needs neither it nor PortAudio.
 """
 
@@ -29,6 +29,15 @@ import numpy as np
 import numpy.typing as npt
 
 Pcm = npt.NDArray[np.float32]
+
+
+SMOOTH = 10  # blocks either side: a block's time info is smoothed over this many (its jitter is milliseconds)
+
+
+def smoothed(zeros: list[float], at: int) -> float:
+    """The median of the stream's times of sample 0 by the blocks around block ``at`` (each block's own
+    time info is off by up to a few milliseconds; their median follows the clock, not the jitter)."""
+    return float(np.median(zeros[max(0, at - SMOOTH) : at + SMOOTH + 1])) if zeros else 0.0
 
 
 class SoundError(RuntimeError):
@@ -51,18 +60,6 @@ def sounddevice() -> Any:
 def device_of(spec: str) -> int | str:
     """A device as sounddevice takes it: an index, or a part of its name."""
     return int(spec) if spec.isdigit() else spec
-
-
-def pulse_choice(spec: str, kind: str) -> tuple[str, dict[str, str]]:
-    """``pulse:NAME``: ALSA's ``pulse`` device and the environment that points it at PulseAudio's sink
-    (``kind`` output) or source (input) NAME, for the command to set before it opens a stream
-    (libpulse reads it then); any other ``spec`` as it is, with nothing to set."""
-    if not spec.startswith("pulse:"):
-        return spec, {}
-    name = spec.removeprefix("pulse:")
-    if not name:
-        raise SoundError(f"{spec!r}: pulse:NAME names a PulseAudio sink or source")
-    return "pulse", {"PULSE_SINK" if kind == "output" else "PULSE_SOURCE": name}
 
 
 def _open(factory: Callable[..., Any], spec: str, kind: str, **kwargs: Any) -> Any:
@@ -157,11 +154,20 @@ class Recorder:
         return self._count
 
     def samples(self, start: int = 0) -> Pcm:
-        """What was heard from sample ``start`` on."""
+        """What was heard from sample ``start`` on (only the blocks from there are copied)."""
         with self._lock:
-            whole = np.concatenate(self._blocks) if self._blocks else np.zeros(0, np.float32)
-            self._blocks = [whole]
-        return whole[start:]
+            first = max(0, bisect.bisect_right(self._starts, start) - 1)
+            blocks, offset = self._blocks[first:], self._starts[first] if self._starts else 0
+        joined = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
+        return joined[max(0, start - offset) :]
+
+    def index_of(self, t: float) -> int:
+        """The sample heard at stream time ``t``, by the latest block's time info."""
+        with self._lock:
+            if not self._anchors:
+                raise SoundError(f"{self.info.device!r}: nothing recorded yet")
+            zero = smoothed(self._anchors, len(self._anchors) - 1)
+        return round((t - zero) * self.sample_rate)
 
     def adc_time(self, index: float) -> float:
         """The stream time of sample ``index`` (seconds), by the time info of the block that holds it."""
@@ -169,7 +175,7 @@ class Recorder:
             if not self._anchors:
                 raise SoundError(f"{self.info.device!r}: nothing recorded yet")
             block = max(0, bisect.bisect_right(self._starts, index) - 1)
-            zero = self._anchors[block]
+            zero = smoothed(self._anchors, block)
         return zero + index / self.sample_rate
 
     @property
@@ -256,7 +262,7 @@ class Speaker:
         self.underflows = 0
         self.callbacks = 0
         self.played = 0  # samples handed to the stream so far: the next block's first sample index
-        self._clock = (0.0, 0)  # the latest block's (time info of its first sample, its sample index)
+        self._zeros: deque[float] = deque(maxlen=2 * SMOOTH + 1)  # the latest blocks' time of sample 0
         self.running = threading.Event()
         self.stream = _open(
             lambda sd: sd.OutputStream,
@@ -288,7 +294,7 @@ class Speaker:
         out = np.zeros(frames, np.float32)
         with self.lock:
             first = self.played
-            self._clock = (float(info.outputBufferDacTime), first)
+            self._zeros.append(float(info.outputBufferDacTime) - first / self.sample_rate)
             for lane in self.lanes:
                 lane.render(out, first)
             self.played += frames
@@ -299,13 +305,11 @@ class Speaker:
 
     def index_at(self, t: float) -> int:
         """The stream's sample index that plays at stream time ``t`` (by the latest block; under ``lock``)."""
-        dac, index = self._clock
-        return index + round((t - dac) * self.sample_rate)
+        return round((t - smoothed(list(self._zeros), len(self._zeros) - 1)) * self.sample_rate)
 
     def time_of(self, index: int) -> float:
         """When the stream's sample ``index`` plays (stream time; under ``lock``)."""
-        dac, at = self._clock
-        return dac + (index - at) / self.sample_rate
+        return smoothed(list(self._zeros), len(self._zeros) - 1) + index / self.sample_rate
 
     def busy_until(self) -> float:
         """The stream time when everything written so far has played."""
