@@ -28,6 +28,7 @@ from pipeline.acoustic.sound_server import PulseServer
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file, trace_files
 from pipeline.events import FRAME_MS, SAMPLE_RATE
 from pipeline.settings.audio import load_audio
+from pipeline.settings.config import load_config
 from pipeline.settings.fixtures import load_questions
 from pipeline.tracing import names
 from tests.sound_server import pulse
@@ -93,13 +94,15 @@ def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse:
     questions = {q.id: q for q in load_questions(FIXTURES).questions}
     trace = traced(tmp_path / "dev")
     assert len(trace) == 2
+    differences = {}
     for qid, (trace_ms, _silence) in trace.items():
         clip = clip_pcm(questions[qid].audio)
         at = find(heard, clip)
         onset = answer_onset(heard, clip, at)
         assert onset is not None, f"{qid}: no answer heard in {tmp_path / 'room.wav'}"
-        heard_ms = (onset - at) * 1000 / SAMPLE_RATE
-        assert abs(heard_ms - trace_ms) <= 20, f"{qid}: heard {heard_ms:.1f} ms, traced {trace_ms:.1f} ms"
+        differences[qid] = round((onset - at) * 1000 / SAMPLE_RATE - trace_ms, 1)
+    print(f"heard - traced, question start -> first audible (ms): {differences}")
+    assert all(abs(d) <= 20 for d in differences.values()), differences
 
 
 @pytest.mark.skipif(
@@ -108,6 +111,7 @@ def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse:
 )
 def test_the_acoustic_measurement_of_the_sink_agrees_with_the_traces(pulse: PulseServer, tmp_path: Path) -> None:
     measure = importlib.import_module("pipeline.acoustic.measure")  # by name: absent until merged
+    acoustic_questions = importlib.import_module("pipeline.acoustic.questions")
 
     server, url = start_server(tmp_path / "server")
     common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
@@ -123,9 +127,12 @@ def test_the_acoustic_measurement_of_the_sink_agrees_with_the_traces(pulse: Puls
     assert code == 0
     wav = tmp_path / "room.wav"
     soundfile.write(wav, heard, SAMPLE_RATE, subtype="PCM_16")
-    rows = measure.measure_recording(wav, measure.load_questions(FIXTURES), layout="mono")
+    rows = measure.measure_recording(
+        wav, acoustic_questions.load_questions(FIXTURES, load_config([SIMULATOR])), layout="mono"
+    )
     trace = traced(tmp_path / "dev")
     measured = {r.question_id: r for r in rows if r.ok}
     assert set(measured) == set(trace), [r.error for r in rows if not r.ok]
-    for qid, (_start, silence) in trace.items():
-        assert abs(measured[qid].first_audible_ms - silence) <= 20, f"{qid}: {measured[qid]} vs traced {silence:.1f} ms"
+    differences = {qid: round(measured[qid].first_audible_ms - silence, 1) for qid, (_, silence) in trace.items()}
+    print(f"acoustic - trace silence (ms): {differences}")
+    assert all(abs(d) <= 20 for d in differences.values()), differences
