@@ -26,6 +26,7 @@ ENTRY_POINTS = {
     "pipeline.endpoints.speech.__main__",
     "pipeline.capacity.sink",
     "pipeline.capacity.__main__",
+    "pipeline.acoustic.run",  # `python -m pipeline.acoustic run`: its arguments, the sound devices, the measurement
     "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
 }
 # part -> the parts it may import (its own part always allowed)
@@ -71,6 +72,7 @@ MAY_USE = {
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
     "pipeline.capacity.sink": {"transport.wire"},  # a server that answers hello and discards the rest
+    "pipeline.acoustic.run": {"acoustic", "settings"},
     "pipeline.analyze": {"analysis"},
     "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
     "pipeline.report.__main__": {"report", "analysis"},
