@@ -37,12 +37,13 @@ import soundfile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from transport_skews import start_serve, stop_serve  # noqa: E402
+
 from pipeline import replay  # noqa: E402
 from pipeline.acoustic.sound import Pcm, Recorder, sounddevice  # noqa: E402
 from pipeline.acoustic.sound_server import PulseServer  # noqa: E402
 from pipeline.settings.config import load_config  # noqa: E402
 from pipeline.settings.fixtures import load_questions  # noqa: E402
-from scripts.transport_skews import start_serve, stop_serve  # noqa: E402
 from tests.test_sound_e2e import answer_onset, clip_pcm, find, traced  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
@@ -78,7 +79,7 @@ def clicks(count: int, every_blocks: int = 5) -> dict[str, list[float]]:
     with sd.InputStream(device="pulse", callback=inp, **kw), sd.OutputStream(device="pulse", callback=out, **kw):
         done.wait(60)
         time.sleep(1.0)
-    found = []
+    found: list[tuple[float, float]] = []
     for when, adc, block in delivered:
         loud = np.flatnonzero(np.abs(block) > 0.25)
         if len(loud) and (not found or when - found[-1][0] > 0.1):
