@@ -9,7 +9,10 @@ streams' time info is good for.
 
 from __future__ import annotations
 
+import csv
+import importlib
 import importlib.util
+import json
 import threading
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pytest
 from pipeline.acoustic import run
 from pipeline.acoustic.sound import Pcm, Recorder, SoundError, Speaker
 from pipeline.acoustic.sound_server import PulseServer
+from pipeline.settings.config import load_config
 from tests.sound_server import pulse
 from tests.test_transport_e2e import FIXTURES, SIMULATOR
 
@@ -35,11 +39,13 @@ def burst(seconds: float, seed: int) -> Pcm:
 
 
 class FakeAssistant:
-    """Answers each thing it hears with ``TONE``, ``after`` seconds past the end of what it heard."""
+    """Answers each thing it hears with ``TONE``, ``after`` seconds past the end of what it heard (``after``
+    must leave it time to hear the quiet: ``quiet`` and the monitor's delivery, about 0.2 s here)."""
 
-    def __init__(self, after: float = 0.6, quiet: float = 0.3) -> None:
+    def __init__(self, after: float = 0.9, quiet: float = 0.3) -> None:
         self.after, self.quiet = after, quiet
         self.answers: list[float] = []  # stream times its answers were scheduled to start
+        self.late = 0  # its answers that played later than scheduled
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -53,6 +59,7 @@ class FakeAssistant:
         self.stopping.set()
         self.thread.join(10)
         assert not self.thread.is_alive()
+        assert self.late == 0, "the fake answered later than it meant to: give it a longer `after`"
 
     def _run(self) -> None:
         with Recorder("pulse") as ear, Speaker("pulse") as mouth:
@@ -71,6 +78,7 @@ class FakeAssistant:
                     self.answers.append(start)
                     busy_until = start + len(TONE) / RATE + 0.3
                     seen = ear.count
+            self.late = mouth.late
 
 
 def found_at(recording: Pcm, clip: Pcm, near: int, reach: int = 1600) -> int:
@@ -110,11 +118,22 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     reason="pipeline.acoustic.measure (the acoustic helper's measurement) is not merged yet",
 )
 def test_the_run_measures_a_fake_assistant_by_ear(pulse: PulseServer, tmp_path: Path) -> None:
+    """The silence the run measures is the one the fake made: from the question's end of speech (where the
+    streams played it, plus its speech end) to the stream time the fake scheduled its answer at."""
     argv = [str(FIXTURES), "--play", "pulse", "--record", "pulse", "--limit", "2", "--config", str(SIMULATOR)]
     argv += ["--out", str(tmp_path), "--gap", "0.3", "--quiet", "0.8", "--max-answer", "8"]
-    with FakeAssistant(after=0.7, quiet=0.5) as fake:
+    with FakeAssistant(after=1.5, quiet=0.8) as fake:
         code = run.main(argv)
     assert code == 0
-    assert len(fake.answers) == 2
-    rows = (tmp_path / "rows.csv").read_text(encoding="utf-8").splitlines()
-    assert len(rows) == 3  # header and two turns
+    said = json.loads((tmp_path / "room.json").read_text(encoding="utf-8"))
+    questions = importlib.import_module("pipeline.acoustic.questions")
+    ends = {q.question_id: q.speech_end_s for q in questions.load_questions(FIXTURES, load_config([SIMULATOR]))}
+    with (tmp_path / "rows.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["ok"].lower() for r in rows] == ["true", "true"] and len(fake.answers) == 2
+    differences = []
+    for row, played, answer in zip(rows, said["played"], fake.answers, strict=True):
+        made = (answer - played["stream_time"] - ends[row["question_id"]]) * 1000
+        differences.append(round(float(row["first_audible_ms"]) - made, 1))
+    print(f"measured - made silence (ms): {differences}")
+    assert all(abs(d) <= 20 for d in differences), differences

@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     wav = write_take(args.out, result)
     print(f"recorded {len(result.recording) / RATE:.1f} s of the room: {wav}")
-    return report(wav, args, questions, wake)
+    return report(wav, args, questions[: args.limit], wake)
 
 
 def load(args: argparse.Namespace) -> list[Any]:
@@ -234,7 +234,8 @@ def load(args: argparse.Namespace) -> list[Any]:
 
 
 def report(wav: Path, args: argparse.Namespace, questions: list[Any], wake: Pcm | None) -> int:
-    """Measures the recording (the wake word as one more clip: it bounds the turn before it), writes the rows."""
+    """Measures the recording for the questions played (the others are not looked for: a clip never played
+    cannot be found by mistake; the wake word is one more clip, which bounds the turn before it)."""
     measure = importlib.import_module("pipeline.acoustic.measure")
     rows_module = importlib.import_module("pipeline.acoustic.rows")
     played = list(questions)
