@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 
 from pipeline.acoustic import run
 from pipeline.acoustic.sound import Pcm, Recorder, SoundError, Speaker
@@ -137,3 +138,22 @@ def test_the_run_measures_a_fake_assistant_by_ear(pulse: PulseServer, tmp_path: 
         differences.append(round(float(row["first_audible_ms"]) - made, 1))
     print(f"measured - made silence (ms): {differences}")
     assert all(abs(d) <= 20 for d in differences), differences
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pipeline.acoustic.measure") is None,
+    reason="pipeline.acoustic.measure (the acoustic helper's measurement) is not merged yet",
+)
+def test_a_wake_word_is_said_before_each_question_and_measured_apart(pulse: PulseServer, tmp_path: Path) -> None:
+    wake = tmp_path / "wake.wav"
+    soundfile.write(wake, burst(0.4, 7), RATE, subtype="PCM_16")
+    argv = [str(FIXTURES), "--play", "pulse", "--record", "pulse", "--limit", "1", "--config", str(SIMULATOR)]
+    argv += ["--out", str(tmp_path / "run"), "--gap", "0.3", "--quiet", "0.8", "--wake-word", str(wake)]
+    with FakeAssistant(after=1.5, quiet=0.8) as fake:
+        code = run.main(argv)
+    said = json.loads((tmp_path / "run" / "room.json").read_text(encoding="utf-8"))
+    assert [p["kind"] for p in said["played"]] == ["wake", "question"] and len(fake.answers) == 2
+    with (tmp_path / "run" / "rows.csv").open(encoding="utf-8") as fh:
+        rows = {r["question_id"]: r for r in csv.DictReader(fh)}
+    assert code == 0, rows
+    assert set(rows) == {"wake-word", said["played"][1]["question_id"]}
