@@ -5,9 +5,10 @@ timing (PortAudio's time of each block's first sample at the converter, and the 
 reports). A ``Speaker`` plays into an output device: each ``Lane`` (a voice, a device's speaker)
 schedules its audio at a stream time, the lanes are mixed in the callback, silence where none
 plays. Scheduling by stream time rather than "as soon as possible" keeps the sound where it was
-asked for whatever the callback's block size: a chunk written now plays ``delay_s`` from now,
-to the sample, so two lanes keep their distance exactly (the silence between a question and its
-answer is what it was when the emulator played them).
+asked for whatever the callback's block size: a chunk written now plays ``delay_s`` from now (by
+the stream's clock, its blocks' time info smoothed: within a couple of milliseconds, measured
+here), and chunks written for the same time or back to back keep their distance to the sample, so
+the silence between a question and its answer is what it was when the emulator played them.
 
 Devices are named as sounddevice takes them (an index or a part of a name). A PulseAudio sink or
 source is ALSA's ``pulse`` device with ``PULSE_SINK``/``PULSE_SOURCE`` naming it in the

@@ -5,8 +5,8 @@ starts it; ``--voice OUTPUT`` plays each question as its user says it: the whole
 moment its first frame begins to be captured, at the pace the microphone captures it. A
 microphone in that room (or a sink's monitor) then hears what a person beside the device hears,
 question and answer, on one clock: the silence between them can be measured from sound alone.
-Both on one output share one stream, so their distance is kept to the sample whatever the sound
-server's own latency (``pipeline.acoustic.sound``: lanes scheduled at a stream time).
+Both on one output share one stream, so their distance is kept (to the stream clock's millisecond)
+whatever the sound server's own latency (``pipeline.acoustic.sound``: lanes scheduled at a stream time).
 """
 
 from __future__ import annotations
