@@ -2,7 +2,8 @@
 (ALSA's ``pulse`` device, pointed at them by the fixture's PULSE_SINK and PULSE_SOURCE).
 
 What a ``Speaker`` lane plays at a stream time is found in the ``Recorder``'s recording at that
-stream time (the stream's own time info), and two lanes written for times half a second apart are heard that far apart, to the sample.
+stream time (the stream's own time info), and two lanes written for times half a second apart are
+heard that far apart, to the sample.
 """
 
 from __future__ import annotations
