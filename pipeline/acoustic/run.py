@@ -84,7 +84,7 @@ class Session:
     def measure_floor(self) -> None:
         """Listens to the room for ``lead`` seconds: sound is what rises above twice its loudest."""
         start = self.recorder.count
-        self._sleep(self.waits.lead)
+        self.pause(self.waits.lead)
         room = self.recorder.samples(start)
         self.threshold = max(AUDIBLE, 2 * float(np.max(np.abs(room)))) if len(room) else AUDIBLE
 
@@ -95,7 +95,7 @@ class Session:
         sample = self.recorder.index_of(start)
         self.played.append(Played(kind, question_id, start, sample, seconds))
         while self.speaker.now() < start + seconds:
-            self._sleep(0.02)
+            self.pause(0.02)
         return sample + len(pcm)
 
     def wait_answer(self, after: int) -> bool:
@@ -104,7 +104,7 @@ class Session:
         heard, quiet_since = False, after
         deadline = time.monotonic() + self.waits.max_answer
         while time.monotonic() < deadline:
-            self._sleep(0.1)
+            self.pause(0.1)
             level = self._levels(after)
             loud = np.flatnonzero(level > self.threshold)
             if len(loud):
@@ -118,7 +118,7 @@ class Session:
         n = len(x) // WINDOW
         return np.abs(x[: n * WINDOW]).reshape(n, WINDOW).max(axis=1) if n else np.zeros(0, np.float32)
 
-    def _sleep(self, seconds: float) -> None:
+    def pause(self, seconds: float) -> None:
         time.sleep(seconds)
 
 
@@ -138,9 +138,9 @@ def take(
         for question_id, pcm in questions:
             if wake is not None:
                 session.wait_answer(session.say("wake", "wake-word", wake))
-                session._sleep(waits.gap)
+                session.pause(waits.gap)
             answered.append(session.wait_answer(session.say("question", question_id, pcm)))
-            session._sleep(waits.gap)
+            session.pause(waits.gap)
         streams = {
             "record": dataclasses.asdict(recorder.info),
             "play": dataclasses.asdict(speaker.info),
@@ -221,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SoundError, ValueError, ConfigError, FixtureError, ModelError) as exc:  # QuestionError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:  # the questions are the acoustic measurement's
+        print(f"error: the acoustic measurement is missing ({exc})", file=sys.stderr)
+        return 2
     wav = write_take(args.out, result)
     print(f"recorded {len(result.recording) / RATE:.1f} s of the room: {wav}")
     return report(wav, args, questions[: args.limit], wake)
@@ -236,8 +239,12 @@ def load(args: argparse.Namespace) -> list[Any]:
 def report(wav: Path, args: argparse.Namespace, questions: list[Any], wake: Pcm | None) -> int:
     """Measures the recording for the questions played (the others are not looked for: a clip never played
     cannot be found by mistake; the wake word is one more clip, which bounds the turn before it)."""
-    measure = importlib.import_module("pipeline.acoustic.measure")
-    rows_module = importlib.import_module("pipeline.acoustic.rows")
+    try:
+        measure = importlib.import_module("pipeline.acoustic.measure")
+        rows_module = importlib.import_module("pipeline.acoustic.rows")
+    except ImportError as exc:
+        print(f"error: {wav} recorded but not measured: the acoustic measurement is missing ({exc})", file=sys.stderr)
+        return 1
     played = list(questions)
     if wake is not None:
         played.append(type(questions[0])("wake-word", wake, RATE, speech_end(wake)))
