@@ -100,6 +100,20 @@ def parse_replay_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--barge-in-after", type=int, metavar="MS", help="interrupt each answer once it has sounded MS ms"
     )
     device.add_argument(
+        "--speaker",
+        default="",
+        metavar="OUTPUT",
+        help="play each answer into this sound output as the device plays it (a PortAudio device: index or part "
+        "of its name; a PulseAudio sink: `pulse` with PULSE_SINK=NAME)",
+    )
+    device.add_argument(
+        "--voice",
+        default="",
+        metavar="OUTPUT",
+        help="play each question into this sound output as its user says it (with --speaker on the same output, "
+        "a microphone beside it hears the whole turn)",
+    )
+    device.add_argument(
         "--barge-in-with",
         choices=BARGE_IN_WAYS,
         default="wake",

@@ -45,6 +45,7 @@ from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing.export import OtlpSettings, Tracing
 from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.device.settings import SoundOutputs
 from stages.registry import ROLES
 
 
@@ -60,6 +61,8 @@ DEVICE_CHOICES = ("jitter_frames", "uplink_encoder", "listen_mode")  # entered i
 def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clock: Clock) -> DeviceSettings | None:
     """With ``--server``: this run's devices are devices of that server, over the xiaozhi protocol."""
     if not args.server:
+        if args.speaker or args.voice:
+            raise ValueError("--speaker and --voice are a device's: they need --server")
         return None
     if not args.server.startswith(("ws://", "wss://", "mqtt://", "http://", "https://")):
         raise ValueError(f"--server {args.server!r}: a ws://, wss://, mqtt:// or http(s):// OTA URL is expected")
@@ -79,6 +82,7 @@ def device_of(args: argparse.Namespace, cfg: Config, env: Mapping[str, str], clo
         jitter_frames=args.jitter_frames,
         encoder_preset=args.uplink_encoder,
         profile=get_profile(args.link_profile) if args.link_profile else None,
+        sound=SoundOutputs(speaker=args.speaker, voice=args.voice),
     )
     return settings
 

@@ -27,6 +27,7 @@ ENTRY_POINTS = {
     "pipeline.capacity.sink",
     "pipeline.capacity.__main__",
     "pipeline.acoustic.__main__",
+    "pipeline.acoustic.run",  # `python -m pipeline.acoustic run`: its arguments, the sound devices, the measurement
     "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
 }
 # part -> the parts it may import (its own part always allowed)
@@ -53,7 +54,8 @@ MAY_USE = {
     "transport": set(),  # the map alone
     "transport.wire": {"contract"},
     "transport.server": {"contract", "clock", "run", "tracing", "transport.wire"},
-    "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire"},
+    # acoustic: its speaker and its user's voice into sound devices (transport/device/speaker.py)
+    "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names"},
@@ -63,7 +65,8 @@ MAY_USE = {
         *("transport.device", "transport.wire", "transport.server", "entry"),
     },
     # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the
-    # run's own VAD (run), the contract's frame format; never a server, a trace or the report
+    # run's own VAD (run), the contract's frame format; never a server, a trace or the report; plays and records
+    # through the sound card (sound.py, run.py)
     "acoustic": {"contract", "settings", "run"},
 }
 
@@ -72,6 +75,7 @@ MAY_USE = {
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
     "pipeline.capacity.sink": {"transport.wire"},  # a server that answers hello and discards the rest
+    "pipeline.acoustic.run": {"acoustic", "settings"},
     "pipeline.analyze": {"analysis"},
     "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
     "pipeline.report.__main__": {"report", "analysis"},

@@ -15,5 +15,6 @@ reverberation and an unknown sound-card delay.
 - ``measure``: a recording's turns, from the pieces above.
 - ``room``: a simulated room (pyroomacoustics) that renders what one microphone hears of a stereo recording.
 - ``sound``: the operating system's audio devices: play and record (``run``).
+- ``sound_server``: a private PulseAudio daemon with a null sink and its monitor, for the tests and benches.
 - ``run``: ``python -m pipeline.acoustic run``: play the questions to a real device and measure what it says.
 """

@@ -21,6 +21,7 @@ from pipeline.transport.device.dial import open_link
 from pipeline.transport.device.link import DeviceError, DeviceLink
 from pipeline.transport.device.microphone import Microphone
 from pipeline.transport.device.settings import DeviceSettings
+from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.device.turn import DeviceTurn, abandon, check_answered
 from pipeline.transport.device.uplink import NoiseLoop
@@ -41,6 +42,7 @@ class EmulatedDevice:
         self.link = self._new_link()
         self.label = self.link.label
         self.mic: Microphone | None = None
+        self.sound: DeviceSound | None = None  # opened with the device, kept across its connections
         self.reconnects = 0
         self._listed = asyncio.Event()
         self._pending: DeviceTurn | None = None  # a turn the user started by barging in, not yet asked for
@@ -63,6 +65,8 @@ class EmulatedDevice:
         return link
 
     async def __aenter__(self) -> EmulatedDevice:
+        if self.settings.sound:
+            self.sound = await asyncio.to_thread(DeviceSound, self.settings.sound, self.label)
         await self._connect()
         return self
 
@@ -71,6 +75,9 @@ class EmulatedDevice:
             await self._pending.stop()
             self._pending = None
         await self._disconnect()
+        if self.sound is not None:
+            await asyncio.to_thread(self.sound.close)
+            self.sound = None
 
     async def _connect(self) -> None:
         self._listed = asyncio.Event()

@@ -21,6 +21,17 @@ BARGE_IN_WAYS = ("wake", "button", "speech")
 
 
 @dataclass(frozen=True, slots=True)
+class SoundOutputs:
+    """Where a device's sound goes: PortAudio output names (sounddevice's); "" for none."""
+
+    speaker: str = ""  # the answer, as the device plays it
+    voice: str = ""  # the question, as its user says it
+
+    def __bool__(self) -> bool:
+        return bool(self.speaker or self.voice)
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSettings:
     """One emulated device: its server, its protocol, and what its user does."""
 
@@ -46,6 +57,9 @@ class DeviceSettings:
     encoder_preset: str = "firmware"  # the uplink Opus encoder (pipeline.transport.wire.opus presets)
     mcp_wait_s: float = 3.0  # after hello: wait this long at most for the server's tools/list
     profile: NetProfile | None = None  # the link emulator between device and server; None: direct
+    sound: SoundOutputs = field(
+        default_factory=SoundOutputs
+    )  # its speaker and its user's voice into sound devices; none: silent
 
     def __post_init__(self) -> None:
         if self.listen_mode not in LISTEN_MODES:
@@ -54,6 +68,8 @@ class DeviceSettings:
             raise ValueError(f"barge_in_with {self.barge_in_with!r}: one of {', '.join(BARGE_IN_WAYS)}")
         if self.jitter_frames < 0:
             raise ValueError(f"jitter_frames {self.jitter_frames}: 0 or more")
+        if self.sound.voice and self.listen_mode == "realtime":
+            raise ValueError("a voice into a sound device needs listen_mode auto or manual (realtime: not yet)")
 
     def link(self) -> LinkSettings:
         """What the device's link needs of these settings."""

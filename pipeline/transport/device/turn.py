@@ -23,6 +23,7 @@ from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.microphone import Microphone
 from pipeline.transport.device.pacer import pacer, send_lateness
 from pipeline.transport.device.settings import DeviceSettings
+from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.uplink import NoiseLoop, clip_packets
 from pipeline.transport.wire.errors import ChannelGone
 from pipeline.transport.wire.framing import Audio
@@ -40,6 +41,7 @@ class TurnHost(Protocol):
     link: DeviceLink
     mic: Microphone | None
     noise: NoiseLoop
+    sound: DeviceSound | None
 
     @property
     def session_id(self) -> str: ...
@@ -131,6 +133,8 @@ class DeviceTurn:
         paced, late = pacer(), send_lateness()
         packets = clip_packets(self.frames, self.settings.encoder_preset)
         due = paced.now_us()
+        if self.device.sound is not None:  # its user starts saying it now; the first frame is captured from now
+            self.device.sound.question(self.frames)
         tail = self.settings.tail_ms // FRAME_MS if self.settings.listen_mode == "auto" else 0
         for index in range(len(self.frames) + tail):
             if index >= len(self.frames) and self.heard.is_set():
@@ -256,6 +260,8 @@ class DeviceTurn:
                 if item is _DRAINED:
                     self.drained.set()
                     continue
+                if self.device.sound is not None and isinstance(item, AudioOut):
+                    self.device.sound.answer(item)  # the player starts it now (it takes it once free)
                 yield item
         finally:
             self.drained.set()
