@@ -18,6 +18,7 @@ from pipeline.events import FRAME_MS, AudioFrame
 from pipeline.run.device import Ask
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.pacer import pacer, send_lateness
+from pipeline.transport.device.recording import AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.uplink import NOISE_FLOOR_DBFS, NoiseFloor, NoiseLoop, clip_packets
 from pipeline.transport.wire.errors import ChannelGone
@@ -47,8 +48,16 @@ class Microphone:
     """Realtime mode: the microphone streams for the whole connection, one frame per 60 ms: the asked
     question's clip, the noise floor otherwise (application.cc keeps the audio processor running)."""
 
-    def __init__(self, link: DeviceLink, settings: DeviceSettings, noise: NoiseLoop, clock: Clock) -> None:
+    def __init__(
+        self,
+        link: DeviceLink,
+        settings: DeviceSettings,
+        noise: NoiseLoop,
+        clock: Clock,
+        recording: AudioRecording | None = None,
+    ) -> None:
         self.link, self.settings, self.noise, self.clock = link, settings, noise, clock
+        self.recording = recording  # ``--record-audio``: every frame sent, the noise floor's too
         self.turn: Speaker | None = None  # whose question is spoken, and whose frames these are
         noise.ready()
         self.task = asyncio.create_task(self._run())
@@ -79,13 +88,16 @@ class Microphone:
                         await self.link.send(lab_message(turn.ask, self.link.session_id))
                         clip = clip_packets(turn.frames, self.settings.encoder_preset)
                     spoken = turn.frames[turn.mic_pos]
-                    packet = clip[turn.mic_pos]
+                    packet, pcm = clip[turn.mic_pos], spoken.pcm
                     turn.mic_pos += 1
                 else:
                     packet = self.noise.next()
+                    pcm = self.noise.last_pcm() if self.recording is not None else b""
                 late.record(paced.late_ms(due))
                 now = self.clock.now_ns()
                 await self.link.send_audio(packet, position * FRAME_MS)
                 position += 1
                 if turn is not None:
                     turn.sent(spoken, now)
+                if self.recording is not None:
+                    self.recording.microphone(pcm, now)
