@@ -17,7 +17,7 @@ from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, AudioFrame
 from pipeline.run.device import Ask
 from pipeline.transport.device.link import DeviceLink
-from pipeline.transport.device.pacer import pacer, send_lateness
+from pipeline.transport.device.pacer import captured_ns, pacer, send_lateness
 from pipeline.transport.device.recording import AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.uplink import NOISE_FLOOR_DBFS, NoiseFloor, NoiseLoop, clip_packets
@@ -34,7 +34,7 @@ class Speaker(Protocol):
     frames: Sequence[AudioFrame]
     mic_pos: int
 
-    def sent(self, frame: AudioFrame | None, now: int) -> None: ...
+    def sent(self, frame: AudioFrame | None, now: int, captured: int) -> None: ...
 
 
 def lab_message(ask: Ask, session_id: str) -> Lab:
@@ -93,11 +93,13 @@ class Microphone:
                 else:
                     packet = self.noise.next()
                     pcm = self.noise.last_pcm() if self.recording is not None else b""
-                late.record(paced.late_ms(due))
+                lateness = paced.late_ms(due)
+                late.record(lateness)
                 now = self.clock.now_ns()
+                captured = captured_ns(now, lateness)
                 await self.link.send_audio(packet, position * FRAME_MS)
                 position += 1
                 if turn is not None:
-                    turn.sent(spoken, now)
+                    turn.sent(spoken, now, captured)
                 if self.recording is not None:
-                    self.recording.microphone(pcm, now)
+                    self.recording.microphone(pcm, captured)

@@ -107,6 +107,13 @@ _LATENESS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SendLateness] = 
 _PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
 
 
+def captured_ns(sent_ns: int, late_ms: float) -> int:
+    """When a frame sent at ``sent_ns`` (the run's clock), ``late_ms`` after its due time, finished being
+    captured: at its due time. A microphone captures at a steady pace whatever the loop's delays, so its
+    frames follow each other without gap or overlap; the send's lateness is the device's own delay."""
+    return sent_ns - round(max(0.0, late_ms) * 1_000_000)
+
+
 def send_lateness() -> SendLateness:
     """The running loop's record: every device on the loop shares it."""
     loop = asyncio.get_running_loop()

@@ -3,9 +3,13 @@
 One stereo 16-bit WAV per device at the pipeline's 16 kHz, on the emulator's own clock, so that each
 sample is a moment of the traces (docs: the issue 33 contract): sample 0 is when the device opened its
 first connection; the left channel holds each uplink frame's PCM (the clip's, or the noise floor's)
-where it was captured, the ``duration`` before it was handed to the transport; the right channel holds
-each played frame's decoded PCM from the moment it began to play. Silence where nothing was sent or
-played. A sidecar JSON says where sample 0 lies on the traces' clock (``t0_ns``); only a check against
+where it was captured: in the ``duration`` before its due time, which is when it was handed to the
+transport less that send's lateness (``pacer.captured_ns``: the microphone keeps its pace, so frames
+follow each other without gap or overlap, where placing them by their sends would shift each by its
+lateness, milliseconds on a busy machine); the right channel holds each played frame's decoded PCM
+from the moment it began to play (the player's schedule, likewise without its timer's lateness).
+Silence where nothing was sent or played. A sidecar JSON says where sample 0 lies on the traces'
+clock (``t0_ns``); only a check against
 the traces reads it, never the acoustic measurement.
 
 The file is written as the device goes: what lies more than ``HOLD_S`` behind the newest sample written
@@ -65,9 +69,9 @@ class AudioRecording:
         self._end = 0  # one past the newest sample written (absolute)
         self.late_samples = 0
 
-    def microphone(self, pcm: bytes, sent_ns: int) -> None:
-        """An uplink frame handed to the transport at ``sent_ns``: it was captured in the ``duration`` before."""
-        self._put(MICROPHONE, sample_of(sent_ns, self.t0_ns) - len(pcm) // 2, pcm)
+    def microphone(self, pcm: bytes, captured_ns: int) -> None:
+        """An uplink frame whose capture was complete at ``captured_ns``: captured in the ``duration`` before."""
+        self._put(MICROPHONE, sample_of(captured_ns, self.t0_ns) - len(pcm) // 2, pcm)
 
     def speaker(self, pcm: bytes, start_ns: int) -> None:
         """A frame that began to play at ``start_ns``."""

@@ -2,8 +2,8 @@
 
 The device knows only what crosses the wire, so its timeline is built from what it sent and
 received: the moment its microphone captured the end of speech (found by running the run's VAD over
-the clip beforehand: inside the frame that holds it, which was captured in the frame's length before
-its send), ``stt``, ``llm``, each ``sentence_start``, the first audio frame, the answer's first and
+the clip beforehand: inside the frame that holds it, captured in the frame's length before its due
+time, ``pacer.captured_ns``), ``stt``, ``llm``, each ``sentence_start``, the first audio frame, the answer's first and
 last audible sample once played (``opus.audible``'s threshold, to the sample), ``tts stop``, the last
 frame played. It plays audio only between ``tts start`` and ``tts stop`` and as it arrives, and barges
 in by the firmware's wake-word or button path. With ``--record-audio`` what it sent and played goes
@@ -26,7 +26,7 @@ from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.microphone import Microphone
-from pipeline.transport.device.pacer import pacer, send_lateness
+from pipeline.transport.device.pacer import captured_ns, pacer, send_lateness
 from pipeline.transport.device.recording import NS_PER_SAMPLE, AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.uplink import NoiseLoop, clip_packets
@@ -119,8 +119,9 @@ class DeviceTurn:
         if self.device.mic is not None:
             self.device.mic.release(self)
 
-    def sent(self, frame: AudioFrame | None, now: int) -> None:
-        """One uplink frame handed to the transport at ``now``: ``frame`` from the clip, None the noise floor."""
+    def sent(self, frame: AudioFrame | None, now: int, captured: int) -> None:
+        """One uplink frame handed to the transport at ``now``, its capture complete at ``captured`` (its due
+        time, ``pacer.captured_ns``): ``frame`` from the clip, None the noise floor."""
         t = self.timing
         t.uplink_frames += 1
         t.last_uplink_ns = now
@@ -129,9 +130,9 @@ class DeviceTurn:
             self.recorder.timeline.vad.first_frame_ns = now
         if frame is not None and frame.seq == self.speech_end_seq:
             t.speech_end_frame = frame.seq
-            # captured in the frame's length before its send; the speech ended this far into it
+            # captured in the frame's length before ``captured``; the speech ended this far into it
             into_ms = min(max(0, self.speech_end_ms - frame.seq * FRAME_MS), frame.duration_ms)
-            self.recorder.timeline.vad.user_speech_end_ns = now - (frame.duration_ms - into_ms) * 1_000_000
+            self.recorder.timeline.vad.user_speech_end_ns = captured - (frame.duration_ms - into_ms) * 1_000_000
 
     async def send(self) -> None:
         """Auto and manual mode's microphone: each frame once its 60 ms are captured; in auto mode the
@@ -150,13 +151,15 @@ class DeviceTurn:
             due += (frame.duration_ms if frame is not None else FRAME_MS) * 1000
             await paced.wait(due)
             packet = packets[index] if frame is not None else self.device.noise.next()
-            late.record(paced.late_ms(due))
+            lateness = paced.late_ms(due)
+            late.record(lateness)
             now = self.clock.now_ns()  # handed to the transport now: the server may have it before send_audio returns
+            captured = captured_ns(now, lateness)
             await self.link.send_audio(packet, index * FRAME_MS)
-            self.sent(frame, now)
+            self.sent(frame, now, captured)
             if self.device.recording is not None:
                 pcm = frame.pcm if frame is not None else self.device.noise.last_pcm()
-                self.device.recording.microphone(pcm, now)
+                self.device.recording.microphone(pcm, captured)
         if self.settings.listen_mode == "manual":
             await self.link.send(Listen("stop", session_id=self.session_id))
         if not self.heard.is_set() and self.settings.answer_timeout_s:
