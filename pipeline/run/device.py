@@ -107,8 +107,9 @@ class Player:
 
     def __init__(self) -> None:
         self.info = StageInfo(role="player", impl="realtime")
-        # how long after its end the frame just yielded was handed on (the loop's timer fires late): its
-        # start was ``duration + late_s`` before the yield, which a device's sample-exact figures need
+        # the frame just yielded: when it began to play (loop time) and how long after its end it was handed
+        # on (the loop's timer fires late), which a device's sample-exact figures need
+        self.started_s = 0.0
         self.late_s = 0.0
 
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
@@ -120,6 +121,7 @@ class Player:
             # A frame starts when it arrives or when the previous one finishes, whichever is later.
             busy_until = max(busy_until, loop.time()) + event.duration_ms / 1000
             await asyncio.sleep(max(0.0, busy_until - loop.time()))
+            self.started_s = busy_until - event.duration_ms / 1000
             self.late_s = max(0.0, loop.time() - busy_until)
             yield event
 

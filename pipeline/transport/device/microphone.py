@@ -17,7 +17,7 @@ from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, AudioFrame
 from pipeline.run.device import Ask
 from pipeline.transport.device.link import DeviceLink
-from pipeline.transport.device.pacer import captured_ns, pacer, send_lateness
+from pipeline.transport.device.pacer import Capture, pacer, send_lateness
 from pipeline.transport.device.recording import AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.uplink import NOISE_FLOOR_DBFS, NoiseFloor, NoiseLoop, clip_packets
@@ -75,7 +75,7 @@ class Microphone:
         await asyncio.gather(self.task, return_exceptions=True)
 
     async def _run(self) -> None:
-        paced, late = pacer(), send_lateness()
+        paced, late, capture = pacer(), send_lateness(), Capture()
         due, position = paced.start_us(), 0
         clip: tuple[bytes, ...] = ()
         with contextlib.suppress(ChannelGone):  # the connection is gone: so is its microphone
@@ -96,7 +96,7 @@ class Microphone:
                 lateness = paced.late_ms(due)
                 late.record(lateness)
                 now = self.clock.now_ns()
-                captured = captured_ns(now, lateness)
+                captured = capture.at(now, due, lateness)
                 await self.link.send_audio(packet, position * FRAME_MS)
                 position += 1
                 if turn is not None:

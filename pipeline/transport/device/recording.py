@@ -4,7 +4,7 @@ One stereo 16-bit WAV per device at the pipeline's 16 kHz, on the emulator's own
 sample is a moment of the traces (docs: the issue 33 contract): sample 0 is when the device opened its
 first connection; the left channel holds each uplink frame's PCM (the clip's, or the noise floor's)
 where it was captured: in the ``duration`` before its due time, which is when it was handed to the
-transport less that send's lateness (``pacer.captured_ns``: the microphone keeps its pace, so frames
+transport less that send's lateness (``pacer.Capture``: the microphone keeps its pace, so frames
 follow each other without gap or overlap, where placing them by their sends would shift each by its
 lateness, milliseconds on a busy machine); the right channel holds each played frame's decoded PCM
 from the moment it began to play (the player's schedule, likewise without its timer's lateness).

@@ -3,7 +3,7 @@
 The device knows only what crosses the wire, so its timeline is built from what it sent and
 received: the moment its microphone captured the end of speech (found by running the run's VAD over
 the clip beforehand: inside the frame that holds it, captured in the frame's length before its due
-time, ``pacer.captured_ns``), ``stt``, ``llm``, each ``sentence_start``, the first audio frame, the answer's first and
+time, ``pacer.Capture``), ``stt``, ``llm``, each ``sentence_start``, the first audio frame, the answer's first and
 last audible sample once played (``opus.audible``'s threshold, to the sample), ``tts stop``, the last
 frame played. It plays audio only between ``tts start`` and ``tts stop`` and as it arrives, and barges
 in by the firmware's wake-word or button path. With ``--record-audio`` what it sent and played goes
@@ -26,7 +26,7 @@ from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.microphone import Microphone
-from pipeline.transport.device.pacer import captured_ns, pacer, send_lateness
+from pipeline.transport.device.pacer import Capture, pacer, send_lateness
 from pipeline.transport.device.recording import NS_PER_SAMPLE, AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.uplink import NoiseLoop, clip_packets
@@ -121,7 +121,7 @@ class DeviceTurn:
 
     def sent(self, frame: AudioFrame | None, now: int, captured: int) -> None:
         """One uplink frame handed to the transport at ``now``, its capture complete at ``captured`` (its due
-        time, ``pacer.captured_ns``): ``frame`` from the clip, None the noise floor."""
+        time, ``pacer.Capture``): ``frame`` from the clip, None the noise floor."""
         t = self.timing
         t.uplink_frames += 1
         t.last_uplink_ns = now
@@ -140,7 +140,7 @@ class DeviceTurn:
         The packets are pre-encoded (``uplink``: the clip's are what a fresh encoder makes of it), paced by
         the loop's shared pacer; each send's lateness is recorded (``pacer.send_lateness``)."""
         loop = asyncio.get_running_loop()
-        paced, late = pacer(), send_lateness()
+        paced, late, capture = pacer(), send_lateness(), Capture()
         packets = clip_packets(self.frames, self.settings.encoder_preset)
         due = paced.now_us()
         tail = self.settings.tail_ms // FRAME_MS if self.settings.listen_mode == "auto" else 0
@@ -154,7 +154,7 @@ class DeviceTurn:
             lateness = paced.late_ms(due)
             late.record(lateness)
             now = self.clock.now_ns()  # handed to the transport now: the server may have it before send_audio returns
-            captured = captured_ns(now, lateness)
+            captured = capture.at(now, due, lateness)
             await self.link.send_audio(packet, index * FRAME_MS)
             self.sent(frame, now, captured)
             if self.device.recording is not None:
@@ -266,12 +266,17 @@ class DeviceTurn:
         with sound, once the playing is over), and each frame recorded where it played."""
         player, recording = Player(), self.device.recording
         last: tuple[int, bytes] | None = None  # the last frame with sound: its start, its PCM
+        anchor: tuple[int, float] | None = None  # the first frame's start on the clock and the player's
         try:
             async for event in self.recorder.wrap("player", player, self._playout()):
                 if not isinstance(event, AudioOut):
                     continue
-                # the player yields a frame once played (``late_s`` after its end): it began a frame earlier
-                start = self.clock.now_ns() - event.duration_ms * 1_000_000 - round(player.late_s * 1e9)
+                if anchor is None:  # the player yields a frame once played (``late_s`` after its end)
+                    at = self.clock.now_ns() - event.duration_ms * 1_000_000 - round(player.late_s * 1e9)
+                    anchor = (at, player.started_s)
+                # later frames by the player's own schedule: back to back where it played them so, never
+                # a clock reading's jitter apart
+                start = anchor[0] + round((player.started_s - anchor[1]) * 1e9)
                 if recording is not None:
                     recording.speaker(event.pcm, start)
                 if not audible(event.pcm, AUDIBLE):
