@@ -15,6 +15,7 @@ from pipeline.analysis.recording_marks import check_recording, read_recording
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
 from pipeline.events import FRAME_MS, FRAME_SAMPLES
 from pipeline.settings.audio import load_audio
+from pipeline.settings.fixtures import load_questions
 from tests.test_transport_e2e import FIXTURES, SIMULATOR, start_server, stop
 
 pytestmark = pytest.mark.transport
@@ -52,7 +53,7 @@ def test_a_replay_records_each_device_where_its_traces_put_every_turn(tmp_path: 
         assert (m.last_audible - m.speech_end) / 16 == pytest.approx(row.last_audible_ms, abs=1 / 16)
         # the microphone: the clip, frame for frame, where the traces' end of speech puts it
         assert m.clip_start is not None and m.speech_end_ms is not None
-        question = next(q for q in replay.load_questions(FIXTURES, "").questions if q.id == m.question_id)
+        question = next(q for q in load_questions(FIXTURES, "").questions if q.id == m.question_id)
         frames = load_audio(question.audio).frames
         k = (m.speech_end_ms - 1) // FRAME_MS  # the frame holding the end of speech, and the whole clip around it
         start = m.speech_end - (m.speech_end_ms - k * FRAME_MS) * 16 - k * FRAME_SAMPLES

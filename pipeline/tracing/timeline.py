@@ -133,7 +133,6 @@ class DeviceTiming:
     llm_ns: int | None = None
     first_audio_received_ns: int | None = None
     first_audible_ns: int | None = None  # the answer's first sample above the audibility threshold played
-    last_audible_ns: int | None = None  # the end of its last sample above the threshold (one sample after its start)
     tts_stop_ns: int | None = None
     abort_ns: int | None = None  # barge-in: the device sent abort
     last_audio_received_ns: int | None = None
@@ -146,6 +145,7 @@ class DeviceTiming:
     dropped_frames: int = 0  # audio that came outside tts start .. stop: the firmware drops it unplayed
     reconnects: int = 0  # the connection was gone when the turn began and was opened again (0 or 1)
     temperature: str = ""  # cold_connection, cold_wake or warm (``TURN_TEMPERATURES``)
+    last_audible_ns: int | None = None  # the end of the answer's last sample above the threshold (its start + 1 sample)
 
 
 @dataclass(frozen=True, slots=True)
