@@ -1,9 +1,11 @@
-"""``pipeline.replay --server ... --record-audio DIR`` against ``pipeline.serve`` (its own process): each device's
+"""``pipeline.replay --server ... --record-audio DIR`` against ``pipeline.serve`` (its own process), over WebSocket and
+MQTT + UDP: each device's
 recording holds what its traces say, to the sample, on both channels."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +23,26 @@ from tests.test_transport_e2e import FIXTURES, SIMULATOR, start_server, stop
 pytestmark = pytest.mark.transport
 
 
-@pytest.mark.parametrize("mode", ["auto", "realtime"])
-def test_a_replay_records_each_device_where_its_traces_put_every_turn(tmp_path: Path, mode: str) -> None:
+KEY = {"LAB_MQTT_KEY": "Lab-signature-Key9"}
+
+
+@pytest.mark.parametrize(("transport", "mode"), [("websocket", "auto"), ("websocket", "realtime"), ("mqtt", "auto")])
+def test_a_replay_records_each_device_where_its_traces_put_every_turn(
+    tmp_path: Path, transport: str, mode: str
+) -> None:
     out, rec = tmp_path / "dev", tmp_path / "rec"
-    server, url = start_server(tmp_path / "server")
+    mqtt = ["--mqtt-port", "0", "--mqtt-signature-key-env", "LAB_MQTT_KEY"] if transport == "mqtt" else []
+    server, url = start_server(tmp_path / "server", *mqtt, env=KEY)
+    env: dict[str, str] = {}
     try:
+        if mqtt:
+            assert server.stdout is not None
+            found = re.search(r"serving (mqtt://\S+) with audio on udp://", server.stdout.readline())
+            assert found is not None
+            url, env = found.group(1), {"MQTT_SIGNATURE_KEY": KEY["LAB_MQTT_KEY"]}
         args = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
         args += ["--server", url, "--listen-mode", mode, "--out", str(out), "--run-id", "rec1"]
-        assert replay.main([*args, "--record-audio", str(rec)], env={}) == 0
+        assert replay.main([*args, "--record-audio", str(rec)], env=env) == 0
     finally:
         stop(server)
     rows = read_bench_csv(out / "bench.csv")
