@@ -1,6 +1,6 @@
-"""``pipeline.replay --server ... --record-audio DIR`` against ``pipeline.serve`` (its own process), over WebSocket and
-MQTT + UDP: each device's
-recording holds what its traces say, to the sample, on both channels."""
+"""``pipeline.replay --server ... --record-audio DIR`` against ``pipeline.serve`` (its own process), over
+WebSocket and MQTT + UDP: each device's recording holds what its traces say, to the sample, on both
+channels."""
 
 from __future__ import annotations
 
