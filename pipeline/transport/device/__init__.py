@@ -4,5 +4,6 @@
 ``mqtt_udp_link``); ``device`` holds the session and asks questions; ``turn`` runs one (clip out, answer
 in, playout, barge-in); ``microphone`` streams in realtime mode, its packets encoded once (``uplink``) and
 sent on the loop's one schedule (``pacer``, which records how late each send went); ``tools`` answers MCP
-as the firmware does. Nothing here imports the server side.
+as the firmware does; ``recording`` writes what it sent and played (``--record-audio``). Nothing here
+imports the server side.
 """
