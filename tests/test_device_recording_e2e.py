@@ -37,9 +37,9 @@ def test_a_replay_records_each_device_where_its_traces_put_every_turn(
     try:
         if mqtt:
             assert server.stdout is not None
-            found = re.search(r"serving (mqtt://\S+) with audio on udp://", server.stdout.readline())
-            assert found is not None
-            url, env = found.group(1), {"MQTT_SIGNATURE_KEY": KEY["LAB_MQTT_KEY"]}
+            said = re.search(r"serving (mqtt://\S+) with audio on udp://", server.stdout.readline())
+            assert said is not None
+            url, env = said.group(1), {"MQTT_SIGNATURE_KEY": KEY["LAB_MQTT_KEY"]}
         args = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
         args += ["--server", url, "--listen-mode", mode, "--out", str(out), "--run-id", "rec1"]
         assert replay.main([*args, "--record-audio", str(rec)], env=env) == 0
