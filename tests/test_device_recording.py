@@ -16,6 +16,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from pipeline import replay
 from pipeline.analysis.recording_marks import (
     RecordingError,
     audible_between,
@@ -37,6 +38,7 @@ from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.turn import DeviceTurn, TurnHost
 from pipeline.transport.device.uplink import NoiseLoop
 from tests.test_emulator_firmware import CLIP, CLOCK, SPEECH_END_MS, answer_each, ask, scripted, settings
+from tests.test_transport_e2e import FIXTURES, SIMULATOR
 from tests.test_transport_ws import real
 
 MS = 1_000_000
@@ -223,3 +225,10 @@ def test_a_device_records_two_turns_exactly_where_its_traces_put_them(tmp_path: 
         assert tl.device is not None and tl.device.first_uplink_ns is not None
         assert _holds(samples[:, 0], end - 4 * FRAME_SAMPLES, CLIP[0].pcm)  # the frames are contiguous
         assert tl.device.temperature == ("cold_connection" if f.marks.question_id == "q1" else "warm")
+
+
+def test_record_audio_without_a_device_is_refused_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "1", "--rounds", "1", "--quiet"]
+    assert replay.main([*args, "--out", str(tmp_path), "--record-audio", str(tmp_path / "rec")], env={}) == 2
+    assert "--record-audio records emulated devices: it needs --server" in capsys.readouterr().err
+    assert not (tmp_path / "rec").exists()
