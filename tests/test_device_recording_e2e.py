@@ -73,3 +73,6 @@ def test_a_replay_records_each_device_where_its_traces_put_every_turn(
         start = m.speech_end - (m.speech_end_ms - k * FRAME_MS) * 16 - k * FRAME_SAMPLES
         clip = np.frombuffer(b"".join(fr.pcm for fr in frames), dtype="<i2")
         assert np.array_equal(samples[start : start + len(clip), 0], clip)
+        if mode == "realtime":  # its microphone streams on: the noise floor follows the clip, never digital zero
+            after = samples[start + len(clip) : start + len(clip) + FRAME_SAMPLES, 0].astype(np.float64)
+            assert 20 < np.sqrt(np.mean(after**2)) < 50  # -60 dBFS is 32.8 RMS
