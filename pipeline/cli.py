@@ -97,6 +97,13 @@ def parse_replay_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     device.add_argument("--link-profile", help="a network profile between device and server (lan, internet, ...)")
     device.add_argument(
+        "--record-audio",
+        type=Path,
+        metavar="DIR",
+        help="record each device: DIR/<index>.wav (stereo 16 kHz: left what its microphone sent, right what its "
+        "speaker played, on the traces' clock) and DIR/<index>.json (where sample 0 lies on that clock)",
+    )
+    device.add_argument(
         "--barge-in-after", type=int, metavar="MS", help="interrupt each answer once it has sounded MS ms"
     )
     device.add_argument(

@@ -45,6 +45,7 @@ from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing.export import OtlpSettings, Tracing
 from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.device.recording import RecordTo
 from pipeline.transport.device.settings import SoundOutputs
 from stages.registry import ROLES
 
@@ -106,9 +107,12 @@ def fleet_warnings(cfg: Config, questions: int, remote: bool) -> list[str]:
     return out
 
 
-def _device_factory(settings: DeviceSettings, clock: Clock) -> Callable[[int], EmulatedDevice]:
+def _device_factory(
+    settings: DeviceSettings, clock: Clock, run_id: str, record: Path | None
+) -> Callable[[int], EmulatedDevice]:
     def device(index: int) -> EmulatedDevice:
-        return EmulatedDevice(dataclasses.replace(settings, device_id=device_id(index)), clock)
+        to = RecordTo(record, str(index), run_id) if record is not None else None
+        return EmulatedDevice(dataclasses.replace(settings, device_id=device_id(index)), clock, to)
 
     return device
 
@@ -125,6 +129,7 @@ class Prepared:
     questions: QuestionSet
     clock: Clock
     remote: DeviceSettings | None
+    record: Path | None  # --record-audio: the devices' recordings go here
     roles: tuple[str, ...]
     engines: Engines
     bench: BenchCsv
@@ -139,6 +144,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     otlp = otlp_from_env(env)
     clock = make_clock(cfg)
     remote = device_of(args, cfg, env, clock)
+    if args.record_audio is not None and remote is None:
+        raise ValueError("--record-audio records emulated devices: it needs --server")
     if remote is None:
         check_languages(cfg, questions.questions[: cfg.run.limit or None])
     check_workers(args.workers, cfg, clock)
@@ -152,7 +159,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     except BaseException:
         engines.close()  # a llama-server already started must not outlive a refused run
         raise
-    return Prepared(cfg, questions, clock, remote, tuple(roles), engines, bench, otlp)
+    return Prepared(cfg, questions, clock, remote, args.record_audio, tuple(roles), engines, bench, otlp)
 
 
 def check_workers(workers: int | None, cfg: Config, clock: Clock) -> None:
@@ -219,7 +226,7 @@ def make_run(run_id: str, p: Prepared, env: Mapping[str, str]) -> Run:
     """The run: its identity from the settings, the questions and the engines; its devices when remote."""
     cfg = p.cfg
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
-    devices = None if p.remote is None else _device_factory(p.remote, p.clock)
+    devices = None if p.remote is None else _device_factory(p.remote, p.clock, run_id, p.record)
     config_id = cfg.config_id(p.questions.digest(), p.engines.identity)
     return Run(run_id, cfg, config_id, p.questions, p.clock, p.engines, api_key, devices)
 

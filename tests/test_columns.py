@@ -39,7 +39,7 @@ def experiment_rows() -> list[TurnRow]:
 def test_the_header_is_the_committed_bench_csvs() -> None:
     with (EXPERIMENT / "bench.csv").open(encoding="utf-8", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == COLUMNS
-    assert len(COLUMNS) == len(set(COLUMNS)) == 63
+    assert len(COLUMNS) == len(set(COLUMNS)) == 65
 
 
 def test_bench_csv_written_from_the_traces_is_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
@@ -62,6 +62,8 @@ def test_the_column_groups_and_numeric_columns_follow_the_declared_types() -> No
         "stt_received_ms",
         "first_audio_received_ms",
         "first_audible_ms",
+        "last_audible_ms",
+        "turn_temperature",
         "interrupt_received_ms",
         "interrupt_played_ms",
     )
@@ -107,7 +109,7 @@ def test_the_texts_a_reader_keeps_once_are_those_the_schema_marks_repeated() -> 
     # the list facts.py once wrote by hand
     assert (
         *("run_id", "condition", "config_id", "question_id", "error", "note", "llm_model", "llm_endpoint"),
-        *("asr_error_metric", "language", "category", "scripted", "clock", "transport"),
+        *("asr_error_metric", "language", "category", "scripted", "clock", "transport", "turn_temperature"),
     ) == columns.REPEATED
     assert all(c.kind is str for c in columns.SCHEMA if c.repeated)
 

@@ -465,6 +465,11 @@ def test_barge_in_follows_the_firmwares_wake_word_or_button_path(way: str, mode:
         assert listen_after_abort_ms < 50
     assert second.device is not None and second.device.first_uplink_ns is not None
     assert second.device.first_uplink_ns > first.device.abort_ns and second.device.transcript == "question"
+    # the first turn has the connection's set-up behind it; the second a wake word's path, or the button's
+    assert (first.device.temperature, second.device.temperature) == (
+        "cold_connection",
+        "cold_wake" if way == "wake" else "warm",
+    )
 
 
 @pytest.mark.transport
@@ -491,6 +496,8 @@ def test_a_connection_the_server_closed_while_the_device_was_idle_is_opened_agai
     assert len(conns) == 2 and all(c.hello["type"] == "hello" for c in conns) and reconnects == 1
     assert first.device is not None and second.device is not None
     assert (first.device.reconnects, second.device.reconnects) == (0, 1)
+    # each the first turn on its connection
+    assert first.device.temperature == second.device.temperature == "cold_connection"
     assert conns[1].of("listen", "start")[0][1]["session_id"] == "s1"
 
 

@@ -20,4 +20,6 @@ Modules, in the order data flows through them:
   the graph re-timed with a change, ``read_graphs`` for ``pipeline.whatif``.
 - ``server_segments``: a real server's segments of first sound (``SegmentRow``, segments.csv).
 - ``sweep_file``: sweep.json, read once for the sweep and the report.
+- ``recording_marks``: a device's traced moments placed in its ``--record-audio`` recording, beside what
+  the recording holds there (a check, never the acoustic measurement).
 """

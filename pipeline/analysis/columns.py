@@ -30,7 +30,9 @@ DEVICE, WIRE = "device", "wire"
 class TurnRow(msgspec.Struct, frozen=True, gc=False):
     """One turn's bench.csv row, computed from its spans alone (METHOD M3, M10). Times are from the
     spans; "end of user speech" is the moment the 60 ms frame holding the last speech reached the
-    server. An empty number is one the spans do not give, never an estimate."""
+    server (in-process), or the moment a device's microphone captured it (across a transport: that
+    frame's capture start plus where in it the speech ended). An empty number is one the spans do not
+    give, never an estimate."""
 
     run_id: Annotated[str, _m(TEXT, "the run the turn belongs to (M10)", repeated=True)] = ""
     condition: Annotated[str, _m(TEXT, "the condition: A, B or B'", repeated=True)] = ""
@@ -186,14 +188,39 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
     ] = ""
     stt_received_ms: Annotated[
         float | None,
-        _m(MS, "end of user speech (a device: when it sent that frame) -> the device received `stt`", DEVICE),
+        _m(MS, "end of user speech (a device: when its microphone captured it) -> the device received `stt`", DEVICE),
     ] = None
     first_audio_received_ms: Annotated[
         float | None, _m(MS, "end of user speech -> the device received its first audio frame", DEVICE)
     ] = None
     first_audible_ms: Annotated[
-        float | None, _m(MS, "end of user speech -> the first frame with sound in it began to play", DEVICE)
+        float | None,
+        _m(
+            MS,
+            "end of user speech -> the answer's first sample above the audibility threshold (a magnitude "
+            "above 64 of 16-bit, about -54 dBFS) played: the silence a person hears",
+            DEVICE,
+        ),
     ] = None
+    last_audible_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "end of user speech -> the end of the answer's last sample above that threshold played (empty when "
+            "the turn failed or the user cut it off, as `whole_turn_ms`)",
+            DEVICE,
+        ),
+    ] = None
+    turn_temperature: Annotated[
+        str,
+        _m(
+            TEXT,
+            "`cold_connection`: the first turn on its connection (connect, hello, MCP set-up just before it); "
+            "`cold_wake`: a turn a wake word started mid-answer; `warm`: the others",
+            DEVICE,
+            repeated=True,
+        ),
+    ] = ""
     interrupt_received_ms: Annotated[
         float | None,
         _m(
@@ -227,8 +254,9 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
         _m(
             MS,
             "a device's row with our server's traces read beside it (joined by the `traceparent`): the "
-            "device sent the speech-end frame -> it reached the server; with the next three it sums to "
-            "`first_audible_ms` (across machines the clocks must be in step)",
+            "device's microphone captured the end of speech -> the frame holding it reached the server (the "
+            "rest of that frame's capture, then the wire); with the next three it sums to `first_audible_ms` "
+            "(across machines the clocks must be in step)",
             WIRE,
         ),
     ] = None
@@ -240,7 +268,8 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
         float | None, _m(MS, "as `uplink_ms`: the server sent the first audio frame -> the device received it", WIRE)
     ] = None
     device_buffer_ms: Annotated[
-        float | None, _m(MS, "as `uplink_ms`: the device received the first audio frame -> its first sound began", WIRE)
+        float | None,
+        _m(MS, "as `uplink_ms`: the device received the first audio frame -> its first audible sample played", WIRE),
     ] = None
 
 

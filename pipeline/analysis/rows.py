@@ -90,9 +90,16 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     other_cpu_ms = _float(get(names.HOST_OTHER_CPU_MS))
     first_chunk, generation, tool_ms, prompt, cached, s_queue, s_prompt, s_generation, model = _llm_segments(calls)
     asr_error, asr_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
-    transport, stt_received, first_received, first_audible, interrupt_received, interrupt_played = _device(
-        device, playback, speech_end
-    )
+    (
+        transport,
+        stt_received,
+        first_received,
+        first_audible,
+        last_audible,
+        temperature,
+        interrupt_received,
+        interrupt_played,
+    ) = _device(device, playback, speech_end)
     uplink, server_first_audio, downlink, device_buffer = wire_split(t.turn, device, server)
     row = TurnRow(
         run_id=_str(get(names.RUN_ID)),
@@ -147,6 +154,8 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         stt_received_ms=stt_received,
         first_audio_received_ms=first_received,
         first_audible_ms=first_audible,
+        last_audible_ms=last_audible if ok else None,
+        turn_temperature=temperature,
         interrupt_received_ms=interrupt_received,
         interrupt_played_ms=interrupt_played,
         packets_lost=_optional_int(get(names.PACKETS_LOST)),
@@ -169,7 +178,7 @@ def _queue_wait(queues: Sequence[ReadSpan]) -> float | None:
     return round(sum(known), 3) if known else None
 
 
-_DeviceView = tuple[str, float | None, float | None, float | None, float | None, float | None]
+_DeviceView = tuple[str, float | None, float | None, float | None, float | None, str, float | None, float | None]
 
 
 def _device(device: ReadSpan | None, playback: ReadSpan | None, speech_end: int | None) -> _DeviceView:
@@ -185,13 +194,15 @@ def _device(device: ReadSpan | None, playback: ReadSpan | None, speech_end: int 
         ms(speech_end, device.event_ns(names.EV_STT)),
         ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
         ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
+        None if abort is not None else ms(speech_end, device.event_ns(names.EV_LAST_AUDIBLE)),  # cut off: the user's
+        _str(device.attributes.get(names.TURN_TEMPERATURE)),
         # barge-in: from the abort until the server's audio stopped coming, and until the device fell silent
         ms(abort, max(last_in, abort)) if abort is not None and last_in is not None else None,
         ms(abort, max(played, abort)) if abort is not None and played is not None else None,
     )
 
 
-_NO_DEVICE: _DeviceView = ("", None, None, None, None, None)
+_NO_DEVICE: _DeviceView = ("", None, None, None, None, "", None, None)
 
 
 def _barged(device: ReadSpan | None) -> bool:

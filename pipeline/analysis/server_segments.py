@@ -67,7 +67,8 @@ class SegmentRow(msgspec.Struct, frozen=True, gc=False):
     warmup: Annotated[bool, meta(TEXT, "the warm-up round, left out of the summary (M6)")] = False
     ok: Annotated[bool, meta(TEXT, "the turn succeeded")] = False
     first_audible_ms: Annotated[
-        float | None, meta(MS, "the device's end of user speech -> the first frame with sound in it began to play")
+        float | None,
+        meta(MS, "the device's end of user speech -> the answer's first sample above the audibility threshold played"),
     ] = None
     to_asr_ms: Annotated[
         float | None,

@@ -1,16 +1,17 @@
 """The network + decode segment of a device's turn, where both ends' spans are at hand (joined traces).
 
-A device alone cannot tell the wire from the server: it sees only when it sent the frame that
-ended the user's speech and when the first sound played. Our server's turn span is a child of
+A device alone cannot tell the wire from the server: it sees only when its microphone captured the
+end of the user's speech and when the first audible sample played. Our server's turn span is a child of
 the device's turn span (the ``traceparent`` in ``listen``), so with both trace files read
 together the device's first sound splits into four consecutive parts that sum to
 ``first_audible_ms``:
 
-- ``uplink_ms``: the device sent the speech-end frame -> it reached the server;
+- ``uplink_ms``: the device's microphone captured the end of speech -> the frame holding it reached
+  the server (the rest of that frame's capture, the send, the wire);
 - ``server_first_audio_ms``: -> the server sent the first audio frame (its VAD, ASR, LLM, TTS);
 - ``downlink_ms``: -> the device received that frame;
-- ``device_buffer_ms``: -> the first frame with sound in it began to play (decode, jitter buffer,
-  and any silent frames before the speech).
+- ``device_buffer_ms``: -> the first audible sample played (decode, jitter buffer, and any silence
+  before the speech: whole silent frames and the first sounding frame's leading samples).
 
 Across machines the first and third need the two clocks in step (NTP or PTP); on one machine
 they share one clock. Without the server's spans these columns stay empty, never estimated.

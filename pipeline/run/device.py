@@ -107,6 +107,10 @@ class Player:
 
     def __init__(self) -> None:
         self.info = StageInfo(role="player", impl="realtime")
+        # the frame just yielded: when it began to play (loop time) and how long after its end it was handed
+        # on (the loop's timer fires late), which a device's sample-exact figures need
+        self.started_s = 0.0
+        self.late_s = 0.0
 
     async def run(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         loop = asyncio.get_running_loop()
@@ -117,6 +121,8 @@ class Player:
             # A frame starts when it arrives or when the previous one finishes, whichever is later.
             busy_until = max(busy_until, loop.time()) + event.duration_ms / 1000
             await asyncio.sleep(max(0.0, busy_until - loop.time()))
+            self.started_s = busy_until - event.duration_ms / 1000
+            self.late_s = max(0.0, loop.time() - busy_until)
             yield event
 
 

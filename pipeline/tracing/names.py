@@ -38,7 +38,8 @@ EV_LAST_UPLINK = "last_uplink_frame"
 EV_STT = "stt_received"
 EV_LLM = "llm_received"
 EV_FIRST_AUDIO_RECEIVED = "first_audio_received"
-EV_FIRST_AUDIBLE = "first_audible_played"
+EV_FIRST_AUDIBLE = "first_audible_played"  # the answer's first sample above the audibility threshold
+EV_LAST_AUDIBLE = "last_audible_played"  # the end of its last such sample
 EV_SENTENCE_START = "sentence_start_received"
 EV_TTS_STOP = "tts_stop_received"
 EV_ABORT = "abort_sent"  # barge-in
@@ -106,6 +107,10 @@ DOWNLINK_FRAMES = "lab.transport.downlink_frames"
 UNDECODABLE_FRAMES = "lab.transport.undecodable_frames"
 DROPPED_FRAMES = "lab.transport.dropped_frames"  # a device's: audio outside tts start .. stop, not played
 RECONNECTS = "lab.transport.reconnects"  # a device's: the connection opened again before the turn
+# a device's turn: cold_connection (the first on its connection: connect, hello, MCP set-up just before),
+# cold_wake (started by a wake word mid-answer), warm (the rest)
+TURN_TEMPERATURE = "lab.turn.temperature"
+TURN_TEMPERATURES = ("cold_connection", "cold_wake", "warm")
 PACKETS_RECEIVED = "lab.transport.packets_received"  # lossy transports: this side's incoming audio packets
 PACKETS_LOST = "lab.transport.packets_lost"
 PACKETS_LATE = "lab.transport.packets_late"

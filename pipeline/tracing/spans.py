@@ -213,6 +213,8 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
         names.DROPPED_FRAMES: device.dropped_frames,
         names.RECONNECTS: device.reconnects,
     }
+    if device.temperature:
+        attrs[names.TURN_TEMPERATURE] = device.temperature
     start = device.first_uplink_ns if device.first_uplink_ns is not None else child.end
     span = child(names.DEVICE, start, child.end, "device", attrs)
     for name, t in (
@@ -221,6 +223,7 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
         (names.EV_LLM, device.llm_ns),
         (names.EV_FIRST_AUDIO_RECEIVED, device.first_audio_received_ns),
         (names.EV_FIRST_AUDIBLE, device.first_audible_ns),
+        (names.EV_LAST_AUDIBLE, device.last_audible_ns),
         (names.EV_TTS_STOP, device.tts_stop_ns),
         (names.EV_ABORT, device.abort_ns),
         (names.EV_LAST_AUDIO_RECEIVED, device.last_audio_received_ns),

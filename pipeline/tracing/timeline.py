@@ -19,7 +19,8 @@ class VadTiming:
     speech_start_ns: int | None = None
     speech_start_offset_ms: int | None = None
     speech_end_offset_ms: int | None = None
-    user_speech_end_ns: int | None = None  # when the audio where speech ended reached the server
+    # when the audio where speech ended reached the server; a device's: when its microphone captured it
+    user_speech_end_ns: int | None = None
     end_ns: int | None = None  # when the VAD declared the end-point
     frame_arrival_ns: dict[int, int] = field(default_factory=dict)  # uplink frame seq -> when it reached the server
 
@@ -131,7 +132,7 @@ class DeviceTiming:
     stt_ns: int | None = None
     llm_ns: int | None = None
     first_audio_received_ns: int | None = None
-    first_audible_ns: int | None = None  # the first frame with sound in it began to play
+    first_audible_ns: int | None = None  # the answer's first sample above the audibility threshold played
     tts_stop_ns: int | None = None
     abort_ns: int | None = None  # barge-in: the device sent abort
     last_audio_received_ns: int | None = None
@@ -143,6 +144,8 @@ class DeviceTiming:
     undecodable_frames: int = 0
     dropped_frames: int = 0  # audio that came outside tts start .. stop: the firmware drops it unplayed
     reconnects: int = 0  # the connection was gone when the turn began and was opened again (0 or 1)
+    temperature: str = ""  # cold_connection, cold_wake or warm (``TURN_TEMPERATURES``)
+    last_audible_ns: int | None = None  # the end of the answer's last sample above the threshold (its start + 1 sample)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ HANDOFF = "handoff"
 
 # each kind, in path order, with what its time is (a path's columns say it in the README's table)
 MEANINGS = {
-    UPLINK: "a device's turn: it sent the speech-end frame -> the server had it",
+    UPLINK: "a device's turn: its microphone captured the end of speech -> the server had that frame",
     ENDPOINTING: "end of speech -> the VAD's end-point",
     ASR: "the end-point reaches the ASR -> the transcript",
     QUEUE: "a call waiting for the shared model's scheduler",

@@ -4,6 +4,6 @@
 ``mqtt_udp_link``); ``device`` holds the session and asks questions; ``turn`` runs one (clip out, answer
 in, playout, barge-in); ``microphone`` streams in realtime mode, its packets encoded once (``uplink``) and
 sent on the loop's one schedule (``pacer``, which records how late each send went); ``tools`` answers MCP
-as the firmware does; ``speaker`` plays its answers, and its user's questions, into sound devices. Nothing
-here imports the server side.
+as the firmware does; ``speaker`` plays its answers, and its user's questions, into sound devices;
+``recording`` writes what it sent and played (``--record-audio``). Nothing here imports the server side.
 """

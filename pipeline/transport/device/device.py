@@ -6,6 +6,9 @@ arrives; in realtime mode one ``listen start`` opens a microphone that streams f
 connection; barge-in follows the firmware's wake-word or button path; MCP requests are answered
 whenever they come; a connection the server closed while the device was idle is opened again. Each
 question is a ``turn.DeviceTurn``; its rows come from what crossed the wire, whichever server answers.
+Each turn is labelled cold or warm (``names.TURN_TEMPERATURES``): the first on a connection has its
+set-up just behind it, one a wake word started mid-answer the firmware's wake path. With a
+``recording.RecordTo`` the device records what it sent and played, from its first connection on.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.dial import open_link
 from pipeline.transport.device.link import DeviceError, DeviceLink
 from pipeline.transport.device.microphone import Microphone
+from pipeline.transport.device.recording import AudioRecording, RecordTo
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.tools import EmulatedTools
@@ -34,8 +38,11 @@ __all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
 class EmulatedDevice:
     """One device session: ``async with`` connects and says hello; ``turn`` runs one question."""
 
-    def __init__(self, settings: DeviceSettings, clock: Clock) -> None:
+    def __init__(self, settings: DeviceSettings, clock: Clock, record: RecordTo | None = None) -> None:
         self.settings, self.clock = settings, clock
+        self.record_to = record
+        self.recording: AudioRecording | None = None
+        self._fresh = False  # a connection was opened and no turn has run on it yet
         self.link_settings = settings.link()
         self.tools = EmulatedTools()  # the device's state outlives its connections
         self.noise = NoiseLoop(settings.device_id, settings.encoder_preset)
@@ -67,24 +74,39 @@ class EmulatedDevice:
     async def __aenter__(self) -> EmulatedDevice:
         if self.settings.sound:
             self.sound = await asyncio.to_thread(DeviceSound, self.settings.sound, self.label)
-        await self._connect()
+        try:
+            await self._connect()
+        except BaseException:
+            if self.recording is not None:  # the device never ran: its recording is what it was
+                self.recording.close(self.clock.now_ns())
+            if self.sound is not None:
+                await asyncio.to_thread(self.sound.close)
+                self.sound = None
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._pending is not None:
             await self._pending.stop()
             self._pending = None
-        await self._disconnect()
-        if self.sound is not None:
-            await asyncio.to_thread(self.sound.close)
-            self.sound = None
+        try:
+            await self._disconnect()
+        finally:
+            if self.recording is not None:
+                self.recording.close(self.clock.now_ns())
+            if self.sound is not None:
+                await asyncio.to_thread(self.sound.close)
+                self.sound = None
 
     async def _connect(self) -> None:
         self._listed = asyncio.Event()
+        if self.record_to is not None and self.recording is None:  # sample 0: the first connection opens
+            self.recording = self.record_to.open(self.clock.now_ns())
         await self.link.open()
+        self._fresh = True
         if self.realtime:  # application.cc: one listen start on entering Listening; the processor keeps running
             await self.link.send(self.listen_message(None))
-            self.mic = Microphone(self.link, self.settings, self.noise, self.clock)
+            self.mic = Microphone(self.link, self.settings, self.noise, self.clock, self.recording)
         # The real server asks for tools/list about a second after the device answered initialize
         # (mcp_handler.py sleeps 1 s): a question asked at once would reach a server that does not know
         # the device's tools yet. A server that never asks costs this wait once per connection.
@@ -135,9 +157,11 @@ class EmulatedDevice:
                 reconnected = 1
             except DeviceError as exc:
                 failed = DeviceTurn(self, ask)
+                failed.timing.temperature = "cold_connection"  # it tried to set one up
                 failed.recorder.fail("disconnected", str(exc))
                 return failed.recorder.finish()
         turn = DeviceTurn(self, ask)
+        turn.timing.temperature = self._temperature(woken=False)
         turn.timing.reconnects = reconnected
         try:
             await turn.start()
@@ -173,8 +197,16 @@ class EmulatedDevice:
         ``after``: what ``listen start`` waits for (the old answer played out); ``listen``: whether
         the device says ``listen start`` at all (realtime speech: it is listening already)."""
         turn = DeviceTurn(self, then)
+        turn.timing.temperature = self._temperature(woken=self.settings.barge_in_with == "wake")
         turn.sending = asyncio.create_task(turn.start_speaking(after, listen))
         self._pending = turn
+
+    def _temperature(self, woken: bool) -> str:
+        """A new turn's label: the first on its connection, one a wake word started, or warm."""
+        if self._fresh:
+            self._fresh = False
+            return "cold_connection"
+        return "cold_wake" if woken else "warm"
 
     def listen_message(self, ask: Ask | None) -> Listen:
         """``listen start`` in the device's mode; with ``ask``, naming the question for a server of ours."""

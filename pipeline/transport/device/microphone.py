@@ -17,7 +17,8 @@ from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, AudioFrame
 from pipeline.run.device import Ask
 from pipeline.transport.device.link import DeviceLink
-from pipeline.transport.device.pacer import pacer, send_lateness
+from pipeline.transport.device.pacer import Capture, pacer, send_lateness
+from pipeline.transport.device.recording import AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.uplink import NOISE_FLOOR_DBFS, NoiseFloor, NoiseLoop, clip_packets
 from pipeline.transport.wire.errors import ChannelGone
@@ -33,7 +34,7 @@ class Speaker(Protocol):
     frames: Sequence[AudioFrame]
     mic_pos: int
 
-    def sent(self, frame: AudioFrame | None, now: int) -> None: ...
+    def sent(self, frame: AudioFrame | None, now: int, captured: int) -> None: ...
 
 
 def lab_message(ask: Ask, session_id: str) -> Lab:
@@ -47,8 +48,16 @@ class Microphone:
     """Realtime mode: the microphone streams for the whole connection, one frame per 60 ms: the asked
     question's clip, the noise floor otherwise (application.cc keeps the audio processor running)."""
 
-    def __init__(self, link: DeviceLink, settings: DeviceSettings, noise: NoiseLoop, clock: Clock) -> None:
+    def __init__(
+        self,
+        link: DeviceLink,
+        settings: DeviceSettings,
+        noise: NoiseLoop,
+        clock: Clock,
+        recording: AudioRecording | None = None,
+    ) -> None:
         self.link, self.settings, self.noise, self.clock = link, settings, noise, clock
+        self.recording = recording  # ``--record-audio``: every frame sent, the noise floor's too
         self.turn: Speaker | None = None  # whose question is spoken, and whose frames these are
         noise.ready()
         self.task = asyncio.create_task(self._run())
@@ -66,7 +75,7 @@ class Microphone:
         await asyncio.gather(self.task, return_exceptions=True)
 
     async def _run(self) -> None:
-        paced, late = pacer(), send_lateness()
+        paced, late, capture = pacer(), send_lateness(), Capture()
         due, position = paced.start_us(), 0
         clip: tuple[bytes, ...] = ()
         with contextlib.suppress(ChannelGone):  # the connection is gone: so is its microphone
@@ -79,13 +88,18 @@ class Microphone:
                         await self.link.send(lab_message(turn.ask, self.link.session_id))
                         clip = clip_packets(turn.frames, self.settings.encoder_preset)
                     spoken = turn.frames[turn.mic_pos]
-                    packet = clip[turn.mic_pos]
+                    packet, pcm = clip[turn.mic_pos], spoken.pcm
                     turn.mic_pos += 1
                 else:
                     packet = self.noise.next()
-                late.record(paced.late_ms(due))
+                    pcm = self.noise.last_pcm() if self.recording is not None else b""
+                lateness = paced.late_ms(due)
+                late.record(lateness)
                 now = self.clock.now_ns()
+                captured = capture.at(now, due, lateness)
                 await self.link.send_audio(packet, position * FRAME_MS)
                 position += 1
                 if turn is not None:
-                    turn.sent(spoken, now)
+                    turn.sent(spoken, now, captured)
+                if self.recording is not None:
+                    self.recording.microphone(pcm, captured)

@@ -107,6 +107,28 @@ _LATENESS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SendLateness] = 
 _PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
 
 
+def captured_ns(sent_ns: int, late_ms: float) -> int:
+    """When a frame sent at ``sent_ns`` (the run's clock), ``late_ms`` after its due time, finished being
+    captured: at its due time. A microphone captures at a steady pace whatever the loop's delays, so its
+    frames follow each other without gap or overlap; the send's lateness is the device's own delay."""
+    return sent_ns - round(max(0.0, late_ms) * 1_000_000)
+
+
+class Capture:
+    """A microphone's frames' capture moments on the run's clock: the first from its send less its
+    lateness (``captured_ns``), each later one its due time's distance from the first's after it. The
+    clock and the lateness are two readings, microseconds apart (more if the thread is preempted
+    between them): taken once, they shift the whole stream by that, never one frame against the next."""
+
+    def __init__(self) -> None:
+        self._anchor: tuple[int, int] | None = None  # (capture moment ns, due µs) of the first frame
+
+    def at(self, sent_ns: int, due_us: int, late_ms: float) -> int:
+        if self._anchor is None:
+            self._anchor = (captured_ns(sent_ns, late_ms), due_us)
+        return self._anchor[0] + (due_us - self._anchor[1]) * 1000
+
+
 def send_lateness() -> SendLateness:
     """The running loop's record: every device on the loop shares it."""
     loop = asyncio.get_running_loop()

@@ -1,10 +1,13 @@
 """One question on the emulated device: the clip streamed up, the answer received and played, a barge-in.
 
 The device knows only what crosses the wire, so its timeline is built from what it sent and
-received: the frame that held the end of speech (found by running the run's VAD over the clip
-beforehand), ``stt``, ``llm``, each ``sentence_start``, the first audio frame, the first frame with
-sound in it once played, ``tts stop``, the last frame played. It plays audio only between ``tts
-start`` and ``tts stop`` and as it arrives, and barges in by the firmware's wake-word or button path.
+received: the moment its microphone captured the end of speech (found by running the run's VAD over
+the clip beforehand: inside the frame that holds it, captured in the frame's length before its due
+time, ``pacer.Capture``), ``stt``, ``llm``, each ``sentence_start``, the first audio frame, the answer's first and
+last audible sample once played (``opus.audible``'s threshold, to the sample), ``tts stop``, the last
+frame played. It plays audio only between ``tts start`` and ``tts stop`` and as it arrives, and barges
+in by the firmware's wake-word or button path. With ``--record-audio`` what it sent and played goes
+to its recording (``recording``) at the same moments.
 """
 
 from __future__ import annotations
@@ -14,21 +17,24 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+import numpy as np
+
 from pipeline.clock import Clock
-from pipeline.events import FRAME_MS, AudioFrame, AudioOut, Event
+from pipeline.events import FRAME_MS, SAMPLE_RATE, AudioFrame, AudioOut, Event
 from pipeline.run.device import Ask, Player, close, drain
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.microphone import Microphone
-from pipeline.transport.device.pacer import pacer, send_lateness
+from pipeline.transport.device.pacer import Capture, pacer, send_lateness
+from pipeline.transport.device.recording import NS_PER_SAMPLE, AudioRecording
 from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.uplink import NoiseLoop, clip_packets
 from pipeline.transport.wire.errors import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.messages import Abort, Listen, Llm, Malformed, Message, Other, Stt, Tts, kind
-from pipeline.transport.wire.opus import CodecError, OpusDecoder, audible
+from pipeline.transport.wire.opus import AUDIBLE, CodecError, OpusDecoder, audible
 
 _DRAINED = object()  # in the playout queue: everything before it has been played
 
@@ -42,6 +48,7 @@ class TurnHost(Protocol):
     mic: Microphone | None
     noise: NoiseLoop
     sound: DeviceSound | None
+    recording: AudioRecording | None
 
     @property
     def session_id(self) -> str: ...
@@ -67,7 +74,9 @@ class DeviceTurn:
         self.sending: asyncio.Task[None] | None = None
         # the frame that holds the last speech; no speech found: the clip's last frame
         end = ask.speech_end_ms if ask.speech_end_ms is not None else len(frames) * FRAME_MS
+        self.speech_end_ms = end
         self.speech_end_seq = min(max(0, (end - 1) // FRAME_MS), max(0, len(frames) - 1))
+        self.recorder.timeline.vad.speech_end_offset_ms = ask.speech_end_ms  # where the clip's speech ends
         self.heard = asyncio.Event()
         self.sounding = asyncio.Event()  # the answer became audible
         self.drained = asyncio.Event()  # after a wake-word abort: what was buffered has been played
@@ -112,8 +121,9 @@ class DeviceTurn:
         if self.device.mic is not None:
             self.device.mic.release(self)
 
-    def sent(self, frame: AudioFrame | None, now: int) -> None:
-        """One uplink frame handed to the transport at ``now``: ``frame`` from the clip, None the noise floor."""
+    def sent(self, frame: AudioFrame | None, now: int, captured: int) -> None:
+        """One uplink frame handed to the transport at ``now``, its capture complete at ``captured`` (its due
+        time, ``pacer.Capture``): ``frame`` from the clip, None the noise floor."""
         t = self.timing
         t.uplink_frames += 1
         t.last_uplink_ns = now
@@ -122,7 +132,9 @@ class DeviceTurn:
             self.recorder.timeline.vad.first_frame_ns = now
         if frame is not None and frame.seq == self.speech_end_seq:
             t.speech_end_frame = frame.seq
-            self.recorder.timeline.vad.user_speech_end_ns = now
+            # captured in the frame's length before ``captured``; the speech ended this far into it
+            into_ms = min(max(0, self.speech_end_ms - frame.seq * FRAME_MS), frame.duration_ms)
+            self.recorder.timeline.vad.user_speech_end_ns = captured - (frame.duration_ms - into_ms) * 1_000_000
 
     async def send(self) -> None:
         """Auto and manual mode's microphone: each frame once its 60 ms are captured; in auto mode the
@@ -130,7 +142,7 @@ class DeviceTurn:
         The packets are pre-encoded (``uplink``: the clip's are what a fresh encoder makes of it), paced by
         the loop's shared pacer; each send's lateness is recorded (``pacer.send_lateness``)."""
         loop = asyncio.get_running_loop()
-        paced, late = pacer(), send_lateness()
+        paced, late, capture = pacer(), send_lateness(), Capture()
         packets = clip_packets(self.frames, self.settings.encoder_preset)
         due = paced.now_us()
         if self.device.sound is not None:  # its user starts saying it now; the first frame is captured from now
@@ -143,10 +155,15 @@ class DeviceTurn:
             due += (frame.duration_ms if frame is not None else FRAME_MS) * 1000
             await paced.wait(due)
             packet = packets[index] if frame is not None else self.device.noise.next()
-            late.record(paced.late_ms(due))
+            lateness = paced.late_ms(due)
+            late.record(lateness)
             now = self.clock.now_ns()  # handed to the transport now: the server may have it before send_audio returns
+            captured = capture.at(now, due, lateness)
             await self.link.send_audio(packet, index * FRAME_MS)
-            self.sent(frame, now)
+            self.sent(frame, now, captured)
+            if self.device.recording is not None:
+                pcm = frame.pcm if frame is not None else self.device.noise.last_pcm()
+                self.device.recording.microphone(pcm, captured)
         if self.settings.listen_mode == "manual":
             await self.link.send(Listen("stop", session_id=self.session_id))
         if not self.heard.is_set() and self.settings.answer_timeout_s:
@@ -219,7 +236,9 @@ class DeviceTurn:
         except CodecError:
             self.timing.undecodable_frames += 1
             return None
-        return AudioOut(sentence_index=sentence, seq=self.timing.downlink_frames, pcm=pcm)
+        # as long as the PCM it holds (a server may send 20 or 40 ms packets): the player plays it that long
+        duration_ms = max(1, len(pcm) * 1000 // (2 * SAMPLE_RATE))
+        return AudioOut(sentence_index=sentence, seq=self.timing.downlink_frames, pcm=pcm, duration_ms=duration_ms)
 
     def _control(self, item: Message | Other | Malformed, now: int) -> str:
         """Stamps what the message says; a ``tts`` message's state, or what it was."""
@@ -247,11 +266,32 @@ class DeviceTurn:
             self.deadline.reschedule(None)
 
     async def play(self) -> None:
-        async for event in self.recorder.wrap("player", Player(), self._playout()):
-            if isinstance(event, AudioOut) and self.timing.first_audible_ns is None and audible(event.pcm):
-                # the player yields a frame once played: its sound began one frame earlier
-                self.timing.first_audible_ns = self.clock.now_ns() - event.duration_ms * 1_000_000
-                self.sounding.set()
+        """The answer played; its first and last audible sample found (the last only for the last frame
+        with sound, once the playing is over), and each frame recorded where it played."""
+        player, recording = Player(), self.device.recording
+        last: tuple[int, bytes] | None = None  # the last frame with sound: its start, its PCM
+        anchor: tuple[int, float] | None = None  # the first frame's start on the clock and the player's
+        try:
+            async for event in self.recorder.wrap("player", player, self._playout()):
+                if not isinstance(event, AudioOut):
+                    continue
+                if anchor is None:  # the player yields a frame once played (``late_s`` after its end)
+                    at = self.clock.now_ns() - event.duration_ms * 1_000_000 - round(player.late_s * 1e9)
+                    anchor = (at, player.started_s)
+                # later frames by the player's own schedule: back to back where it played them so, never
+                # a clock reading's jitter apart
+                start = anchor[0] + round((player.started_s - anchor[1]) * 1e9)
+                if recording is not None:
+                    recording.speaker(event.pcm, start)
+                if not audible(event.pcm, AUDIBLE):
+                    continue
+                last = (start, event.pcm)
+                if self.timing.first_audible_ns is None:
+                    self.timing.first_audible_ns = start + _loud(event.pcm)[0] * NS_PER_SAMPLE
+                    self.sounding.set()
+        finally:
+            if last is not None:
+                self.timing.last_audible_ns = last[0] + (_loud(last[1])[-1] + 1) * NS_PER_SAMPLE
 
     async def _playout(self) -> AsyncIterator[Event]:
         """The frames to play; the player takes the next only once the one before has played."""
@@ -311,6 +351,11 @@ class DeviceTurn:
                 waiting.append(item)
         for item in waiting:
             self.playout.put_nowait(item)
+
+
+def _loud(pcm: bytes) -> np.ndarray:
+    """The indices of the frame's samples above the audibility threshold."""
+    return np.flatnonzero(np.abs(np.frombuffer(pcm, dtype="<i2").astype(np.int32)) > AUDIBLE)
 
 
 def check_answered(recorder: TurnRecorder) -> None:

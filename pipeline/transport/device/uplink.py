@@ -46,6 +46,7 @@ class NoiseFloor:
 
 _clips: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
 _noise: dict[str, tuple[bytes, ...]] = {}
+_noise_pcm: list[tuple[bytes, ...]] = []  # the loop's PCM, the same for every preset: made once
 
 
 def encode_frames(pcm_frames: Sequence[bytes], preset: str) -> tuple[bytes, ...]:
@@ -69,12 +70,19 @@ def clip_packets(frames: Sequence[AudioFrame], preset: str) -> tuple[bytes, ...]
     return packets
 
 
+def noise_pcm() -> tuple[bytes, ...]:
+    """The noise loop's NOISE_LOOP_FRAMES frames of PCM, before encoding."""
+    if not _noise_pcm:
+        noise = NoiseFloor(_NOISE_SEED)
+        _noise_pcm.append(tuple(noise.frame() for _ in range(NOISE_LOOP_FRAMES)))
+    return _noise_pcm[0]
+
+
 def noise_packets(preset: str) -> tuple[bytes, ...]:
     """The shared noise loop of ``preset``: NOISE_LOOP_FRAMES frames encoded continuously, once per process."""
     packets = _noise.get(preset)
     if packets is None:
-        noise = NoiseFloor(_NOISE_SEED)
-        packets = _noise[preset] = encode_frames([noise.frame() for _ in range(NOISE_LOOP_FRAMES)], preset)
+        packets = _noise[preset] = encode_frames(noise_pcm(), preset)
     return packets
 
 
@@ -84,6 +92,7 @@ class NoiseLoop:
     def __init__(self, seed: str, preset: str) -> None:
         self.preset = preset
         self._position = zlib.crc32(seed.encode()) % NOISE_LOOP_FRAMES
+        self.last = self._position
         self._packets: tuple[bytes, ...] | None = (
             None  # encoded on first use: a device that never streams never loads libopus
         )
@@ -98,5 +107,10 @@ class NoiseLoop:
         if packets is None:
             packets = self._packets = noise_packets(self.preset)
         packet = packets[self._position]
+        self.last = self._position
         self._position = (self._position + 1) % NOISE_LOOP_FRAMES
         return packet
+
+    def last_pcm(self) -> bytes:
+        """The PCM of the packet ``next`` gave last (a recording's microphone channel)."""
+        return noise_pcm()[self.last]

@@ -193,7 +193,10 @@ async def encode_off_loop(encoder: OpusEncoder, pcm: bytes, inline: bool = False
     return await asyncio.get_running_loop().run_in_executor(codec_threads(), encoder.encode, pcm)
 
 
-def audible(pcm: bytes, threshold: int = 64) -> bool:
+AUDIBLE = 64  # |x| of a 16-bit sample above this is heard: about -54 dBFS
+
+
+def audible(pcm: bytes, threshold: int = AUDIBLE) -> bool:
     """Whether a frame holds something a listener hears: any sample above about -54 dBFS."""
     samples = np.frombuffer(pcm, dtype="<i2")
     # the extremes, not abs(): no widened copy of the frame, and -32768 needs none
