@@ -72,7 +72,7 @@ def section(ctx: Context) -> list[Block]:
     )
     if any(len(c.values("uplink_ms")) for c in wired.values()):  # the server's spans joined to the device's
         rows += (
-            line("first sound, split: uplink (speech-end frame sent -> at the server; ms)", "uplink_ms"),
+            line("first sound, split: uplink (end of speech captured -> its frame at the server; ms)", "uplink_ms"),
             line("first sound, split: server (-> first audio frame sent; ms)", "server_first_audio_ms"),
             line("first sound, split: downlink (-> at the device; ms)", "downlink_ms"),
             line("first sound, split: device (-> decoded, buffered, sounding; ms)", "device_buffer_ms"),
