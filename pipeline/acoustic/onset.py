@@ -14,8 +14,10 @@ Two ways, one per kind of channel:
   the summed excess power over the floor (less ``CHANGE_BIAS``) is within ``CHANGE_SLACK`` of its largest
   (a CUSUM): the answer's quiet start, a little above the noise, still adds to the sum, noise alone takes
   from it. The answer's end is found the same way forwards from its last loud moment, so it includes the
-  room's reverberation of the answer, which a listener there hears. A first sound that lies under the
-  noise (a breath, a soft fricative) is heard, and so found, only when it rises above it.
+  room's reverberation of the answer, which a listener there hears. Where the sound at that change point is
+  still soft (a breath, a fricative: under ``SOFT_DB`` over the floor), a second walk with a lower bias finds
+  where that soft sound began, 1-2 dB over the noise; a first sound wholly under the noise is found only
+  when it rises above it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ CHANGE_BIAS = 0.3  # a block counts towards the answer when its power is over 1.
 # estimated, not measured: white noise's 1 ms blocks at 16 kHz (power sd 0.35 of the floor) drift down by the bias,
 # so a chance run of noise adds this much to the sum less than once in a hundred (exp(-2 * 0.3 * 1.0 / 0.35**2))
 CHANGE_SLACK = 1.0
+# A soft start (espeak-ng's Chinese answers begin with some 40 ms of breath-like sound 1-2 dB over a 20 dB SNR
+# room's noise, power 0.3-0.6x the floor's) lies under CHANGE_BIAS, so the walk stops where the voice rises. Where
+# the sound just after that point is still soft (under SOFT_DB over the floor for SOFT_MS), a second walk with a
+# lower bias and a wider slack looks for that start. Only there: before a sharp onset, a chance run of louder noise
+# would be taken for it (estimated: with 1 ms blocks' power sd 0.35 of the floor, a run adds FINE_SLACK to the
+# sum about once in 26 walks, exp(-2 * 0.1 * 2.0 / 0.35**2)).
+SOFT_DB = 6.0
+SOFT_MS = 10.0
+FINE_BIAS = 0.1  # a block counts towards a soft start when its power is over 1.1x the floor's (about 0.4 dB)
+FINE_SLACK = 2.0
 CHANGE_REACH_MS = 150.0  # how far before its loud part an answer's quiet start is looked for (and after, its end)
 HOLD_MS = 15.0  # an onset's sound lasts at least this long above EDGE_DB
 FLOOR_PERCENTILE = 10.0  # the recording's quietest tenth is noise: between turns, before the first question
@@ -91,7 +103,11 @@ def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> S
     loud = int(np.nonzero(level[start:] >= ONSET_DB)[0][-1]) + start
     blocks = _block_power(segment, hop) / floor - 1.0 - CHANGE_BIAS
     reach = max(1, int(CHANGE_REACH_MS * rate / 1000 / hop))
-    first = _change_before(blocks, start, max(int(quiet[0]), start - reach))
+    earliest = max(int(quiet[0]), start - reach)
+    first = _change_before(blocks, start, earliest)
+    soft = max(1, int(SOFT_MS * rate / 1000 / hop))
+    if np.mean(blocks[first : first + soft]) + 1.0 + CHANGE_BIAS < 10 ** (SOFT_DB / 10):
+        first = _change_before(blocks + CHANGE_BIAS - FINE_BIAS, first, earliest, FINE_SLACK)
     last = _change_after(blocks, loud, min(len(blocks) - 1, loud + reach))
     return Span(begin + first * hop, min(end - 1, begin + (last + 1) * hop - 1))
 
@@ -105,7 +121,7 @@ def _block_power(x: np.ndarray, hop: int) -> np.ndarray:
     return np.asarray(padded.reshape(-1, hop).sum(axis=1) / counts)
 
 
-def _change_before(excess: np.ndarray, at: int, earliest: int) -> int:
+def _change_before(excess: np.ndarray, at: int, earliest: int, slack: float = CHANGE_SLACK) -> int:
     """Where the sound found loud at ``at`` began: walking back, the block nearest ``at`` from which the summed
     excess over the floor is within ``CHANGE_SLACK`` of its largest (a CUSUM: noise blocks lower the sum on
     average, the answer's quiet start still raises it; the slack keeps a chance run of louder noise from
@@ -113,7 +129,7 @@ def _change_before(excess: np.ndarray, at: int, earliest: int) -> int:
     if at <= earliest:
         return at
     sums = np.cumsum(excess[earliest : at + 1][::-1])[::-1]
-    near = np.nonzero(sums >= sums.max() - CHANGE_SLACK)[0]
+    near = np.nonzero(sums >= sums.max() - slack)[0]
     return earliest + int(near[-1])
 
 
