@@ -35,6 +35,7 @@ from pipeline.transport.device.device import EmulatedDevice
 from pipeline.transport.device.pacer import captured_ns
 from pipeline.transport.device.recording import HOLD_S, NS_PER_SAMPLE, AudioRecording, RecordTo, sample_of
 from pipeline.transport.device.settings import DeviceSettings
+from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.turn import DeviceTurn, TurnHost
 from pipeline.transport.device.uplink import NoiseLoop
 from tests.test_emulator_firmware import CLIP, CLOCK, SPEECH_END_MS, answer_each, ask, scripted, settings
@@ -124,6 +125,7 @@ class _Host:
         self.mic = None
         self.noise = NoiseLoop("test", "firmware")
         self.recording = recording
+        self.sound: DeviceSound | None = None  # no sound device here (tests/test_device_sound.py has one)
         self.session_id = "s"
         self.realtime = False
 
