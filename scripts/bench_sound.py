@@ -13,15 +13,13 @@ Starts a private PulseAudio daemon (a null sink and its monitor, ``pipeline.acou
    playing each answer into the sink (``replay --voice --speaker``), the monitor recorded. Per turn:
    question start -> first audible from the sound (the clip found by cross-correlation, the answer
    after it) against the traces' (first frame's capture start -> ``first_audible_played``); and,
-   where ``pipeline.acoustic.measure`` is there, its silence from the mono recording against the
+   ``pipeline.acoustic.measure``'s silence from the mono recording against the
    traces' ``first_audible_ms``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import statistics
 import sys
@@ -40,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 from transport_skews import start_serve, stop_serve  # noqa: E402
 
 from pipeline import replay  # noqa: E402
+from pipeline.acoustic.measure import measure_recording  # noqa: E402
+from pipeline.acoustic.questions import load_questions as acoustic_questions  # noqa: E402
 from pipeline.acoustic.sound import Pcm, Recorder, sounddevice  # noqa: E402
 from pipeline.acoustic.sound_server import PulseServer  # noqa: E402
 from pipeline.settings.config import load_config  # noqa: E402
@@ -114,14 +114,12 @@ def turns(count: int, out: Path) -> dict[str, list[float]]:
         onset = answer_onset(heard, clip, at)
         if onset is not None:
             result["simple: heard - traced (ms)"].append((onset - at) * 1000 / RATE - start_to_audible)
-    if importlib.util.find_spec("pipeline.acoustic.measure") is not None:
-        measure = importlib.import_module("pipeline.acoustic.measure")
-        acoustic = importlib.import_module("pipeline.acoustic.questions")
-        played = acoustic.load_questions(FIXTURES, load_config([SIMULATOR]))
-        rows = {r.question_id: r for r in measure.measure_recording(wav, played, layout="mono") if r.ok}
-        for qid, (_, silence) in trace.items():
-            if qid in rows:
-                result["acoustic - trace silence (ms)"].append(rows[qid].first_audible_ms - silence)
+    played = acoustic_questions(FIXTURES, load_config([SIMULATOR]))
+    rows = {r.question_id: r.first_audible_ms for r in measure_recording(wav, played, layout="mono") if r.ok}
+    for qid, (_, silence) in trace.items():
+        measured = rows.get(qid)
+        if measured is not None:
+            result["acoustic - trace silence (ms)"].append(measured - silence)
     print(f"turns: {len(trace)} traced, recording {len(heard) / RATE:.1f} s, input lost {lost:.3f} s: {wav}")
     return result
 

@@ -13,17 +13,17 @@ within 20 ms on every turn.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 import soundfile
 
 from pipeline import replay
-from pipeline.acoustic.sound import Recorder
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import load_questions as acoustic_questions
+from pipeline.acoustic.recording import AUDIBLE
+from pipeline.acoustic.sound import Pcm, Recorder
 from pipeline.acoustic.sound_server import PulseServer
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file, trace_files
 from pipeline.events import FRAME_MS, SAMPLE_RATE
@@ -36,9 +36,6 @@ from tests.test_transport_e2e import FIXTURES, SIMULATOR, start_server, stop
 
 pytestmark = [pytest.mark.sound, pytest.mark.realtime, pytest.mark.transport]
 __all__ = ["pulse"]  # the fixture, used by name
-
-AUDIBLE = 64 / 32768  # pipeline.transport.wire.opus.audible's threshold, as float
-Pcm = npt.NDArray[np.float32]
 
 
 def clip_pcm(question_audio: Path) -> Pcm:
@@ -76,7 +73,9 @@ def traced(out: Path) -> dict[str, tuple[float, float]]:
     return found
 
 
-def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse: PulseServer, tmp_path: Path) -> None:
+def heard_through_the_sink(tmp_path: Path) -> tuple[Pcm, Recorder]:
+    """Two questions of an emulated device voicing them and playing its answers into the sink, against
+    ``pipeline.serve``; the sink's monitor as recorded (also written to ``room.wav``), and its recorder."""
     server, url = start_server(tmp_path / "server")
     common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
     try:
@@ -90,6 +89,11 @@ def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse:
         stop(server)
     assert code == 0
     soundfile.write(tmp_path / "room.wav", heard, SAMPLE_RATE, subtype="PCM_16")  # kept for a failing run's reader
+    return heard, room
+
+
+def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse: PulseServer, tmp_path: Path) -> None:
+    heard, room = heard_through_the_sink(tmp_path)
     assert room.overflows == 0 and room.gaps_s == 0.0
     questions = {q.id: q for q in load_questions(FIXTURES).questions}
     trace = traced(tmp_path / "dev")
@@ -105,34 +109,13 @@ def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse:
     assert all(abs(d) <= 20 for d in differences.values()), differences
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pipeline.acoustic.measure") is None,
-    reason="pipeline.acoustic.measure (the acoustic helper's measurement) is not merged yet",
-)
 def test_the_acoustic_measurement_of_the_sink_agrees_with_the_traces(pulse: PulseServer, tmp_path: Path) -> None:
-    measure = importlib.import_module("pipeline.acoustic.measure")  # by name: absent until merged
-    acoustic_questions = importlib.import_module("pipeline.acoustic.questions")
-
-    server, url = start_server(tmp_path / "server")
-    common = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
-    try:
-        with Recorder("pulse") as room:
-            code = replay.main(
-                [*common, "--server", url, "--speaker", "pulse", "--voice", "pulse", "--out", str(tmp_path / "dev")],
-                env={},
-            )
-            heard = room.samples()
-    finally:
-        stop(server)
-    assert code == 0
+    heard_through_the_sink(tmp_path)
     wav = tmp_path / "room.wav"
-    soundfile.write(wav, heard, SAMPLE_RATE, subtype="PCM_16")
-    rows = measure.measure_recording(
-        wav, acoustic_questions.load_questions(FIXTURES, load_config([SIMULATOR])), layout="mono"
-    )
+    rows = measure_recording(wav, acoustic_questions(FIXTURES, load_config([SIMULATOR])), layout="mono")
     trace = traced(tmp_path / "dev")
-    measured = {r.question_id: r for r in rows if r.ok}
+    measured = {r.question_id: r.first_audible_ms for r in rows if r.ok}
     assert set(measured) == set(trace), [r.error for r in rows if not r.ok]
-    differences = {qid: round(measured[qid].first_audible_ms - silence, 1) for qid, (_, silence) in trace.items()}
+    differences = {qid: round((measured[qid] or float("nan")) - silence, 1) for qid, (_, silence) in trace.items()}
     print(f"acoustic - trace silence (ms): {differences}")
     assert all(abs(d) <= 20 for d in differences.values()), differences

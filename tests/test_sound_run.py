@@ -10,8 +10,6 @@ streams' time info is good for.
 from __future__ import annotations
 
 import csv
-import importlib
-import importlib.util
 import json
 import threading
 from pathlib import Path
@@ -21,6 +19,7 @@ import pytest
 import soundfile
 
 from pipeline.acoustic import run
+from pipeline.acoustic.questions import load_questions
 from pipeline.acoustic.sound import Pcm, Recorder, SoundError, Speaker
 from pipeline.acoustic.sound_server import PulseServer
 from pipeline.settings.config import load_config
@@ -114,10 +113,6 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--rounds" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pipeline.acoustic.measure") is None,
-    reason="pipeline.acoustic.measure (the acoustic helper's measurement) is not merged yet",
-)
 def test_the_run_measures_a_fake_assistant_by_ear(pulse: PulseServer, tmp_path: Path) -> None:
     """The silence the run measures is the one the fake made: from the question's end of speech (where the
     streams played it, plus its speech end) to the stream time the fake scheduled its answer at."""
@@ -127,8 +122,7 @@ def test_the_run_measures_a_fake_assistant_by_ear(pulse: PulseServer, tmp_path: 
         code = run.main(argv)
     assert code == 0
     said = json.loads((tmp_path / "room.json").read_text(encoding="utf-8"))
-    questions = importlib.import_module("pipeline.acoustic.questions")
-    ends = {q.question_id: q.speech_end_s for q in questions.load_questions(FIXTURES, load_config([SIMULATOR]))}
+    ends = {q.question_id: q.speech_end_s for q in load_questions(FIXTURES, load_config([SIMULATOR]))}
     with (tmp_path / "rows.csv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["ok"].lower() for r in rows] == ["true", "true"] and len(fake.answers) == 2
@@ -140,10 +134,6 @@ def test_the_run_measures_a_fake_assistant_by_ear(pulse: PulseServer, tmp_path: 
     assert all(abs(d) <= 20 for d in differences), differences
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pipeline.acoustic.measure") is None,
-    reason="pipeline.acoustic.measure (the acoustic helper's measurement) is not merged yet",
-)
 def test_a_wake_word_is_said_before_each_question_and_measured_apart(pulse: PulseServer, tmp_path: Path) -> None:
     wake = tmp_path / "wake.wav"
     soundfile.write(wake, burst(0.4, 7), RATE, subtype="PCM_16")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import sys
 import time
@@ -28,13 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import Question, load_questions
+from pipeline.acoustic.recording import AUDIBLE
+from pipeline.acoustic.rows import write_rows
 from pipeline.acoustic.sound import Pcm, Recorder, SoundError, Speaker
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import ModelError
 
 RATE = 16000  # what the lab's questions are and what the recording is written at
-AUDIBLE = 64 / 32768  # pipeline.transport.wire.opus.audible's threshold, as float
 WINDOW = RATE // 50  # the level is watched in 20 ms windows
 
 
@@ -221,36 +223,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SoundError, ValueError, ConfigError, FixtureError, ModelError) as exc:  # QuestionError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ImportError as exc:  # the questions are the acoustic measurement's
-        print(f"error: the acoustic measurement is missing ({exc})", file=sys.stderr)
-        return 2
     wav = write_take(args.out, result)
     print(f"recorded {len(result.recording) / RATE:.1f} s of the room: {wav}")
     return report(wav, args, questions[: args.limit], wake)
 
 
-def load(args: argparse.Namespace) -> list[Any]:
+def load(args: argparse.Namespace) -> list[Question]:
     """The questions as the acoustic measurement takes them (with their ends of speech, by the run's VAD)."""
-    questions = importlib.import_module("pipeline.acoustic.questions")  # the acoustic measurement's, by name
     cfg = load_config(args.config) if args.config else None
-    return list(questions.load_questions(args.fixtures, cfg, args.model_cache))
+    return load_questions(args.fixtures, cfg, args.model_cache)
 
 
-def report(wav: Path, args: argparse.Namespace, questions: list[Any], wake: Pcm | None) -> int:
+def report(wav: Path, args: argparse.Namespace, questions: list[Question], wake: Pcm | None) -> int:
     """Measures the recording for the questions played (the others are not looked for: a clip never played
     cannot be found by mistake; the wake word is one more clip, which bounds the turn before it)."""
-    try:
-        measure = importlib.import_module("pipeline.acoustic.measure")
-        rows_module = importlib.import_module("pipeline.acoustic.rows")
-    except ImportError as exc:
-        print(f"error: {wav} recorded but not measured: the acoustic measurement is missing ({exc})", file=sys.stderr)
-        return 1
     played = list(questions)
     if wake is not None:
-        played.append(type(questions[0])("wake-word", wake, RATE, speech_end(wake)))
-    rows = measure.measure_recording(wav, played, layout="mono", device=args.device)
+        played.append(Question("wake-word", wake, RATE, speech_end(wake)))
+    rows = measure_recording(wav, played, layout="mono", device=args.device)
     out = args.out / "rows.csv"
-    rows_module.write_rows(out, rows)
+    write_rows(out, rows)
     for r in rows:
         said = f"{r.first_audible_ms:.0f} ms silence" if r.ok else f"not measured: {r.error}"
         print(f"  {r.question_id} round {r.round}: {said}")
