@@ -44,6 +44,12 @@ def parse_replay_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
     p.add_argument("--append", action="store_true", help="add turns to a run id that --out already holds")
     p.add_argument("--quiet", action="store_true", help="no per-turn progress lines")
+    p.add_argument(
+        "--turn-gate",
+        action="store_true",
+        help="take turns when told: 'gate: ready N' once loaded, then before each turn wait for a 'go' line on "
+        "standard input and print 'gate: done POS' after it (pipeline.experiment's interleaved conditions)",
+    )
     p.add_argument("--net-audit", type=Path, help="record Python-level attempts to leave loopback here (JSON lines)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled (default: ~/.cache/...)")
     fleet = p.add_argument_group("many devices on one pipeline")

@@ -8,6 +8,11 @@ device, B' runs B inside a network namespace with only loopback and a verdict on
 whether anything tried to leave (``python -m pipeline.offline``). Each condition is a run
 with its own run_id; everything lands in FOLDER, which ``python -m pipeline.report``
 reads (and which this command reports on at the end).
+
+By default the conditions are interleaved turn by turn (``--order interleaved``): every condition's
+process starts at once and keeps its models loaded, and they take each turn in the order A B B',
+B' B A, A B B' ... (``pipeline.run.interleave``), so a machine that slows over the hour slows every
+condition alike (METHOD M15). ``--order sequential`` runs them one after another, as before.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import bench_run_ids
+from pipeline.run.interleave import conduct, described
 
 ROOT = Path(__file__).resolve().parent.parent
 CONDITIONS = ("A", "B", "B'")
+ORDERS = ("interleaved", "sequential")
 
 
 def emulated_cloud(folder: Path, network: str, profile: str) -> Path:
@@ -75,9 +82,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--conditions", default=",".join(CONDITIONS))
     p.add_argument("--model-cache", type=Path)
     p.add_argument("--append", action="store_true", help="add turns to runs of the same --name already in --out")
+    p.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="interleaved",
+        help="interleaved (default): the conditions take turns, each process kept warm; sequential: one after another",
+    )
     args = p.parse_args(argv)
     args.config = args.config or [ROOT / "configs" / "local.toml"]
     return args
+
+
+def run_conditions(args: argparse.Namespace, wanted: Sequence[str]) -> dict[str, int]:
+    """Each wanted condition's exit status, run in ``args.order``."""
+    every = commands(args)
+    if args.order == "interleaved" and len(wanted) > 1:
+        print(f"conditions interleaved turn by turn: {described(wanted)}", file=sys.stderr, flush=True)
+        return conduct({c: every[c] for c in wanted}, ROOT, lambda m: print(m, file=sys.stderr, flush=True))
+    codes = {}
+    for condition in wanted:
+        print(f"condition {condition} ...", file=sys.stderr, flush=True)
+        codes[condition] = subprocess.run(every[condition], cwd=ROOT).returncode
+    return codes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,10 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    codes = {}
-    for condition in wanted:
-        print(f"condition {condition} ...", file=sys.stderr, flush=True)
-        codes[condition] = subprocess.run(commands(args)[condition], cwd=ROOT).returncode
+    codes = run_conditions(args, wanted)
     report = subprocess.run([sys.executable, "-m", "pipeline.report", str(args.out), "--out", str(args.out / "report")])
     for condition, code in codes.items():
         said = {3: "  (3 = something reached out)", 4: "  (4 = the offline check could not be completed)"}

@@ -38,6 +38,7 @@ from pipeline.endpoints.link.profiles import get_profile
 from pipeline.fleet.arrivals import lockstep_warning
 from pipeline.offline import guard
 from pipeline.run.assembly import Engines, SetupError, check_languages, load_engines
+from pipeline.run.gate import OPEN, GateClosed, StdioGate
 from pipeline.run.session import Run, run_session
 from pipeline.run.workers import WorkerSpec, run_on_ray
 from pipeline.settings.config import Config, ConfigError, load_config
@@ -149,6 +150,8 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     if remote is None:
         check_languages(cfg, questions.questions[: cfg.run.limit or None])
     check_workers(args.workers, cfg, clock)
+    if args.turn_gate and (args.workers or cfg.fleet.devices > 1):
+        raise ValueError("--turn-gate takes one turn at a time: it needs one device in this process (no --workers)")
     quiet_native_telemetry(env)
     roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends
     engines = load_engines(cfg, model_cache(args, env), env, roles)
@@ -222,13 +225,16 @@ def run_on_workers(
     run_on_ray(spec, args.workers, tracing, sink, say_on_stderr, args.ray_address)
 
 
-def make_run(run_id: str, p: Prepared, env: Mapping[str, str]) -> Run:
-    """The run: its identity from the settings, the questions and the engines; its devices when remote."""
+def make_run(run_id: str, p: Prepared, env: Mapping[str, str], gated: bool = False) -> Run:
+    """The run: its identity from the settings, the questions and the engines; its devices when remote;
+    ``gated``: its turns wait to be told (``--turn-gate``)."""
     cfg = p.cfg
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     devices = None if p.remote is None else _device_factory(p.remote, p.clock, run_id, p.record)
     config_id = cfg.config_id(p.questions.digest(), p.engines.identity)
-    return Run(run_id, cfg, config_id, p.questions, p.clock, p.engines, api_key, devices)
+    turns = cfg.run.rounds * len(p.questions.questions[: cfg.run.limit or None])
+    gate = StdioGate(turns) if gated else OPEN
+    return Run(run_id, cfg, config_id, p.questions, p.clock, p.engines, api_key, devices, gate=gate)
 
 
 def announcement(run: Run) -> str:
@@ -261,7 +267,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    run = make_run(run_id, p, env)
+    run = make_run(run_id, p, env, args.turn_gate)
     for warning in run_warnings(p, run.api_key):
         print(f"warning: {warning}", file=sys.stderr)
     trace_path = args.out / "traces" / f"{run_id}.jsonl"
@@ -274,7 +280,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             run_on_workers(run, p, args, env, tracing, sink)
         else:
             run_on_clock(run_session(run, tracing, sink, say), run.clock)
-    except DeviceError as exc:
+    except (DeviceError, GateClosed) as exc:  # the turns finished before it stay written
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -80,7 +80,7 @@ ENTRY_MAY_USE = {
     "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
     "pipeline.report.__main__": {"report", "analysis"},
     "pipeline.offline.__main__": {"offline"},
-    "pipeline.experiment": {"analysis"},
+    "pipeline.experiment": {"analysis", "run"},  # run: the interleaving conductor (run.interleave)
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},

@@ -9,13 +9,15 @@ Modules, in the order data flows through them:
 - ``acoustic``: turns measured from recordings (``--acoustic ROWS.csv``), matched to the traces' turns.
 - ``conditions``: rows grouped by condition (A, B, B', then any other label).
 - ``compare``, ``runs``, ``drift``, ``settings``, ``waterfall``: figures several sections share
-  (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks), ``silence``
+  (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks), ``confound``
+  (the stages two conditions share, watched: M15), ``silence``
   (end of speech -> first audible sound, one rule for every section); the
   intervals themselves are statistics, ``pipeline.analysis.bootstrap``.
 - ``sections/``: one module per section of the report, each owning its numbers, its tables and its
   words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),
   ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``capacity`` (how many devices a
-  server holds, from a capacity ramp's folder), ``result``, ``cold_warm`` (cold and warm turns' silences),
+  server holds, from a capacity ramp's folder), ``result``, ``confounding`` (how the conditions were run
+  and whether their shared stages moved), ``cold_warm`` (cold and warm turns' silences),
   ``recording`` (what the recording says: the traces' silence against the recording's),
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and the what-ifs of ``whatif_defaults``),
   ``amplification``, ``dilution``, ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM

@@ -16,6 +16,7 @@ from pipeline.report.sections import (
     capacity,
     centralised,
     cold_warm,
+    confounding,
     critical_path,
     dilution,
     figures,
@@ -38,6 +39,7 @@ SECTIONS: tuple[Section, ...] = (
     sweep.section,  # first: in a sweep's folder it is the reading; elsewhere it shows nothing
     capacity.section,  # beside the traces of a capacity ramp only
     result.section,
+    confounding.section,
     cold_warm.section,
     recording.section,
     segments.section,

@@ -23,6 +23,7 @@ from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduler import BACKGROUND, Scheduler
 from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
 from pipeline.run.device import Ask, speech_end_ms
+from pipeline.run.gate import OPEN, TurnGate
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
 from pipeline.settings.config import Config
@@ -65,6 +66,7 @@ class Run:
     # the server across a transport, one session per device index; None: the pipeline runs in this process
     remote: Callable[[int], RemoteTurns] | None = None
     only_devices: tuple[int, ...] = ()  # the devices this process runs (a worker's share); () = all of them
+    gate: TurnGate = OPEN  # told before each turn (interleaved conditions, ``pipeline.run.gate``); one device only
 
     @property
     def config_json(self) -> str:
@@ -226,6 +228,7 @@ class _Fleet:
         plan = [(r, i, q) for r in range(1, cfg.run.rounds + 1) for i, q in enumerate(questions)]
         asks: dict[int, Ask | None] = {}
         for pos, (round_no, index, q) in enumerate(plan):
+            await run.gate.before(pos)
             clip = self.audio[q.id]
             before = self.probe.sample() if self.probe else None
             reserved = ""
@@ -259,6 +262,7 @@ class _Fleet:
             if cfg.fleet.devices > 1:
                 attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
             self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
+            run.gate.after(pos)
 
     async def _ask(self, plan: list[tuple[int, int, Question]], pos: int, asks: dict[int, Ask | None]) -> Ask | None:
         """The device's ``pos``-th question as it will ask it (None for a clip that cannot be read), made once."""

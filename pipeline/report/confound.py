@@ -1,0 +1,116 @@
+"""Are two conditions comparable? The stages they share, watched (METHOD M15, M9).
+
+A and B differ in where the LLM runs; their VAD and ASR are the same component (the same settings)
+on the same audio. Where such a stage's median differs between them beyond its 95 % bootstrap
+interval, something other than the condition moved it (the machine slowing over the hour, a
+neighbour, the LLM's threads beside it), and the same something can sit in every figure of the
+comparison: the comparison is marked confounded, naming the stage and the size.
+
+A difference counts when its interval excludes zero **and** it is at least ``MIN_SHARE`` of the
+baseline's median (and 1 ms): with thousands of turns an interval shrinks until a 0.3 % wobble is
+"real", which no comparison of latencies should be stopped by.
+
+TTS is not watched: its input is each condition's own answer, which differs by design.
+
+How the conditions were run is read from the turns' start times: one after another, or
+interleaved (their turns alternating in time, ``pipeline.run.interleave``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pipeline.report.compare import Diff, diff
+from pipeline.report.conditions import Condition
+from pipeline.report.load import RunInfo
+from pipeline.report.settings import flatten
+
+WATCHED = {"vad": "vad_endpoint_ms", "asr": "asr_ms"}  # stage -> the column timing it on the same audio
+MIN_SHARE = 0.02
+MIN_MS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StageCheck:
+    """One shared stage between a condition and its baseline."""
+
+    label: str
+    base: str
+    stage: str
+    metric: str
+    difference: Diff
+    n: int
+    n_base: int
+
+    @property
+    def confounded(self) -> bool:
+        d = self.difference
+        if not d.real or d.value is None or d.base is None:
+            return False
+        return abs(d.value) >= max(MIN_SHARE * abs(d.base), MIN_MS)
+
+
+def stage_settings(run: RunInfo, stage: str) -> dict[str, str] | None:
+    """The run's ``[stage]`` settings, flattened (None where the run does not record them)."""
+    if run.config_json is None:
+        return None
+    try:
+        data = json.loads(run.config_json)
+    except ValueError:
+        return None
+    section = data.get(stage) if isinstance(data, dict) else None
+    return flatten(section) if isinstance(section, Mapping) else None
+
+
+def shared(stage: str, conds: Sequence[Condition], runs: Mapping[str, RunInfo]) -> bool:
+    """Whether every run of ``conds`` recorded the same ``[stage]`` settings: the same component."""
+    found = [stage_settings(runs[r], stage) if r in runs else None for c in conds for r in c.runs]
+    return bool(found) and found[0] is not None and all(f == found[0] for f in found)
+
+
+def checks(
+    conds: Mapping[str, Condition], pairs: Sequence[tuple[str, str]], runs: Mapping[str, RunInfo]
+) -> list[StageCheck]:
+    """Every shared stage of every compared pair (condition, baseline) that both timed."""
+    out = []
+    for label, base in pairs:
+        x, b = conds[label], conds[base]
+        for stage, metric in WATCHED.items():
+            if not shared(stage, (x, b), runs) or not (x.values(metric).size and b.values(metric).size):
+                continue
+            d = diff(x, b, metric)
+            out.append(StageCheck(label, base, stage, metric, d, x.values(metric).size, b.values(metric).size))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """How the conditions' turns lay in time."""
+
+    interleaved: bool
+    switches: int  # times the next turn in time belonged to another condition
+    turns: int
+
+    def words(self, labels: Sequence[str]) -> str:
+        names = ", ".join(labels)
+        if self.interleaved:
+            return (
+                f"conditions {names} were interleaved: their {self.turns} turns alternate in time "
+                f"({self.switches} switches between conditions)"
+            )
+        return f"conditions {names} were run one after another (sequential): a drift over time falls on the later one"
+
+
+def order(conds: Mapping[str, Condition]) -> Order:
+    """From the turns' start times: interleaved when any condition's turn starts inside another's span of turns."""
+    starts = sorted(
+        (int(r.turn_start_ns), label)
+        for label, c in conds.items()
+        for r in c.rows
+        if isinstance(r.turn_start_ns, int) and r.turn_start_ns
+    )
+    switches = sum(1 for (_, a), (_, b) in itertools.pairwise(starts) if a != b)
+    return Order(switches > len(conds) - 1, switches, len(starts))

@@ -1,0 +1,79 @@
+"""Section 1a, one variable at a time (M15, M9): how the conditions were run, and whether the stages they
+share (the same VAD and ASR on the same audio) took the same time in each.
+
+A shared stage that moved between conditions beyond its interval marks the comparison confounded: the
+section names the stage, by how much, and what to do, the way hyperfine warns about outliers. The
+statistics are ``pipeline.report.confound``'s.
+"""
+
+from __future__ import annotations
+
+from pipeline.report import cells
+from pipeline.report.conditions import title
+from pipeline.report.confound import MIN_SHARE, StageCheck, checks, order
+from pipeline.report.document import WARNING, Block, Heading, Paragraph, Table
+from pipeline.report.sections.base import MEASURED, Context
+
+HEADING = "1a. One variable at a time: the stages the conditions share (M15)"
+ADVICE = (
+    "Interleave the conditions (`python -m pipeline.experiment`, whose default `--order interleaved` has them "
+    "take turns), or measure on a quieter machine, before reading the differences below as the LLM's."
+)
+
+
+def _line(c: StageCheck) -> tuple[str, ...]:
+    d = c.difference
+    verdict = "CONFOUNDED" if c.confounded else "same within its interval" if not d.real else "within noise"
+    return (
+        f"{title(c.label)} vs {title(c.base)}",
+        c.stage.upper(),
+        f"`{c.metric}`",
+        cells.diff(d),
+        cells.percent(d.percent),
+        f"{c.n} / {c.n_base}",
+        verdict,
+        MEASURED,
+    )
+
+
+def table(found: list[StageCheck]) -> Table:
+    headers = (
+        "comparison",
+        "stage",
+        "column",
+        "median difference (ms) [95 % CI]",
+        "difference",
+        "turns",
+        "verdict",
+        "attribution",
+    )
+    caption = (
+        "The same component on the same audio in both conditions: its median should not move. CONFOUNDED: the "
+        f"interval excludes zero and the difference is at least {MIN_SHARE:.0%} of the baseline's median."
+    )
+    return Table("confounding", headers, tuple(_line(c) for c in found), caption)
+
+
+def section(ctx: Context) -> list[Block]:
+    measured = {label: c for label, c in ctx.conds.items() if c.measured}
+    if len(measured) < 2:
+        return []
+    out: list[Block] = [Heading(2, HEADING), Paragraph(order(measured).words([title(c) for c in measured]) + ".")]
+    if ctx.refused(out):
+        return out
+    found = checks(ctx.conds, ctx.pairs, ctx.data.runs)
+    if not found:
+        out.append(Paragraph("No stage is the same component in two compared conditions: nothing to watch."))
+        return out
+    for c in (c for c in found if c.confounded):
+        out.append(
+            Paragraph(
+                f"Confounded: {title(c.label)} vs {title(c.base)}: the {c.stage.upper()} (the same component on the "
+                f"same audio) took {cells.signed(c.difference.value)} ({cells.percent(c.difference.percent)}) in "
+                f"{title(c.label)}, beyond its interval. Something other than the condition moved it, and can move "
+                f"every figure of this comparison. {ADVICE}",
+                WARNING,
+            )
+        )
+    out.append(table(found))
+    return out
