@@ -1,15 +1,24 @@
 """Does the what-if tell the truth? Condition A predicted from condition B's traces, against A measured.
 
-1. B, the packaged default (configs/local.toml), on the first N fixture questions that expect no
-   tool. B's measured answers become a derived question set (DIR/questions_A: the same audio,
-   symlinked; ``text`` = B's transcript, the key the emulated cloud looks answers up by; ``answer``
-   = B's sentences joined), so the emulated cloud answers A with B's very words.
-2. A (emulated cloud ``fast-70b-api`` behind a link profile, the same VAD, ASR and TTS) twice: A1
-   gives the LLM segments, A2 is the truth. A predicted = B's graphs with A1's LLM segments
-   (``--swap llm=A1``), against A2 measured: first audible and whole turn, medians and P90s.
+1. B0, the packaged default (configs/local.toml), on the first N fixture questions that expect no
+   tool, one warm-up and one measured round: its measured answers become a derived question set
+   (DIR/questions_A: the same audio, symlinked; ``text`` = B0's transcript, the key the emulated
+   cloud looks answers up by; ``answer`` = B0's sentences joined), so the emulated cloud answers A
+   with B's very words.
+2. B, A1 and A2 on that set, **interleaved turn by turn** (``pipeline.run.interleave``: each run's
+   process started at once and kept warm, the turns taken B A1 A2 | A2 A1 B | ...), so whatever
+   slows the machine over the minutes falls on all three alike (``--order sequential``: one run
+   after another, the old way). A (emulated cloud ``fast-70b-api`` behind a link profile, the same
+   VAD, ASR and TTS) twice: A1 gives the LLM segments, A2 is the truth. A predicted = B's graphs
+   with A1's LLM segments (``--swap llm=A1``), against A2 measured: first audible and whole turn,
+   medians and P90s.
 3. The other way: B predicted from A2's graphs with B's LLM segments, against B measured (the run
-   the segments came from; ``--independent`` runs B again as the truth).
-4. Where a median is off by more than 5 %: per segment, the median of (measured - predicted)
+   the segments came from; ``--independent`` runs B2, interleaved too, as the truth).
+4. The stages the runs share (VAD, ASR and TTS: the same components on the same audio and, A
+   answering with B's words, the same text), run against run: median difference with its 95 %
+   bootstrap interval. A difference beyond its interval means something other than the LLM moved
+   (METHOD M15): the what-if's error is then partly the machine's.
+5. Where a median is off by more than 5 %: per segment, the median of (measured - predicted)
    along that target's critical path, which names the interaction the graph lacks.
 
 The emulated cloud draws its delays from a fixed seed, request by request, so A1's LLM segments
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import re
 import shlex
@@ -47,7 +57,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.analysis.bootstrap import Interval, quantile_interval  # noqa: E402
+from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
+from pipeline.analysis.bootstrap import Interval, difference_interval, quantile_interval  # noqa: E402
 from pipeline.analysis.numbers import measured, median, quantile  # noqa: E402
 from pipeline.analysis.path.critical import critical_path  # noqa: E402
 from pipeline.analysis.path.graph import TurnGraph  # noqa: E402
@@ -57,14 +68,16 @@ from pipeline.analysis.traces import ReadSpan, trace_files  # noqa: E402
 from pipeline.analysis.whatif import WhatIfError, partners, predict, read_graphs, swapped  # noqa: E402
 from pipeline.endpoints.cloud.answers import pick_tool, tokens_of  # noqa: E402
 from pipeline.endpoints.link.profiles import PROFILES  # noqa: E402
+from pipeline.run.interleave import conduct, described  # noqa: E402
 from pipeline.tracing import names  # noqa: E402
 from stages.llm.prompts import DEVICE_TOOLS  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 LOCAL = ROOT / "configs" / "local.toml"
 EMULATOR = "fast-70b-api"
-RUNS = ("questions_B", "B", "questions_A", "a.toml", "A1", "A2", "B2")  # what a benchmark writes in --out
+RUNS = ("questions_B", "B0", "B", "questions_A", "a.toml", "A1", "A2", "B2")  # what a benchmark writes in --out
 GOAL = 0.05  # the predicted median within 5 % of the measured one
+MIN_PAIRS = 16  # and on at least this many turn pairs per direction (issue 34)
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
 ROW = "  {:<22}{:>16}{:>14}{:>14}{:>10}{:>9}  {:<6}{}"
 TARGETS: dict[str, Callable[[TurnGraph], int]] = {
@@ -87,14 +100,20 @@ def load() -> str:
     return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
+def replay_command(
+    folder: Path, out: Path, configs: Sequence[Path], args: argparse.Namespace, run_id: str, extra: Sequence[str] = ()
+) -> list[str]:
+    cmd = [".venv/bin/python", "-m", "pipeline.replay", str(folder)]
+    for c in configs:
+        cmd += ["--config", str(c)]
+    return [*cmd, "--rounds", str(args.rounds), "--out", str(out), "--run-id", run_id, "--quiet", *extra]
+
+
 def replay(
     folder: Path, out: Path, configs: Sequence[Path], args: argparse.Namespace, run_id: str, extra: Sequence[str] = ()
 ) -> list[Path]:
     """One run of ``pipeline.replay``; returns its trace files."""
-    cmd = [".venv/bin/python", "-m", "pipeline.replay", str(folder)]
-    for c in configs:
-        cmd += ["--config", str(c)]
-    cmd += ["--rounds", str(args.rounds), "--out", str(out), "--run-id", run_id, "--quiet", *extra]
+    cmd = replay_command(folder, out, configs, args, run_id, extra)
     print(f"\n$ {shlex.join(cmd)}\n  before: {load()}", flush=True)
     began = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -103,6 +122,28 @@ def replay(
     if done.returncode != 0:
         raise SystemExit(f"{run_id} failed (exit status {done.returncode}):\n{done.stdout}")
     return trace_files(out / "traces")
+
+
+def together(lanes: dict[str, list[str]], outs: dict[str, Path], order: str) -> dict[str, list[Path]]:
+    """The lanes' runs, interleaved turn by turn (or one after another); each one's trace files."""
+    if order == "sequential":
+        for name, cmd in lanes.items():
+            print(f"\n$ {shlex.join(cmd)}\n  before: {load()}", flush=True)
+            if subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode != 0:
+                raise SystemExit(f"{name} failed")
+        return {name: trace_files(outs[name] / "traces") for name in lanes}
+    print(f"\ninterleaved turn by turn: {described(list(lanes))}")
+    for name, cmd in lanes.items():
+        print(f"  {name}: $ {shlex.join(cmd)}")
+    print(f"  before: {load()}", flush=True)
+    began = time.monotonic()
+    quiet = io.StringIO()  # each run's summary table: the benchmark prints its own figures
+    codes = conduct(lanes, ROOT, lambda m: print(f"  {m}", flush=True), quiet)
+    print(f"  after:  {load()}; {time.monotonic() - began:.0f} s; exit status {codes}", flush=True)
+    failed = [name for name, code in codes.items() if code != 0]
+    if failed:
+        raise SystemExit(f"{', '.join(failed)} failed:\n{quiet.getvalue()}")
+    return {name: trace_files(outs[name] / "traces") for name in lanes}
 
 
 def _summary(stdout: str) -> str:
@@ -235,8 +276,9 @@ def with_ci(values: Sequence[float], q: float, name: str) -> tuple[float, str, I
 
 def compare(
     title: str, base: list[TurnGraph], source: list[TurnGraph], truth: list[TurnGraph], truth_name: str
-) -> None:
-    """``base`` re-timed with ``source``'s LLM segments, against ``truth`` measured."""
+) -> list[str]:
+    """``base`` re-timed with ``source``'s LLM segments, against ``truth`` measured; what missed the goal
+    (median within 5 % and inside the measured run's 95 % interval, on at least ``MIN_PAIRS`` turn pairs)."""
     print(f"\n== {title} ==")
     common = {g.question_id for g in base} & {g.question_id for g in source} & {g.question_id for g in truth}
     lost = sorted({g.question_id for g in (*base, *source, *truth)} - common)
@@ -245,7 +287,7 @@ def compare(
     base, source, truth = ([g for g in x if g.question_id in common] for x in (base, source, truth))
     if not base:
         print("  nothing to compare")
-        return
+        return [f"{title}: nothing to compare"]
     rows: list[tuple[TurnGraph, TurnGraph, TurnGraph]] = []
     for g, o, t in zip(base, partners(base, source), partners(base, truth), strict=True):
         try:
@@ -260,9 +302,10 @@ def compare(
         f" questions {len(asked)}"
     )
     if not rows:
-        return
+        return [f"{title}: no turn predicted"]
     print(ROW.format("", f"measured {truth_name} ms", "its 95 % CI", "predicted ms", "error ms", "error", "in CI", ""))
     off: list[str] = []
+    missed: list[str] = []
     for target, point in TARGETS.items():
         predicted = [_predicted(g, o, target) / 1e6 for g, o, _ in rows]
         measured = [t.times()[point(t)] / 1e6 for t in truth]
@@ -283,8 +326,15 @@ def compare(
             )
             if q == 0.5 and abs(err) > GOAL * m:
                 off.append(target)
+            if q == 0.5 and inside != "yes":
+                missed.append(f"{target} median outside the measured run's 95 % interval")
     for target in off:
         _segments(rows, target)
+    missed += [f"{target} median off by more than 5 %" for target in off]
+    if len(rows) < MIN_PAIRS:
+        missed.append(f"{len(rows)} turn pairs, fewer than {MIN_PAIRS}")
+    print(f"  {len(rows)} turn pair(s); goal {'MISSED: ' + '; '.join(missed) if missed else 'met'}")
+    return [f"{title.split(' (')[0]}: {m}" for m in missed]
 
 
 def _predicted(g: TurnGraph, o: TurnGraph, target: str) -> int:
@@ -318,6 +368,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default="internet", choices=sorted(PROFILES), help="condition A's link profile")
     p.add_argument("--independent", action="store_true", help="run B a second time as the truth of B predicted")
     p.add_argument("--keep", action="store_true", help="keep the default temporary folder")
+    p.add_argument(
+        "--order",
+        choices=("interleaved", "sequential"),
+        default="interleaved",
+        help="B, A1, A2 (and B2) taking turns, each process warm (default), or one run after another",
+    )
     args = p.parse_args(argv)
     if args.rounds < 2 or args.limit < 1:
         p.error("--rounds must be at least 2 (the first is a warm-up) and --limit at least 1")
@@ -343,14 +399,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+SHARED = {"VAD": "vad_endpoint_ms", "ASR": "asr_ms", "TTS": "tts_first_frame_ms"}  # the same in every lane
+
+
+def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep: set[str]) -> list[str]:
+    """The stages every lane shares, lane against lane: median difference with its 95 % interval.
+    Returns the (pair, stage) found beyond its interval."""
+    rows = {
+        name: [r for r in read_bench_csv(folder / "bench.csv") if measured(r) and r.ok and r.question_id in keep]
+        for name, folder in outs.items()
+    }
+    print("\nthe stages the runs share (the same component, audio and words): median difference, 95 % CI")
+    print(f"  {'':<10}{'stage':<6}{'medians ms':>22}{'difference ms':>16}{'its 95 % CI':>18}  {'turns':<8}verdict")
+    moved = []
+    for x, base in pairs:
+        for stage, column in SHARED.items():
+            xs, bs = ([float(v) for r in rows[n] if (v := getattr(r, column)) is not None] for n in (x, base))
+            if len(xs) < 2 or len(bs) < 2:
+                print(f"  {x} - {base:<4}{stage:<6}  fewer than 2 values on a side")
+                continue
+            xs_sorted, bs_sorted = np.sort(np.asarray(xs)), np.sort(np.asarray(bs))
+            d = quantile(xs_sorted, 0.5) - quantile(bs_sorted, 0.5)
+            ci = difference_interval(xs_sorted, f"{x}|{column}", bs_sorted, f"{base}|{column}", 0.5)
+            beyond = ci is not None and ci.excludes_zero()
+            if beyond:
+                moved.append(f"{x} - {base} {stage}")
+            medians = f"{quantile(xs_sorted, 0.5):.1f} / {quantile(bs_sorted, 0.5):.1f}"
+            ci_text = f"[{ci.low:+.1f}, {ci.high:+.1f}]" if ci else "-"
+            verdict = "MOVED (beyond its interval)" if beyond else "inside its interval"
+            pair, counts = f"{x} - {base}", f"{len(xs)}/{len(bs)}"
+            print(f"  {pair:<10}{stage:<6}{medians:>22}{d:>+16.1f}{ci_text:>18}  {counts:<8}{verdict}")
+    return moved
+
+
 def run(args: argparse.Namespace, out: Path) -> None:
     rows = manifest_rows()
     # a tool question can never be answered alike (B's model echoes the tool's result, the emulated
     # cloud says TOOL_DONE), so B is not spent on them
     b_rows = [r for r in rows if not (r.get("tool") or "").strip()][: args.limit]
     b_set = question_set(out / "questions_B", b_rows)
-    b_files = replay(b_set, out / "B", [LOCAL], args, "whatif-B", ["--condition", "B"])
-    kept = choose(observe(b_files))
+    b0_files = replay(b_set, out / "B0", [LOCAL], args, "whatif-B0", ["--condition", "B", "--rounds", "2"])
+    kept = choose(observe(b0_files))
     if not kept:
         raise SystemExit("no question A can answer with B's words: nothing to compare")
     a_rows = [
@@ -364,20 +453,31 @@ def run(args: argparse.Namespace, out: Path) -> None:
     if need > b_max:  # the emulated cloud counts its own tokens: B's full answer must fit
         print(f"A's [llm] max_tokens raised to {need} (B's {b_max}) so the emulated cloud says B's whole answer")
     a_toml = a_config(out / "a.toml", args.profile, max(b_max, need))
-    print(f"questions_A: {', '.join(kept)} (text = B's transcript, answer = B's words); {a_toml}:")
+    print(f"questions_A: {', '.join(kept)} (text = B0's transcript, answer = B0's words); {a_toml}:")
     print("  " + a_toml.read_text(encoding="utf-8").strip().replace("\n", "\n  "))
     a_args = ["--condition", "A", "--limit", "0"]
-    a1_files = replay(a_set, out / "A1", [LOCAL, a_toml], args, "whatif-A1", a_args)
-    a2_files = replay(a_set, out / "A2", [LOCAL, a_toml], args, "whatif-A2", a_args)
-    b2_files = replay(b_set, out / "B2", [LOCAL], args, "whatif-B2", ["--condition", "B"]) if args.independent else None
+    b_args = ["--condition", "B", "--limit", "0"]
+    lanes = {"B": ([LOCAL], b_args), "A1": ([LOCAL, a_toml], a_args), "A2": ([LOCAL, a_toml], a_args)}
+    if args.independent:
+        lanes["B2"] = ([LOCAL], b_args)
+    outs = {name: out / name for name in lanes}
+    commands = {n: replay_command(a_set, outs[n], c, args, f"whatif-{n}", x) for n, (c, x) in lanes.items()}
+    files = together(commands, outs, args.order)
     keep = set(kept)
     print("\nturns read:")
-    b, a1, a2 = graphs(b_files, "B", keep), graphs(a1_files, "A1", keep), graphs(a2_files, "A2", keep)
-    b2 = graphs(b2_files, "B2", keep) if b2_files else b
-    compare("A predicted from B's traces with A1's LLM segments (--swap llm=A1), against A2 measured", b, a1, a2, "A2")
-    truth = "B2 (a second run of B)" if b2_files else "B (the same run the LLM segments came from)"
+    b, a1, a2 = graphs(files["B"], "B", keep), graphs(files["A1"], "A1", keep), graphs(files["A2"], "A2", keep)
+    b2 = graphs(files["B2"], "B2", keep) if "B2" in files else b
+    pairs = [("A2", "B"), ("A1", "A2")] + ([("B2", "B")] if "B2" in files else [])
+    moved = shared_stages(outs, pairs, keep)
+    a_title = "A predicted from B's traces with A1's LLM segments (--swap llm=A1), against A2 measured"
+    missed = compare(a_title, b, a1, a2, "A2")
+    truth = "B2 (a second run of B)" if "B2" in files else "B (the same run the LLM segments came from)"
     print(f"\nthe other way: the truth is {truth}")
-    compare("B predicted from A2's traces with B's LLM segments (--swap llm=B)", a2, b, b2, "B2" if b2_files else "B")
+    b_title = "B predicted from A2's traces with B's LLM segments (--swap llm=B)"
+    missed += compare(b_title, a2, b, b2, "B2" if "B2" in files else "B")
+    print(f"\nwhat-if, both ways: {'goal MISSED: ' + '; '.join(missed) if missed else 'goal met'}")
+    if moved:
+        print(f"warning: shared stages moved between runs (M15): {'; '.join(moved)}: some of any error is theirs")
 
 
 if __name__ == "__main__":
