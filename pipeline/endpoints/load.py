@@ -66,24 +66,7 @@ class LoadProbe:
         return user + nice + system + irq + softirq + steal
 
     def _tree(self) -> int:
-        stats = {}
-        for entry in self.proc.iterdir():
-            if entry.name.isdigit():
-                try:
-                    stats[int(entry.name)] = _fields(entry / "stat")
-                except (OSError, ValueError, IndexError):
-                    continue  # a process that ended meanwhile
-        children: dict[int, list[int]] = {}
-        for pid, fields in stats.items():
-            children.setdefault(int(fields[1]), []).append(pid)
-        total, todo = 0, [self.pid, *self._tracer()]
-        while todo:
-            pid = todo.pop()
-            if pid in stats:
-                utime, stime, cutime, cstime = (int(stats[pid][i]) for i in (11, 12, 13, 14))
-                total += utime + stime + cutime + cstime
-            todo += children.get(pid, [])
-        return total
+        return tree_ticks(self.proc, {self.pid: [self.pid, *self._tracer()]})[self.pid]
 
     def _tracer(self) -> list[int]:
         """The process tracing this one (strace in condition B'): it works for this run, its time is ours."""
@@ -95,6 +78,32 @@ class LoadProbe:
         except (OSError, ValueError, IndexError):
             pass
         return []
+
+
+def tree_ticks(proc: Path, roots: dict[int, list[int]]) -> dict[int, int]:
+    """CPU ticks of each process tree, keyed as ``roots`` (key -> the pids whose trees it sums): each pid,
+    its descendants and its reaped children, read in one pass over ``proc``; a tree that ended gives 0."""
+    stats = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = _fields(entry / "stat")
+            except (OSError, ValueError, IndexError):
+                continue  # a process that ended meanwhile
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    out = {}
+    for key, pids in roots.items():
+        total, todo = 0, list(pids)
+        while todo:
+            pid = todo.pop()
+            if pid in stats:
+                utime, stime, cutime, cstime = (int(stats[pid][i]) for i in (11, 12, 13, 14))
+                total += utime + stime + cutime + cstime
+            todo += children.get(pid, [])
+        out[key] = total
+    return out
 
 
 def _fields(path: Path) -> list[str]:

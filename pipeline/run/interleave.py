@@ -7,6 +7,7 @@ speed, a neighbour, a warming cache) falls on every condition alike instead of o
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from pipeline.endpoints.load import PROC, tree_ticks
 from pipeline.run.gate import DONE, GO, READY, interleaved
 
 GATE_FLAG = "--turn-gate"
@@ -32,6 +34,9 @@ class Player:
     turns: int = 0
     taken: int = 0
     alive: bool = True
+    own_ticks: int = 0  # CPU its process tree used while its own turns ran
+    idle_ticks: int = 0  # ... and while the others' turns ran, when it should have been waiting
+    others_turns: int = 0
 
     def listen(self) -> None:
         assert self.proc.stdout is not None
@@ -96,13 +101,51 @@ def conduct(
         for pos in range(most):
             for label in interleaved(pos, labels):
                 player = players[label]
-                if player.alive and pos < player.turns and not player.go():
-                    say(f"condition {label}: ended during turn {pos + 1} of {player.turns}")
+                if player.alive and pos < player.turns:
+                    taken = _turn(player, players)
+                    if not taken:
+                        say(f"condition {label}: ended during turn {pos + 1} of {player.turns}")
+        for player in players.values():
+            say(cpu_line(player))
     finally:
         for player in players.values():
             if player.proc.stdin is not None and not player.proc.stdin.closed:
                 player.proc.stdin.close()
     return {label: player.proc.wait() for label, player in players.items()}
+
+
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(players: Mapping[str, Player]) -> dict[str, int]:
+    """Each player's process tree's CPU ticks so far (one pass over /proc, between turns)."""
+    by_pid = tree_ticks(PROC, {p.proc.pid: [p.proc.pid] for p in players.values()})
+    return {label: by_pid[p.proc.pid] for label, p in players.items()}
+
+
+def _turn(player: Player, players: Mapping[str, Player]) -> bool:
+    """``player``'s next turn, and the CPU each process used meanwhile: its own, and the waiting others'."""
+    before = _ticks(players)
+    taken = player.go()
+    after = _ticks(players)
+    for label, other in players.items():
+        used = after[label] - before[label]
+        if other is player:
+            other.own_ticks += used
+        else:
+            other.idle_ticks += used
+            other.others_turns += 1
+    return taken
+
+
+def cpu_line(player: Player) -> str:
+    """What a condition's process used: in its own turns, and while it waited through the others'."""
+    per = player.idle_ticks * TICK_MS / player.others_turns if player.others_turns else 0.0
+    return (
+        f"condition {player.label}: CPU {player.own_ticks * TICK_MS / 1000:.1f} s in its {player.taken} turn(s); "
+        f"{player.idle_ticks * TICK_MS / 1000:.2f} s while waiting through {player.others_turns} of the others' "
+        f"({per:.1f} ms per turn)"
+    )
 
 
 def described(labels: Sequence[str], turns: int = 4) -> str:
