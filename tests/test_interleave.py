@@ -20,8 +20,10 @@ from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import Event, SpeechEnd, Transcript
 from pipeline.replay import main as replay_main
 from pipeline.replay import make_run, prepare
+from pipeline.report.build import build
 from pipeline.report.conditions import group
 from pipeline.report.confound import StageCheck, checks, order
+from pipeline.report.document import Paragraph, Table
 from pipeline.report.load import load_paths
 from pipeline.run.gate import OPEN, Baton, TurnGate, interleaved
 from pipeline.run.session import Run, run_session
@@ -163,3 +165,15 @@ def test_a_gate_needs_one_device(tmp_path: Path, capsys: pytest.CaptureFixture[s
     args = [str(fixtures), "--config", str(ROOT / "configs" / "simulator.toml"), "--clock", "virtual"]
     assert replay_main([*args, "--devices", "2", "--turn-gate", "--out", str(tmp_path / "o")], env={}) == 2
     assert "--turn-gate takes one turn at a time" in capsys.readouterr().err
+
+
+def test_the_report_names_the_confounded_stage_of_a_sequential_run(tmp_path: Path, drifting_asr: None) -> None:
+    measure(tmp_path, None)
+    doc = build(load_paths([tmp_path / "out"]), draw=False)
+    said = [b.text for b in doc.blocks if isinstance(b, Paragraph)]
+    assert any("run one after another (sequential)" in t for t in said)
+    warned = [t for t in said if t.startswith("Confounded:")]
+    assert len(warned) == 1 and "the ASR (the same component on the same audio)" in warned[0]
+    assert "`python -m pipeline.experiment`" in warned[0]
+    table = next(b for b in doc.blocks if isinstance(b, Table) and b.key == "confounding")
+    assert [(r[1], r[6]) for r in table.rows] == [("VAD", "same within its interval"), ("ASR", "CONFOUNDED")]

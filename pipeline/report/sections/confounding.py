@@ -58,22 +58,33 @@ def section(ctx: Context) -> list[Block]:
     measured = {label: c for label, c in ctx.conds.items() if c.measured}
     if len(measured) < 2:
         return []
-    out: list[Block] = [Heading(2, HEADING), Paragraph(order(measured).words([title(c) for c in measured]) + ".")]
+    ran = order(measured)
+    out: list[Block] = [Heading(2, HEADING), Paragraph(ran.words([title(c) for c in measured]) + ".")]
     if ctx.refused(out):
         return out
     found = checks(ctx.conds, ctx.pairs, ctx.data.runs)
     if not found:
         out.append(Paragraph("No stage is the same component in two compared conditions: nothing to watch."))
         return out
-    for c in (c for c in found if c.confounded):
-        out.append(
-            Paragraph(
-                f"Confounded: {title(c.label)} vs {title(c.base)}: the {c.stage.upper()} (the same component on the "
-                f"same audio) took {cells.signed(c.difference.value)} ({cells.percent(c.difference.percent)}) in "
-                f"{title(c.label)}, beyond its interval. Something other than the condition moved it, and can move "
-                f"every figure of this comparison. {ADVICE}",
-                WARNING,
-            )
-        )
+    out += [Paragraph(warning(c, ran.interleaved), WARNING) for c in found if c.confounded]
     out.append(table(found))
     return out
+
+
+def warning(c: StageCheck, interleaved: bool) -> str:
+    moved = (
+        f"{title(c.label)} vs {title(c.base)}: the {c.stage.upper()} (the same component on the same audio) took "
+        f"{cells.signed(c.difference.value)} ({cells.percent(c.difference.percent)}) in {title(c.label)}, beyond "
+        "its interval."
+    )
+    if interleaved:  # a drift over time falls on both: what is left runs beside the stage in one condition only
+        return (
+            f"Moved although interleaved: {moved} What one condition runs beside it did this: the on-device LLM's "
+            "share of the CPU, caches and memory (a cost to its neighbours a device pays too, M17), or work the lab "
+            "does that a device would not (`scripts/bench_neighbours.py` tells them apart). Read the other "
+            "differences of this comparison with it in mind."
+        )
+    return (
+        f"Confounded: {moved} Something other than the condition moved it, and can move every figure of this "
+        f"comparison. {ADVICE}"
+    )
