@@ -32,3 +32,15 @@ def test_two_losses_add_up() -> None:
 
 def test_too_few_blocks_to_judge_lose_nothing() -> None:
     assert lost_s([100.0, 100.5]) == 0.0
+
+
+def test_a_run_of_late_blocks_that_comes_back_is_jitter_not_loss() -> None:
+    zeros = list(STEADY)
+    for k in range(10, 13):  # three of run 2's five blocks late: its median moves, the next run's is back
+        zeros[k] += 0.004
+    assert lost_s(zeros) == 0.0
+
+
+def test_the_clocks_drifting_apart_is_no_loss() -> None:
+    zeros = [100.0 + k * 0.05 * 100e-6 for k in range(1200)]  # 100 ppm over a minute of 50 ms blocks: 6 ms
+    assert lost_s(zeros) == 0.0

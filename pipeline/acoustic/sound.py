@@ -43,13 +43,19 @@ def smoothed(zeros: list[float], at: int) -> float:
 
 def lost_s(zeros: list[float], window: int = 5, least_s: float = 0.002) -> float:
     """Sound lost between blocks: the steps, beyond ``least_s``, between the medians of consecutive
-    ``window``-block runs of sample 0's times. A lost stretch moves every later block's sample 0 on and
-    shows in one step; one block's late time info (PulseAudio's jitters by a few milliseconds, and a
-    single 3.1 ms spike failed CI when the raw steps were summed) moves only its own run's median, not
-    at all."""
+    ``window``-block runs of sample 0's times that the run after them keeps. A lost stretch moves every
+    later block's sample 0 on and shows in one lasting step; a block's late time info (PulseAudio's
+    jitters by a few milliseconds: a single 3.1 ms spike failed CI when the raw steps were summed), or a
+    run of them, moves its run's median and the next run's back. Steps too small to count are also
+    the stream clock's drift against the sample rate (a card's crystal), which is no loss."""
     runs = [float(np.median(zeros[i : i + window])) for i in range(0, len(zeros) - window + 1, window)]
-    steps = np.diff(np.asarray(runs, np.float64))
-    return float(steps[steps > least_s].sum()) if len(steps) else 0.0
+    lost = 0.0
+    for k in range(len(runs) - 1):
+        step = runs[k + 1] - runs[k]
+        kept = k + 2 >= len(runs) or runs[k + 2] - runs[k] > least_s
+        if step > least_s and kept:
+            lost += step
+    return lost
 
 
 class SoundError(RuntimeError):
