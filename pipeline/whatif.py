@@ -29,6 +29,7 @@ from pipeline.analysis.whatif import (
     Graphs,
     Prediction,
     WhatIfError,
+    carries_neighbours,
     occurs,
     parse_change,
     partners,
@@ -69,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_counts(base))
     print(_path_table(base))
     if changes or others is not None:
-        print(_prediction_table(predictions, _describe(changes, args.swap)))
+        carried = sum(1 for g, o in zip(base.graphs, theirs, strict=True) if o is not None and carries_neighbours(g, o))
+        print(_prediction_table(predictions, _describe(changes, args.swap, carried)))
     if args.paths_csv:
         _write_paths(args.paths_csv, base)
         print(f"critical paths of {len(base.graphs)} turn(s): {args.paths_csv}")
@@ -101,8 +103,15 @@ def _swap_source(text: str, base: Graphs) -> list[TurnGraph]:
     return partners(base.graphs, others)
 
 
-def _describe(changes: Sequence[Change], swap: str | None) -> str:
-    parts = [str(c) for c in changes] + ([f"the LLM of {swap.partition('=')[2]}"] if swap else [])
+def _describe(changes: Sequence[Change], swap: str | None, carried: int = 0) -> str:
+    """The change in words; a swap that brought the other run's ASR and TTS segments says so."""
+    neighbours = (
+        f" (and, in {carried} turn(s) whose LLM ran elsewhere there, its ASR and TTS segments: an in-process "
+        "LLM shares the machine with them)"
+        if carried
+        else ""
+    )
+    parts = [str(c) for c in changes] + ([f"the LLM of {swap.partition('=')[2]}{neighbours}"] if swap else [])
     return ", ".join(parts)
 
 

@@ -66,7 +66,14 @@ from pipeline.analysis.path.kinds import SEGMENTS  # noqa: E402
 from pipeline.analysis.read import read_traces, reread_with_server  # noqa: E402
 from pipeline.analysis.shared_stages import HEADER, STAGES, moved, waves  # noqa: E402
 from pipeline.analysis.traces import ReadSpan, trace_files  # noqa: E402
-from pipeline.analysis.whatif import WhatIfError, partners, predict, read_graphs, swapped  # noqa: E402
+from pipeline.analysis.whatif import (  # noqa: E402
+    WhatIfError,
+    carries_neighbours,
+    partners,
+    predict,
+    read_graphs,
+    swapped,
+)
 from pipeline.endpoints.cloud.answers import pick_tool, tokens_of  # noqa: E402
 from pipeline.endpoints.link.profiles import PROFILES  # noqa: E402
 from pipeline.run.interleave import conduct, described  # noqa: E402
@@ -77,6 +84,7 @@ FIXTURES = ROOT / "audio_fixtures"
 LOCAL = ROOT / "configs" / "local.toml"
 EMULATOR = "fast-70b-api"
 RUNS = ("questions_B", "B0", "B", "questions_A", "a.toml", "A1", "A2", "B2")  # what a benchmark writes in --out
+LANES = ("B", "A1", "A2", "B2")
 GOAL = 0.05  # the predicted median within 5 % of the measured one
 MIN_PAIRS = 16  # and on at least this many turn pairs per direction (issue 34)
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
@@ -302,6 +310,11 @@ def compare(
         f"  predicted turns {len(rows)} of {len(base)}; {truth_name} measured turns {len(truth)};"
         f" questions {len(asked)}"
     )
+    carried = sum(1 for g, o, _ in rows if carries_neighbours(g, o))
+    if carried:
+        print(
+            f"  in {carried} turn(s) the swap brings the source run's ASR and TTS segments too (its LLM ran elsewhere)"
+        )
     if not rows:
         return [f"{title}: no turn predicted"]
     print(ROW.format("", f"measured {truth_name} ms", "its 95 % CI", "predicted ms", "error ms", "error", "in CI", ""))
@@ -369,6 +382,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default="internet", choices=sorted(PROFILES), help="condition A's link profile")
     p.add_argument("--independent", action="store_true", help="run B a second time as the truth of B predicted")
     p.add_argument("--keep", action="store_true", help="keep the default temporary folder")
+    p.add_argument("--reread", type=Path, metavar="DIR", help="read an earlier benchmark's runs (its --out) again")
     p.add_argument(
         "--order",
         choices=("interleaved", "sequential"),
@@ -383,6 +397,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    if args.reread is not None:  # the runs of an earlier benchmark, read again
+        evaluate(args.reread, {p.name: trace_files(p / "traces") for p in args.reread.iterdir() if p.name in LANES})
+        return 0
     temporary = args.out is None
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="bench_whatif_", dir="/tmp"))
     out.mkdir(parents=True, exist_ok=True)
@@ -403,8 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep: set[str]) -> list[str]:
     """The stages the lanes share (the same components, audio and, A speaking B's words, text), lane
     against lane: median difference with its 95 % interval. Returns those found beyond it, but for
-    B's TTS: B's LLM still generates beside it (the on-device LLM's cost to a neighbour, M17, which the
-    what-if must carry), so between A and B it is shown, not counted as a confounder."""
+    B's ASR and TTS against A's: B's LLM is in their process (it generates beside the TTS), so their
+    difference is the on-device LLM's cost to its neighbours (M17), which the what-if carries with the
+    LLM (``carries_neighbours``): shown, not counted as a confounder. The VAD is."""
     rows = {n: [r for r in read_bench_csv(folder / "bench.csv") if r.question_id in keep] for n, folder in outs.items()}
     print("\nthe stages the runs share: median difference, 95 % CI (METHOD M15: they should not move)")
     print(HEADER)
@@ -412,8 +430,12 @@ def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep:
     for x, base in pairs:
         for stage, column in STAGES.items():
             m = moved(x, rows[x], base, rows[base], stage, column)
-            beside = stage == "TTS" and (x[0] == "B") != (base[0] == "B")
-            note = "  (B's LLM generates beside it: its cost to a neighbour, M17)" if beside else ""
+            beside = stage in ("ASR", "TTS") and (x[0] == "B") != (base[0] == "B")
+            note = (
+                "  (B's LLM is in its process: what it costs a neighbour, M17; the what-if carries it)"
+                if beside
+                else ""
+            )
             print((m.line() if m else f"  {x} - {base:<4}{stage:<6}  fewer than 2 values on a side") + note)
             if m is not None and m.beyond and not beside:
                 found.append(f"{x} - {base} {stage} {m.difference:+.1f} ms")
@@ -453,8 +475,14 @@ def run(args: argparse.Namespace, out: Path) -> None:
         lanes["B2"] = ([LOCAL], b_args)
     outs = {name: out / name for name in lanes}
     commands = {n: replay_command(a_set, outs[n], c, args, f"whatif-{n}", x) for n, (c, x) in lanes.items()}
-    files = together(commands, outs, args.order)
-    keep = set(kept)
+    evaluate(out, together(commands, outs, args.order))
+
+
+def evaluate(out: Path, files: dict[str, list[Path]]) -> None:
+    """The lanes' runs in ``out`` (their trace files): shared stages, then the what-if both ways."""
+    with (out / "questions_A" / "manifest.csv").open(encoding="utf-8", newline="") as fh:
+        keep = {row["id"] for row in csv.DictReader(fh)}
+    outs = {name: out / name for name in files}
     print("\nturns read:")
     b, a1, a2 = graphs(files["B"], "B", keep), graphs(files["A1"], "A1", keep), graphs(files["A2"], "A2", keep)
     b2 = graphs(files["B2"], "B2", keep) if "B2" in files else b
@@ -462,7 +490,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
     shifted = shared_stages(outs, pairs, keep)
     a_title = "A predicted from B's traces with A1's LLM segments (--swap llm=A1), against A2 measured"
     missed = compare(a_title, b, a1, a2, "A2")
-    truth = "B2 (a second run of B)" if "B2" in files else "B (the same run the LLM segments came from)"
+    truth = "B2 (a second run of B)" if "B2" in files else "B (the same run the LLM, ASR and TTS segments came from)"
     print(f"\nthe other way: the truth is {truth}")
     b_title = "B predicted from A2's traces with B's LLM segments (--swap llm=B)"
     missed += compare(b_title, a2, b, b2, "B2" if "B2" in files else "B")

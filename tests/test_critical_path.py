@@ -34,7 +34,18 @@ from pipeline.analysis.path.paths_csv import path_row
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
 from pipeline.analysis.turns import TurnSpans, group_turns
-from pipeline.analysis.whatif import SETTABLE, WhatIfError, parse_change, partners, predict, read_graphs, swapped
+from pipeline.analysis.whatif import (
+    NEIGHBOURS,
+    SETTABLE,
+    SWAPPED,
+    WhatIfError,
+    carries_neighbours,
+    parse_change,
+    partners,
+    predict,
+    read_graphs,
+    swapped,
+)
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import FRAME_MS, LatencyProfile
 from pipeline.fleet.scheduled import ScheduledBackend
@@ -379,3 +390,18 @@ def test_a_devices_turn_needs_its_servers_spans() -> None:
     device = msgspec.structs.replace(t.turn, name=names.DEVICE, span_id="d0", parent_span_id=t.turn.span_id)
     with pytest.raises(PathError, match="a device's view without its server's spans"):
         graph_of(TurnSpans(t.turn, [*t.children, device]))
+
+
+def test_a_swap_to_where_the_llm_ran_elsewhere_brings_its_neighbours_segments(tmp_path: Path) -> None:
+    """An in-process LLM shares the machine with its ASR and TTS (measured: both moved between B and A
+    when interleaved): a swap from a run whose LLM ran elsewhere brings their segments too."""
+    one = graph_of(turn_spans(run_virtual(server(THREE)), tmp_path / "t.jsonl"))
+    later = tuple(msgspec.structs.replace(p, duration_ns=p.duration_ns + 1000) for p in one.points)
+    remote = msgspec.structs.replace(one, remote_llm=True, points=later)
+    local = msgspec.structs.replace(remote, remote_llm=False)
+    assert not one.remote_llm and carries_neighbours(one, remote) and not carries_neighbours(one, local)
+    kinds = {p.kind for p in one.points}
+    assert SWAPPED | NEIGHBOURS <= kinds
+    for other, moved in ((remote, SWAPPED | NEIGHBOURS), (local, SWAPPED)):
+        got = {p.label: p.duration_ns - q.duration_ns for p, q in zip(swapped(one, other), one.points, strict=True)}
+        assert got == {p.label: 1000 if p.kind in moved else 0 for p in one.points}

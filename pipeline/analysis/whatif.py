@@ -9,7 +9,11 @@ sentence 2 may change nothing the user hears. Three kinds of change:
 - ``network.rtt=+Nms``: one round trip more per LLM call (the request out, its first byte back;
   streamed tokens then arrive as before), for turns whose LLM was reached over a network;
 - a swap: another run's LLM segments (each call's first token and generation up to each cut),
-  turn by turn for the same question, round and device.
+  turn by turn for the same question, round and device. Where the LLM ran elsewhere in the other
+  run (in this process in one, over a network in the other), the ASR's and TTS's segments come
+  with it (``NEIGHBOURS``): an in-process LLM shares the CPU, caches and memory with them, so moving
+  it moves what they cost (measured here: the TTS beside B's generating LLM took 5.6 ms more,
+  ``scripts/bench_whatif.py``), and the prediction says so (``carries_neighbours``).
 
 What a graph cannot know it refuses, never guesses: a change that makes a segment shorter than
 nothing, a network change for an in-process LLM, a swap whose answer differs (other sentences,
@@ -63,6 +67,7 @@ NOT_SETTABLE = {
     "handoff": "it is the pipeline's own hand-off between stages, not a stage",
 }
 SWAPPED = frozenset({LLM_FIRST_TOKEN, LLM_GENERATION})
+NEIGHBOURS = frozenset({ASR, TTS_FIRST_FRAME, TTS})  # what an in-process LLM shares the machine with
 _VALUE = re.compile(r"^([+-])(\d*\.?\d+)(ms|s|%)$")
 # on the path as a hand-off's lag (the first frame -> it plays), not as a point's own work
 ON_EDGES = frozenset({DEVICE_BUFFER})
@@ -154,8 +159,14 @@ def _with_lags(graph: TurnGraph, p: Point, change: Change) -> Point:
     return Point(p.label, p.kind, p.duration_ns, deps, p.call, p.sentence)
 
 
+def carries_neighbours(graph: TurnGraph, other: TurnGraph) -> bool:
+    """Whether a swap brings the other run's ASR and TTS segments too: the LLM ran elsewhere there."""
+    return graph.remote_llm != other.remote_llm
+
+
 def swapped(graph: TurnGraph, other: TurnGraph) -> list[Point]:
-    """The graph's points with ``other``'s LLM segments (each call's first token and generation)."""
+    """The graph's points with ``other``'s LLM segments (each call's first token and generation), and its
+    ASR and TTS segments where its LLM ran elsewhere (``carries_neighbours``)."""
     if graph.calls != other.calls:
         raise WhatIfError(
             f"--swap llm: {graph.turn} made {graph.calls} LLM call(s), {other.turn} {other.calls}: "
@@ -168,10 +179,11 @@ def swapped(graph: TurnGraph, other: TurnGraph) -> list[Point]:
             f"{_first_difference(graph.sentence_texts, other.sentence_texts)}): "
             "the other answer's TTS and playback were never measured here"
         )
-    theirs = {p.label: p for p in other.points if p.kind in SWAPPED}
+    kinds = SWAPPED | NEIGHBOURS if carries_neighbours(graph, other) else SWAPPED
+    theirs = {p.label: p for p in other.points if p.kind in kinds}
     out = []
     for p in graph.points:
-        if p.kind in SWAPPED:
+        if p.kind in kinds:
             found = theirs.get(p.label)
             if found is None:
                 raise WhatIfError(f"--swap llm: {other.turn} has no {p.label}")
