@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.bootstrap import Interval
 from pipeline.analysis.sink import RowSink
 from pipeline.cli import parse_replay_args
 from pipeline.clock import VirtualClock, run_on_clock
@@ -21,10 +22,12 @@ from pipeline.events import Event, SpeechEnd, Transcript
 from pipeline.replay import main as replay_main
 from pipeline.replay import make_run, prepare
 from pipeline.report.build import build
+from pipeline.report.compare import Diff
 from pipeline.report.conditions import group
 from pipeline.report.confound import StageCheck, checks, order
 from pipeline.report.document import Paragraph, Table
 from pipeline.report.load import load_paths
+from pipeline.report.sections.confounding import warning
 from pipeline.run.gate import OPEN, Baton, TurnGate, interleaved
 from pipeline.run.session import Run, run_session
 from pipeline.tracing.export import Tracing
@@ -177,3 +180,12 @@ def test_the_report_names_the_confounded_stage_of_a_sequential_run(tmp_path: Pat
     assert "`python -m pipeline.experiment`" in warned[0]
     table = next(b for b in doc.blocks if isinstance(b, Table) and b.key == "confounding")
     assert [(r[1], r[6]) for r in table.rows] == [("VAD", "same within its interval"), ("ASR", "CONFOUNDED")]
+
+
+def test_a_stage_that_moved_although_interleaved_is_worded_as_what_runs_beside_it() -> None:
+    check = StageCheck("B", "A", "asr", "asr_ms", Diff(71.2, Interval(30.4, 105.8), 499.7), 21, 21)
+    assert check.confounded
+    interleaved_words = warning(check, interleaved=True)
+    assert interleaved_words.startswith("Moved although interleaved: B (local) vs A (cloud): the ASR")
+    assert "+71.2 ms" in interleaved_words and "scripts/bench_neighbours.py" in interleaved_words
+    assert warning(check, interleaved=False).startswith("Confounded:")
