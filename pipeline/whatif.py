@@ -104,10 +104,10 @@ def _swap_source(text: str, base: Graphs) -> list[TurnGraph]:
 
 
 def _describe(changes: Sequence[Change], swap: str | None, carried: int = 0) -> str:
-    """The change in words; a swap that brought the other run's ASR and TTS segments says so."""
+    """The change in words; a swap that brought the other run's TTS segments says so."""
     neighbours = (
-        f" (and, in {carried} turn(s) whose LLM ran elsewhere there, its ASR and TTS segments: an in-process "
-        "LLM shares the machine with them)"
+        f" (and, in {carried} turn(s) whose LLM ran elsewhere there, its TTS segments: the synthesiser runs "
+        "while the LLM generates, and an in-process LLM shares the CPU with it)"
         if carried
         else ""
     )

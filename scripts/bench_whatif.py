@@ -312,9 +312,7 @@ def compare(
     )
     carried = sum(1 for g, o, _ in rows if carries_neighbours(g, o))
     if carried:
-        print(
-            f"  in {carried} turn(s) the swap brings the source run's ASR and TTS segments too (its LLM ran elsewhere)"
-        )
+        print(f"  in {carried} turn(s) the swap brings the source run's TTS segments too (its LLM ran elsewhere)")
     if not rows:
         return [f"{title}: no turn predicted"]
     print(ROW.format("", f"measured {truth_name} ms", "its 95 % CI", "predicted ms", "error ms", "error", "in CI", ""))
@@ -420,9 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep: set[str]) -> list[str]:
     """The stages the lanes share (the same components, audio and, A speaking B's words, text), lane
     against lane: median difference with its 95 % interval. Returns those found beyond it, but for
-    B's ASR and TTS against A's: B's LLM is in their process (it generates beside the TTS), so their
-    difference is the on-device LLM's cost to its neighbours (M17), which the what-if carries with the
-    LLM (``carries_neighbours``): shown, not counted as a confounder. The VAD is."""
+    B's TTS against A's: B's LLM generates beside it in the same process, so their difference is the
+    on-device LLM's cost to a neighbour (M17), which the what-if carries with the LLM
+    (``carries_neighbours``): shown, not counted as a confounder. The VAD and the ASR are."""
     rows = {n: [r for r in read_bench_csv(folder / "bench.csv") if r.question_id in keep] for n, folder in outs.items()}
     print("\nthe stages the runs share: median difference, 95 % CI (METHOD M15: they should not move)")
     print(HEADER)
@@ -430,9 +428,9 @@ def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep:
     for x, base in pairs:
         for stage, column in STAGES.items():
             m = moved(x, rows[x], base, rows[base], stage, column)
-            beside = stage in ("ASR", "TTS") and (x[0] == "B") != (base[0] == "B")
+            beside = stage == "TTS" and (x[0] == "B") != (base[0] == "B")
             note = (
-                "  (B's LLM is in its process: what it costs a neighbour, M17; the what-if carries it)"
+                "  (B's LLM generates beside it: its cost to a neighbour, M17; the what-if carries it)"
                 if beside
                 else ""
             )
@@ -490,7 +488,7 @@ def evaluate(out: Path, files: dict[str, list[Path]]) -> None:
     shifted = shared_stages(outs, pairs, keep)
     a_title = "A predicted from B's traces with A1's LLM segments (--swap llm=A1), against A2 measured"
     missed = compare(a_title, b, a1, a2, "A2")
-    truth = "B2 (a second run of B)" if "B2" in files else "B (the same run the LLM, ASR and TTS segments came from)"
+    truth = "B2 (a second run of B)" if "B2" in files else "B (the same run the LLM and TTS segments came from)"
     print(f"\nthe other way: the truth is {truth}")
     b_title = "B predicted from A2's traces with B's LLM segments (--swap llm=B)"
     missed += compare(b_title, a2, b, b2, "B2" if "B2" in files else "B")

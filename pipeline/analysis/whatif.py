@@ -10,10 +10,12 @@ sentence 2 may change nothing the user hears. Three kinds of change:
   streamed tokens then arrive as before), for turns whose LLM was reached over a network;
 - a swap: another run's LLM segments (each call's first token and generation up to each cut),
   turn by turn for the same question, round and device. Where the LLM ran elsewhere in the other
-  run (in this process in one, over a network in the other), the ASR's and TTS's segments come
-  with it (``NEIGHBOURS``): an in-process LLM shares the CPU, caches and memory with them, so moving
-  it moves what they cost (measured here: the TTS beside B's generating LLM took 5.6 ms more,
-  ``scripts/bench_whatif.py``), and the prediction says so (``carries_neighbours``).
+  run (in this process in one, over a network or in its own server in the other), the TTS's
+  segments come with it (``NEIGHBOURS``): the synthesiser runs while the LLM still generates, and an
+  in-process LLM shares the CPU with it, so moving the LLM moves what the TTS costs (measured, the
+  conditions interleaved: B's first TTS frame took 5.6 and 8.4 ms more than A's on the same words,
+  ``scripts/bench_whatif.py``); the output says so (``carries_neighbours``). The ASR is done
+  before the LLM starts and nothing of the LLM runs beside it, so its segment stays the turn's own.
 
 What a graph cannot know it refuses, never guesses: a change that makes a segment shorter than
 nothing, a network change for an in-process LLM, a swap whose answer differs (other sentences,
@@ -67,7 +69,7 @@ NOT_SETTABLE = {
     "handoff": "it is the pipeline's own hand-off between stages, not a stage",
 }
 SWAPPED = frozenset({LLM_FIRST_TOKEN, LLM_GENERATION})
-NEIGHBOURS = frozenset({ASR, TTS_FIRST_FRAME, TTS})  # what an in-process LLM shares the machine with
+NEIGHBOURS = frozenset({TTS_FIRST_FRAME, TTS})  # what runs beside a generating LLM
 _VALUE = re.compile(r"^([+-])(\d*\.?\d+)(ms|s|%)$")
 # on the path as a hand-off's lag (the first frame -> it plays), not as a point's own work
 ON_EDGES = frozenset({DEVICE_BUFFER})
@@ -160,13 +162,13 @@ def _with_lags(graph: TurnGraph, p: Point, change: Change) -> Point:
 
 
 def carries_neighbours(graph: TurnGraph, other: TurnGraph) -> bool:
-    """Whether a swap brings the other run's ASR and TTS segments too: the LLM ran elsewhere there."""
+    """Whether a swap brings the other run's TTS segments too: the LLM ran elsewhere there."""
     return graph.remote_llm != other.remote_llm
 
 
 def swapped(graph: TurnGraph, other: TurnGraph) -> list[Point]:
     """The graph's points with ``other``'s LLM segments (each call's first token and generation), and its
-    ASR and TTS segments where its LLM ran elsewhere (``carries_neighbours``)."""
+    TTS segments where its LLM ran elsewhere (``carries_neighbours``)."""
     if graph.calls != other.calls:
         raise WhatIfError(
             f"--swap llm: {graph.turn} made {graph.calls} LLM call(s), {other.turn} {other.calls}: "
