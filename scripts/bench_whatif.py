@@ -37,19 +37,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import os
-import re
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import tomllib
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,15 +50,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
+# The parts (scripts/whatif_bench/) import the lab's code, after the path set-up
+from whatif_bench.lanes import replay, replay_command, shared_stages, together  # noqa: E402
+from whatif_bench.words import EMULATOR, a_config, choose, manifest_rows, observe, question_set  # noqa: E402
+
 from pipeline.analysis.bootstrap import Interval, quantile_interval  # noqa: E402
-from pipeline.analysis.numbers import measured, median, quantile  # noqa: E402
+from pipeline.analysis.numbers import median, quantile  # noqa: E402
 from pipeline.analysis.path.critical import critical_path  # noqa: E402
 from pipeline.analysis.path.graph import TurnGraph  # noqa: E402
 from pipeline.analysis.path.kinds import SEGMENTS  # noqa: E402
-from pipeline.analysis.read import read_traces, reread_with_server  # noqa: E402
-from pipeline.analysis.shared_stages import HEADER, STAGES, moved, waves  # noqa: E402
-from pipeline.analysis.traces import ReadSpan, trace_files  # noqa: E402
+from pipeline.analysis.traces import trace_files  # noqa: E402
 from pipeline.analysis.whatif import (  # noqa: E402
     WhatIfError,
     carries_neighbours,
@@ -74,198 +68,19 @@ from pipeline.analysis.whatif import (  # noqa: E402
     read_graphs,
     swapped,
 )
-from pipeline.endpoints.cloud.answers import pick_tool, tokens_of  # noqa: E402
+from pipeline.endpoints.cloud.answers import tokens_of  # noqa: E402
 from pipeline.endpoints.link.profiles import PROFILES  # noqa: E402
-from pipeline.run.interleave import conduct, described  # noqa: E402
-from pipeline.tracing import names  # noqa: E402
-from stages.llm.prompts import DEVICE_TOOLS  # noqa: E402
 
-FIXTURES = ROOT / "audio_fixtures"
 LOCAL = ROOT / "configs" / "local.toml"
-EMULATOR = "fast-70b-api"
 RUNS = ("questions_B", "B0", "B", "questions_A", "a.toml", "A1", "A2", "B2")  # what a benchmark writes in --out
 LANES = ("B", "A1", "A2", "B2")
 GOAL = 0.05  # the predicted median within 5 % of the measured one
 MIN_PAIRS = 16  # and on at least this many turn pairs per direction (issue 34)
-_CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
 ROW = "  {:<22}{:>16}{:>14}{:>14}{:>10}{:>9}  {:<6}{}"
 TARGETS: dict[str, Callable[[TurnGraph], int]] = {
     "first audible": lambda g: g.first_audible,
     "whole turn": lambda g: g.last_played,
 }
-
-
-@dataclass
-class Observed:
-    """One question's measured turns in B: what each heard, said and called."""
-
-    transcripts: list[str] = field(default_factory=list)
-    answers: list[str] = field(default_factory=list)
-    tools: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-
-
-def load() -> str:
-    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-
-
-def replay_command(
-    folder: Path, out: Path, configs: Sequence[Path], args: argparse.Namespace, run_id: str, extra: Sequence[str] = ()
-) -> list[str]:
-    cmd = [".venv/bin/python", "-m", "pipeline.replay", str(folder)]
-    for c in configs:
-        cmd += ["--config", str(c)]
-    return [*cmd, "--rounds", str(args.rounds), "--out", str(out), "--run-id", run_id, "--quiet", *extra]
-
-
-def replay(
-    folder: Path, out: Path, configs: Sequence[Path], args: argparse.Namespace, run_id: str, extra: Sequence[str] = ()
-) -> list[Path]:
-    """One run of ``pipeline.replay``; returns its trace files."""
-    cmd = replay_command(folder, out, configs, args, run_id, extra)
-    print(f"\n$ {shlex.join(cmd)}\n  before: {load()}", flush=True)
-    began = time.monotonic()
-    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    took = f"{time.monotonic() - began:.0f} s"
-    print(f"  after:  {load()}\n  exit status {done.returncode} after {took}; " + _summary(done.stdout), flush=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{run_id} failed (exit status {done.returncode}):\n{done.stdout}")
-    return trace_files(out / "traces")
-
-
-def together(lanes: dict[str, list[str]], outs: dict[str, Path], order: str) -> dict[str, list[Path]]:
-    """The lanes' runs, interleaved turn by turn (or one after another); each one's trace files."""
-    if order == "sequential":
-        for name, cmd in lanes.items():
-            print(f"\n$ {shlex.join(cmd)}\n  before: {load()}", flush=True)
-            if subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode != 0:
-                raise SystemExit(f"{name} failed")
-        return {name: trace_files(outs[name] / "traces") for name in lanes}
-    print(f"\ninterleaved turn by turn: {described(list(lanes))}")
-    for name, cmd in lanes.items():
-        print(f"  {name}: $ {shlex.join(cmd)}")
-    print(f"  before: {load()}", flush=True)
-    began = time.monotonic()
-    quiet = io.StringIO()  # each run's summary table: the benchmark prints its own figures
-    codes = conduct(lanes, ROOT, lambda m: print(f"  {m}", flush=True), quiet)
-    print(f"  after:  {load()}; {time.monotonic() - began:.0f} s; exit status {codes}", flush=True)
-    failed = [name for name, code in codes.items() if code != 0]
-    if failed:
-        raise SystemExit(f"{', '.join(failed)} failed:\n{quiet.getvalue()}")
-    return {name: trace_files(outs[name] / "traces") for name in lanes}
-
-
-def _summary(stdout: str) -> str:
-    return next((line.strip() for line in stdout.splitlines() if line.startswith("run ")), "no summary line")
-
-
-def manifest_rows() -> list[dict[str, str]]:
-    with (FIXTURES / "manifest.csv").open(encoding="utf-8-sig", newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-def question_set(dest: Path, rows: Sequence[dict[str, str]]) -> Path:
-    """A fixtures folder of ``rows``: their audio symlinked from audio_fixtures/, a manifest of them."""
-    dest.mkdir(parents=True)
-    for row in rows:
-        audio = row.get("audio") or f"{row['id']}.wav"
-        (dest / audio).symlink_to(FIXTURES / audio)
-    with (dest / "manifest.csv").open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return dest
-
-
-def joined(sentences: Sequence[str]) -> str:
-    """The answer the sentences were cut from: no space where either side is Chinese (the splitter
-    strips the space it cuts at, and a Chinese answer has none)."""
-    out = ""
-    for s in (s.strip() for s in sentences):
-        out += ("" if not out or _CJK.match(out[-1]) or _CJK.match(s[:1]) else " ") + s
-    return out
-
-
-def observe(files: Sequence[Path]) -> dict[str, Observed]:
-    """B's measured turns (warm-up left out, M6), question by question: read as every reader reads
-    (``read_traces``), each successful turn's spans read again for what it heard, said and called (a
-    device's turn read with its server's: the server's spans, where its stages ran)."""
-    read = read_traces(files)
-    out: dict[str, Observed] = {}
-    for facts in read.facts:
-        row = facts.row
-        if not measured(row):
-            continue
-        seen = out.setdefault(row.question_id, Observed())
-        found = reread_with_server(facts) if row.ok else None
-        if found is None:
-            seen.failed.append(row.error or "its spans could not be read again")
-            continue
-        t = found[1] or found[0]
-        asr = t.first(names.ASR)
-        seen.transcripts.append(str(asr.attributes.get(names.TRANSCRIPT) or "") if asr else "")
-        sentences = sorted(t.spans(names.SENTENCE), key=_index)
-        seen.answers.append(joined([str(s.attributes.get(names.SENTENCE_TEXT) or "") for s in sentences]))
-        called = [*t.spans(names.LLM_CALL), *t.spans(names.TOOL)]
-        seen.tools += sorted({str(s.attributes[names.TOOL_NAME]) for s in called if names.TOOL_NAME in s.attributes})
-    for message in read.problems:
-        print(f"warning: {message}")
-    return out
-
-
-def _index(span: ReadSpan) -> int:
-    value = span.attributes.get(names.SENTENCE_INDEX)
-    return value if isinstance(value, int) else 0
-
-
-def most_common(values: Sequence[str], what: str, qid: str) -> str:
-    counts = Counter(values)
-    if len(counts) > 1:
-        print(f"  {qid}: B's {what} differ across measured rounds: {dict(counts)}; using the most common")
-    return counts.most_common(1)[0][0]
-
-
-def choose(observed: dict[str, Observed]) -> dict[str, tuple[str, str]]:
-    """question id -> (transcript, answer) for the questions A can answer with B's words."""
-    offered = {t.name for t in DEVICE_TOOLS}
-    kept: dict[str, tuple[str, str]] = {}
-    print("\nB's answers, question by question (measured rounds):")
-    for qid, seen in observed.items():
-        if seen.failed:
-            print(
-                f"  {qid}: {len(seen.failed)} measured turn(s) failed ({', '.join(seen.failed)}): counted, no path (M7)"
-            )
-        if not seen.answers:
-            print(f"  {qid}: left out: no successful measured turn in B")
-            continue
-        if seen.tools:
-            print(
-                f"  {qid}: left out: B's model called {', '.join(sorted(set(seen.tools)))} and then said "
-                f"{seen.answers[0]!r}; after any tool the emulated cloud says its fixed TOOL_DONE"
-            )
-            continue
-        transcript = most_common(seen.transcripts, "transcripts", qid)
-        answer = most_common(seen.answers, "answers", qid)
-        tool = pick_tool(transcript, offered)
-        if tool is not None:
-            print(f"  {qid}: left out: the emulated cloud would call {tool[0]} on {transcript!r}; B answered in words")
-            continue
-        if not answer:
-            print(f"  {qid}: left out: B's answer has no sentence")
-            continue
-        alike = "one measured turn" if len(seen.answers) == 1 else f"{len(seen.answers)} measured turns"
-        print(f"  {qid}: kept ({alike}): {transcript!r} -> {answer!r}")
-        kept[qid] = (transcript, answer)
-    return kept
-
-
-def a_config(path: Path, profile: str, max_tokens: int) -> Path:
-    path.write_text(
-        f'[llm]\nimpl = "openai"\nmodel = "emulated-cloud"\nmax_tokens = {max_tokens}\n'
-        f'[cloud]\nemulator = "{EMULATOR}"\nemulator_answers = true\n[network]\nprofile = "{profile}"\n',
-        encoding="utf-8",
-    )
-    return path
 
 
 def graphs(files: Sequence[Path], name: str, keep: set[str]) -> list[TurnGraph]:
@@ -413,34 +228,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
             print(f"removed {out} (--keep keeps it)")
     return 0
-
-
-def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep: set[str]) -> list[str]:
-    """The stages the lanes share (the same components, audio and, A speaking B's words, text), lane
-    against lane: median difference with its 95 % interval. Returns those found beyond it, but for
-    B's TTS against A's: B's LLM generates beside it in the same process, so their difference is the
-    on-device LLM's cost to a neighbour (M17), which the what-if carries with the LLM
-    (``carries_neighbours``): shown, not counted as a confounder. The VAD and the ASR are."""
-    rows = {n: [r for r in read_bench_csv(folder / "bench.csv") if r.question_id in keep] for n, folder in outs.items()}
-    print("\nthe stages the runs share: median difference, 95 % CI (METHOD M15: they should not move)")
-    print(HEADER)
-    found = []
-    for x, base in pairs:
-        for stage, column in STAGES.items():
-            m = moved(x, rows[x], base, rows[base], stage, column)
-            beside = stage == "TTS" and (x[0] == "B") != (base[0] == "B")
-            note = (
-                "  (B's LLM generates beside it: its cost to a neighbour, M17; the what-if carries it)"
-                if beside
-                else ""
-            )
-            print((m.line() if m else f"  {x} - {base:<4}{stage:<6}  fewer than 2 values on a side") + note)
-            if m is not None and m.beyond and not beside:
-                found.append(f"{x} - {base} {stage} {m.difference:+.1f} ms")
-    print("the machine's speed over the run (what a sequential run would have put on one condition):")
-    w = waves(list(rows.values()), STAGES["ASR"])
-    print(w.line("ASR") if w else "  too few turns")
-    return found
 
 
 def run(args: argparse.Namespace, out: Path) -> None:

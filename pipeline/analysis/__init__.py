@@ -15,7 +15,8 @@ Modules, in the order data flows through them:
   spans read again from its lines, ``read_spans`` for spans that are no turn's.
 - ``bench_csv``: rows <-> bench.csv; ``sink``: a run's rows written as each turn finishes.
 - ``numbers``, ``stats``, ``summary``, ``bootstrap``: the one quantile, "measured turn" and ns -> ms,
-  statistics, the end-of-run table, bootstrap intervals (M8).
+  statistics, the end-of-run table, bootstrap intervals (M8); ``shared_stages``: a stage two runs share,
+  run against run, and the machine's speed followed over interleaved runs (M15).
 - ``path/``: a turn's dependency graph, its critical paths and paths.csv (``PathRow``); ``whatif``:
   the graph re-timed with a change, ``read_graphs`` for ``pipeline.whatif``.
 - ``server_segments``: a real server's segments of first sound (``SegmentRow``, segments.csv).
