@@ -12,6 +12,7 @@ import pytest
 from pipeline.analysis import bootstrap
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
+from pipeline.analysis.stats import ranks, spearman
 from pipeline.report import compare, drift, settings
 from pipeline.report.conditions import Condition, group, per_call
 from pipeline.report.load import Dataset, RunInfo
@@ -99,11 +100,11 @@ def test_a_clear_difference_has_an_interval_away_from_zero() -> None:
 
 
 def test_ranks_average_ties_and_spearman_reads_monotone_trends() -> None:
-    assert drift.ranks(np.asarray([10.0, 20.0, 10.0, 30.0])).tolist() == [1.5, 3.0, 1.5, 4.0]
+    assert ranks(np.asarray([10.0, 20.0, 10.0, 30.0])).tolist() == [1.5, 3.0, 1.5, 4.0]
     x = np.arange(8, dtype=np.float64)
-    assert drift.spearman(x, x**2) == pytest.approx(1.0)
-    assert drift.spearman(x, -x) == pytest.approx(-1.0)
-    assert drift.spearman(x, np.ones(8)) is None
+    assert spearman(x, x**2) == pytest.approx(1.0)
+    assert spearman(x, -x) == pytest.approx(-1.0)
+    assert spearman(x, np.ones(8)) is None
 
 
 def test_ranks_and_spearman_are_scipys_on_random_ties() -> None:
@@ -113,13 +114,13 @@ def test_ranks_and_spearman_are_scipys_on_random_ties() -> None:
     for n in (2, 3, 7, 50, 1000):
         x = rng.integers(0, max(2, n // 3), n).astype(np.float64)  # many ties
         y = rng.normal(size=n).round(1)
-        assert drift.ranks(x).tolist() == stats.rankdata(x, method="average").tolist()
-        found = drift.spearman(np.arange(n, dtype=np.float64), y)
+        assert ranks(x).tolist() == stats.rankdata(x, method="average").tolist()
+        found = spearman(np.arange(n, dtype=np.float64), y)
         assert found == pytest.approx(stats.spearmanr(np.arange(n), y).statistic, abs=1e-12)
-    assert drift.ranks(np.asarray([], dtype=np.float64)).tolist() == []
+    assert ranks(np.asarray([], dtype=np.float64)).tolist() == []
     with_nan = np.asarray([1.0, np.nan, 3.0, 2.0])
     assert np.isnan(stats.spearmanr(np.arange(4), with_nan).statistic)
-    found = drift.spearman(np.arange(4, dtype=np.float64), with_nan)
+    found = spearman(np.arange(4, dtype=np.float64), with_nan)
     assert found is not None and np.isnan(found)
 
 

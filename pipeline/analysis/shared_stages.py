@@ -15,6 +15,7 @@ import numpy as np
 from pipeline.analysis.bootstrap import Interval, difference_interval
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import measured, quantile
+from pipeline.analysis.stats import spearman
 
 STAGES = {"VAD": "vad_endpoint_ms", "ASR": "asr_ms", "TTS": "tts_first_frame_ms"}
 
@@ -91,9 +92,9 @@ class Waves:
         )
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
-    return float(np.corrcoef(rx, ry)[0, 1])
+def _lag1(x: np.ndarray) -> float:
+    """Spearman's correlation of each value with the next (0 where they do not vary)."""
+    return spearman(x[:-1], x[1:]) or 0.0
 
 
 def waves(lanes: Sequence[Sequence[TurnRow]], column: str, window: int = 6) -> Waves | None:
@@ -115,7 +116,7 @@ def waves(lanes: Sequence[Sequence[TurnRow]], column: str, window: int = 6) -> W
     medians = {q: float(np.median(v)) for q, v in by_question.items()}
     rel = np.asarray([v / medians[q] for _, q, v in found if medians[q]], dtype=np.float64)
     rng = np.random.default_rng(0)
-    shuffled = [_spearman(p[:-1], p[1:]) for p in (rng.permutation(rel) for _ in range(2000))]
+    shuffled = [_lag1(p) for p in (rng.permutation(rel) for _ in range(2000))]
     means = np.convolve(rel, np.ones(window) / window, mode="valid")
-    lag1 = _spearman(rel[:-1], rel[1:])
+    lag1 = _lag1(rel)
     return Waves(len(rel), lag1, float(np.quantile(shuffled, 0.975)), window, float(means.min()), float(means.max()))

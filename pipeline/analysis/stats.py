@@ -6,6 +6,7 @@ computed over fewer than all measured turns carries its count so the reader sees
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -80,3 +81,27 @@ def group_rows(rows: Sequence[TurnRow]) -> dict[tuple[str, str, str], list[TurnR
         key = (str(row.run_id), str(row.condition), str(row.config_id))
         groups.setdefault(key, []).append(row)
     return groups
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties averaged (scipy's ``rankdata(method="average")``); ``values`` without NaN."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.empty(len(values), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])  # where each run of equal values starts
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(values))  # one past each run's last
+    out = np.empty(len(values), dtype=np.float64)
+    out[order] = ((starts + 1 + ends) / 2)[np.cumsum(new) - 1]  # a run's ranks start+1 ... end, averaged
+    return out
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Spearman's rank correlation (as scipy's ``spearmanr``); None when either side does not vary."""
+    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return None
+    if np.isnan(x).any() or np.isnan(y).any():
+        return math.nan  # as scipy's: a NaN has no rank
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])

@@ -6,10 +6,10 @@ run, so questions that are simply longer do not look like drift (every round ask
 questions in the same order, M5). On these relative latencies:
 
 - rho: Spearman's rank correlation with run order (ties get average ranks): the Pearson
-  correlation of the two sides' ranks, computed with numpy. (scipy's ``spearmanr`` gives the same,
-  and the tests hold ``ranks`` and ``spearman`` to it, but importing ``scipy.stats`` took 0.58 s and
-  its teardown at exit 0.27 s, measured here: most of a second of a fleet's 10 s report, for two
-  functions.)
+  correlation of the two sides' ranks, computed with numpy (``pipeline.analysis.stats``; scipy's
+  ``spearmanr`` gives the same, and the tests hold ``ranks`` and ``spearman`` to it, but importing
+  ``scipy.stats`` took 0.58 s and its teardown at exit 0.27 s, measured here: most of a second of a
+  fleet's 10 s report, for two functions).
 - rise: median of the second half over median of the first half, minus 1.
 
 The run is flagged as drifting when rho >= 0.5 and rise >= 5 %. The check needs at least 6
@@ -19,7 +19,6 @@ reference, and nothing can be compared); otherwise it says it was not made.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured_ok, median
+from pipeline.analysis.stats import spearman
 from pipeline.report.conditions import number, rows_by_run
 
 MIN_TURNS = 6
@@ -47,30 +47,6 @@ class Drift:
     rise: float | None  # fraction: 0.08 = second half 8 % slower
     flagged: bool
     why_not: str  # why the check was not made; empty when it was
-
-
-def ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties averaged (scipy's ``rankdata(method="average")``); ``values`` without NaN."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    new = np.empty(len(values), dtype=bool)
-    new[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])  # where each run of equal values starts
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], len(values))  # one past each run's last
-    out = np.empty(len(values), dtype=np.float64)
-    out[order] = ((starts + 1 + ends) / 2)[np.cumsum(new) - 1]  # a run's ranks start+1 ... end, averaged
-    return out
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Spearman's rank correlation (as scipy's ``spearmanr``); None when either side does not vary."""
-    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
-        return None
-    if np.isnan(x).any() or np.isnan(y).any():
-        return math.nan  # as scipy's: a NaN has no rank
-    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
 def _order(row: TurnRow) -> int:
