@@ -19,7 +19,6 @@ interleaved (their turns alternating in time, ``pipeline.run.interleave``).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -55,13 +54,8 @@ class StageCheck:
 
 def stage_settings(run: RunInfo, stage: str) -> dict[str, str] | None:
     """The run's ``[stage]`` settings, flattened (None where the run does not record them)."""
-    if run.config_json is None:
-        return None
-    try:
-        data = json.loads(run.config_json)
-    except ValueError:
-        return None
-    section = data.get(stage) if isinstance(data, dict) else None
+    data = run.settings()
+    section = data.get(stage) if data is not None else None
     return flatten(section) if isinstance(section, Mapping) else None
 
 

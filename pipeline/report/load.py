@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from pipeline.analysis.bench_csv import csv_line, read_bench_csv
 from pipeline.analysis.columns import TurnRow
@@ -40,6 +41,16 @@ class RunInfo:
     config_json: str | None  # None: the traces do not record the settings (older format)
     config_jsons: int  # distinct settings recorded for this run (more than 1 is an inconsistency)
     question_count: int | None = None  # questions per round, as the run recorded it
+
+    def settings(self) -> dict[str, Any] | None:
+        """The settings the run recorded, parsed (None where it recorded none, or none that read as a table)."""
+        if self.config_json is None:
+            return None
+        try:
+            data = json.loads(self.config_json)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
 
 
 @dataclass

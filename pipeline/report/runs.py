@@ -3,7 +3,6 @@ simulated stages (METHOD M6, M7, M9, M20)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,10 +45,13 @@ def _median(rows: Sequence[TurnRow], metric: str) -> float | None:
 def _expected(run: RunInfo | None, questions: int) -> int | None:
     """Turns the run's settings ask for: rounds x the questions it recorded asking (else those found,
     at most --limit: a limit beyond the question set asks for no more questions than there are)."""
-    if run is None or run.config_json is None:
+    if run is None:
+        return None
+    recorded = run.settings()
+    if recorded is None:
         return None
     try:
-        settings = json.loads(run.config_json).get("run", {})
+        settings = recorded.get("run", {})
         rounds, limit = int(settings["rounds"]), int(settings.get("limit", 0))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -89,13 +89,8 @@ def condition_defining(setting: str) -> bool:
 
 
 def _settings(run: RunInfo) -> dict[str, str] | None:
-    if run.config_json is None:
-        return None
-    try:
-        data = json.loads(run.config_json)
-    except ValueError:
-        return None
-    return {k: v for k, v in flatten(data).items() if k not in IGNORED} if isinstance(data, dict) else None
+    data = run.settings()
+    return {k: v for k, v in flatten(data).items() if k not in IGNORED} if data is not None else None
 
 
 def differences(runs: Sequence[RunInfo]) -> list[Difference]:
