@@ -22,30 +22,24 @@ Every figure is measured wall-clock time on this machine (M12); the load is prin
 from __future__ import annotations
 
 import argparse
-import io
 import os
-import shlex
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from whatif_bench.lanes import together  # noqa: E402
+
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
 from pipeline.analysis.shared_stages import HEADER, STAGES, moved, waves  # noqa: E402
-from pipeline.run.interleave import conduct, described  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 LOCAL = ROOT / "configs" / "local.toml"
 PAIRS = (("B", "Bs", tuple(STAGES)), ("B", "A", ("VAD", "ASR")), ("Bs", "A", ("VAD", "ASR")))
-
-
-def load() -> str:
-    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def lane_configs(out: Path) -> dict[str, list[Path]]:
@@ -94,17 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace, out: Path) -> int:
     lanes = {name: command(name, configs, args, out / name) for name, configs in lane_configs(out).items()}
     print(f"{args.limit} question(s) x {args.rounds} round(s) (round 1 warm-up); cpus {os.cpu_count()}")
-    print(f"interleaved turn by turn: {described(list(lanes))}")
-    for name, cmd in lanes.items():
-        print(f"  {name}: $ {shlex.join(cmd)}")
-    print(f"  before: {load()}", flush=True)
-    began = time.monotonic()
-    tables = io.StringIO()
-    codes = conduct(lanes, ROOT, lambda m: print(f"  {m}", flush=True), tables)
-    print(f"  after:  {load()}; {time.monotonic() - began:.0f} s; exit status {codes}", flush=True)
-    if any(codes.values()):
-        print(tables.getvalue())
-        return 1
+    together(lanes, {name: out / name for name in lanes}, "interleaved")  # exits, naming a lane that failed
     rows = {name: read_bench_csv(out / name / "bench.csv") for name in lanes}
     print("\nthe stages the lanes share: median difference, 95 % CI")
     print(HEADER)
