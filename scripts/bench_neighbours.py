@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from whatif_bench.lanes import together  # noqa: E402
 
 from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.shared_stages import HEADER, STAGES, moved, waves  # noqa: E402
+from pipeline.analysis.shared_stages import CPU_STAGES, HEADER, STAGES, moved, spent, waves  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 LOCAL = ROOT / "configs" / "local.toml"
@@ -95,7 +95,12 @@ def run(args: argparse.Namespace, out: Path) -> int:
     for x, base, stages in PAIRS:
         for stage in stages:
             m = moved(x, rows[x], base, rows[base], stage, STAGES[stage])
-            print(m.line() if m else f"  {x} - {base:<4}{stage:<6}  fewer than 2 values on a side")
+            print(m.line() if m else f"  {x} - {base:<4}{stage:<8}  fewer than 2 values on a side")
+        for stage, column in CPU_STAGES.items():
+            m = moved(x, rows[x], base, rows[base], stage, column)
+            print(m.line() if m else f"  {x} - {base:<4}{stage:<8}  no CPU figures")
+    print("what the shared stages spent, per lane (medians; steal summed):")
+    print("\n".join(spent(rows)))
     w = waves(list(rows.values()), STAGES["ASR"])
     print("the machine's speed over the run:\n" + (w.line("ASR") if w else "  too few turns"))
     print("\nthe LLM itself (first LLM request -> first token), in-process against its own process:")

@@ -5,9 +5,11 @@
    (DIR/questions_A: the same audio, symlinked; ``text`` = B0's transcript, the key the emulated
    cloud looks answers up by; ``answer`` = B0's sentences joined), so the emulated cloud answers A
    with B's very words.
-2. B, A1 and A2 on that set, **interleaved turn by turn** (``pipeline.run.interleave``: each run's
-   process started at once and kept warm, the turns taken B A1 A2 | A2 A1 B | ...), so whatever
-   slows the machine over the minutes falls on all three alike (``--order sequential``: one run
+2. B, A2 and A1 on that set, **interleaved turn by turn** (``pipeline.run.interleave``: each run's
+   process started at once and kept warm, the turns taken B A2 A1 | A1 A2 B | ...), so whatever
+   slows the machine over the minutes falls on all three alike, and the two runs the what-if holds
+   against each other (B and A2) take neighbouring turns in every block, where the machine's speed
+   has had the least time to wander (``--order sequential``: one run
    after another, the old way). A (emulated cloud ``fast-70b-api`` behind a link profile, the same
    VAD, ASR and TTS) twice: A1 gives the LLM segments, A2 is the truth. A predicted = B's graphs
    with A1's LLM segments (``--swap llm=A1``), against A2 measured: first audible and whole turn,
@@ -200,7 +202,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--order",
         choices=("interleaved", "sequential"),
         default="interleaved",
-        help="B, A1, A2 (and B2) taking turns, each process warm (default), or one run after another",
+        help="B, A2, A1 (and B2) taking turns, each process warm (default), or one run after another",
     )
     args = p.parse_args(argv)
     if args.rounds < 2 or args.limit < 1:
@@ -255,7 +257,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
     print("  " + a_toml.read_text(encoding="utf-8").strip().replace("\n", "\n  "))
     a_args = ["--condition", "A", "--limit", "0"]
     b_args = ["--condition", "B", "--limit", "0"]
-    lanes = {"B": ([LOCAL], b_args), "A1": ([LOCAL, a_toml], a_args), "A2": ([LOCAL, a_toml], a_args)}
+    # B and A2 side by side: the turns each what-if direction compares come one after the other
+    lanes = {"B": ([LOCAL], b_args), "A2": ([LOCAL, a_toml], a_args), "A1": ([LOCAL, a_toml], a_args)}
     if args.independent:
         lanes["B2"] = ([LOCAL], b_args)
     outs = {name: out / name for name in lanes}

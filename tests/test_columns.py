@@ -39,7 +39,7 @@ def experiment_rows() -> list[TurnRow]:
 def test_the_header_is_the_committed_bench_csvs() -> None:
     with (EXPERIMENT / "bench.csv").open(encoding="utf-8", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == COLUMNS
-    assert len(COLUMNS) == len(set(COLUMNS)) == 65
+    assert len(COLUMNS) == len(set(COLUMNS)) == 71
 
 
 def test_bench_csv_written_from_the_traces_is_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_the_column_groups_and_numeric_columns_follow_the_declared_types() -> No
     # the rule bench.csv was read by before the schema: every *_ms column but the per-call list, and these
     named = {"round", "warmup", "tokens", "ok", "temp_c", "llm_calls", "sentences", "turn_start_ns", "prompt_tokens"}
     named |= {"prompt_cached_tokens", "load_avg_1m", "other_cpu_share", "asr_error_rate", "answer_quality"}
-    named |= {"packets_lost", "packets_late", "device", "devices"}
+    named |= {"packets_lost", "packets_late", "device", "devices", "asr_forced_switches"}
     by_suffix = {c for c in COLUMNS if c.endswith("_ms") and c != "llm_first_token_ms_per_call"}
     assert by_suffix | named == NUMERIC
 

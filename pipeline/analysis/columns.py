@@ -147,6 +147,29 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
         float | None, _m(CORES, "`other_cpu_ms` as cores kept busy on average during the turn")
     ] = None
     load_avg_1m: Annotated[float | None, _m(CORES, "the machine's one-minute load average")] = None
+    asr_cpu_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "this process's CPU time, user and system over all its threads, while the ASR ran (end-point -> "
+            "transcript): the same audio is the same work, so it moves with the machine's speed, not with waiting",
+        ),
+    ] = None
+    asr_forced_switches: Annotated[
+        int | None, _m(COUNT, "times a core was taken from this process while the ASR ran (involuntary switches)")
+    ] = None
+    asr_other_cpu_ms: Annotated[
+        float | None, _m(MS, "other processes' CPU time while the ASR ran (the machine's, from `/proc/stat`)")
+    ] = None
+    asr_steal_ms: Annotated[
+        float | None, _m(MS, "time the hypervisor gave the machine's cores to another guest while the ASR ran")
+    ] = None
+    tts_first_frame_cpu_ms: Annotated[
+        float | None, _m(MS, "this process's CPU time from the first sentence handed to TTS to its first frame")
+    ] = None
+    first_token_cpu_ms: Annotated[
+        float | None, _m(MS, "this process's CPU time from the first LLM request to its first output")
+    ] = None
     server_queue_ms: Annotated[
         float | None, _m(MS, "the LLM server's own queue time, summed over calls (empty when it gave none)")
     ] = None

@@ -35,6 +35,12 @@ def _optional_int(value: AttrValue) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _cpu_ms(span: ReadSpan) -> float | None:
+    """This process's CPU time (user and system) the stage's span records, from its start to its first output."""
+    user, system = _float(span.attributes.get(names.CPU_USER_MS)), _float(span.attributes.get(names.CPU_SYSTEM_MS))
+    return None if user is None or system is None else round(user + system, 1)
+
+
 def _share(other_cpu_ms: float | None, turn: ReadSpan) -> float | None:
     """Cores other processes kept busy on average during the turn (0.25 = a quarter of one core)."""
     duration_ms = (turn.end_ns - turn.start_ns) / 1e6
@@ -136,6 +142,12 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         other_cpu_ms=other_cpu_ms,
         other_cpu_share=_share(other_cpu_ms, t.turn),
         load_avg_1m=_float(get(names.HOST_LOAD_AVG_1M)),
+        asr_cpu_ms=_cpu_ms(asr) if asr else None,
+        asr_forced_switches=_optional_int(asr.attributes.get(names.CPU_INVOLUNTARY)) if asr else None,
+        asr_other_cpu_ms=_float(asr.attributes.get(names.CPU_OTHER_MS)) if asr else None,
+        asr_steal_ms=_float(asr.attributes.get(names.CPU_STEAL_MS)) if asr else None,
+        tts_first_frame_cpu_ms=_cpu_ms(tts[0]) if tts else None,
+        first_token_cpu_ms=_cpu_ms(calls[0]) if calls else None,
         server_queue_ms=s_queue,
         server_prompt_ms=s_prompt,
         server_generation_ms=s_generation,

@@ -7,7 +7,7 @@ Used by the benchmarks that run lanes side by side (``scripts/bench_whatif.py``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +18,9 @@ from pipeline.analysis.numbers import measured, quantile
 from pipeline.analysis.stats import spearman
 
 STAGES = {"VAD": "vad_endpoint_ms", "ASR": "asr_ms", "TTS": "tts_first_frame_ms"}
+# the same stages' CPU time (``pipeline.run.cpu``): the same work on the same audio, so a wall-time difference
+# the CPU time shares is the machine's speed, and one it does not is waiting (for a core, a lock, a neighbour)
+CPU_STAGES = {"ASR cpu": "asr_cpu_ms", "TTS cpu": "tts_first_frame_cpu_ms"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +51,49 @@ class Moved:
         pair, medians = f"{self.x} - {self.base}", f"{self.x_median:.1f} / {self.base_median:.1f}"
         share = f"{self.difference / self.base_median:+.1%}" if self.base_median else "-"
         return (
-            f"  {pair:<10}{self.stage:<6}{medians:>22}{self.difference:>+12.1f}{share:>9}{ci:>18}  "
+            f"  {pair:<10}{self.stage:<8}{medians:>22}{self.difference:>+12.1f}{share:>9}{ci:>18}  "
             f"{self.n}/{self.n_base:<6}{verdict}"
         )
 
 
-HEADER = f"  {'':<10}{'stage':<6}{'medians ms':>22}{'diff ms':>12}{'diff':>9}{'its 95 % CI':>18}  turns   verdict"
+HEADER = f"  {'':<10}{'stage':<8}{'medians ms':>22}{'diff ms':>12}{'diff':>9}{'its 95 % CI':>18}  turns   verdict"
 
 
 def values(rows: Sequence[TurnRow], column: str) -> np.ndarray:
     """``column`` over measured successful rows, sorted."""
     found = [float(v) for r in rows if measured(r) and r.ok and (v := getattr(r, column)) is not None]
     return np.sort(np.asarray(found, dtype=np.float64))
+
+
+def spent(lanes: Mapping[str, Sequence[TurnRow]]) -> list[str]:
+    """Per lane, what its ASR and first TTS cost: medians of wall and CPU time (this process, all threads),
+    their ratio, the switches forced on the process during the ASR, other processes' CPU time and the
+    hypervisor's steal during it (summed over the lane's measured turns)."""
+    head = f"  {'lane':<6}{'ASR ms':>9}{'cpu ms':>9}{'cpu/wall':>10}{'forced':>8}{'others ms':>11}{'steal ms':>10}"
+    out = [head + f"{'TTS ms':>9}{'cpu ms':>9}{'cpu/wall':>10}"]
+    for lane, rows in lanes.items():
+        cells = [f"  {lane:<6}"]
+        for wall, cpu in (("asr_ms", "asr_cpu_ms"), ("tts_first_frame_ms", "tts_first_frame_cpu_ms")):
+            w, c = _median(rows, wall), _median(rows, cpu)
+            ratio = f"{c / w:.2f}" if w and c is not None else "-"
+            cells.append(f"{_cell(w)}{_cell(c)}{ratio:>10}")
+            if wall == "asr_ms":
+                steal = values(rows, "asr_steal_ms")
+                cells.append(
+                    f"{_cell(_median(rows, 'asr_forced_switches'), 8)}{_cell(_median(rows, 'asr_other_cpu_ms'), 11)}"
+                )
+                cells.append(_cell(float(steal.sum()) if len(steal) else None, 10))
+        out.append("".join(cells))
+    return out
+
+
+def _median(rows: Sequence[TurnRow], column: str) -> float | None:
+    found = values(rows, column)
+    return quantile(found, 0.5) if len(found) else None
+
+
+def _cell(value: float | None, width: int = 9) -> str:
+    return f"{value:>{width}.1f}" if value is not None else f"{'-':>{width}}"
 
 
 def moved(x: str, xs: Sequence[TurnRow], base: str, bs: Sequence[TurnRow], stage: str, column: str) -> Moved | None:

@@ -31,11 +31,13 @@ from pipeline.events import (
     ToolResult,
     Transcript,
 )
+from pipeline.run.cpu import CpuMeter, CpuReading
 from pipeline.tracing.timeline import (
     CallTiming,
     DownlinkTiming,
     QueueTiming,
     SentenceTiming,
+    StageCpu,
     ToolTiming,
     TtsTiming,
     TurnTimeline,
@@ -48,9 +50,11 @@ Observer = Callable[[str, Event], None]  # (role, event) for each stage output, 
 class TurnRecorder:
     """Stamps the events of one turn into a ``TurnTimeline``."""
 
-    def __init__(self, clock: Clock, observer: Observer | None = None) -> None:
+    def __init__(self, clock: Clock, observer: Observer | None = None, meter: CpuMeter | None = None) -> None:
         self._clock = clock
         self._observer = observer
+        self._meter = meter
+        self._cpu_from: dict[tuple[str, int], CpuReading] = {}  # (role, sentence or call) -> its start's reading
         self.timeline = TurnTimeline(start_ns=clock.now_ns())
         self._leftover_from = self.timeline.start_ns
         self._inputs: dict[str, Handler] = {
@@ -89,6 +93,14 @@ class TurnRecorder:
         async for event in events:
             self._observer(role, event)
             yield event
+
+    def _cpu_start(self, role: str, key: int) -> None:
+        if self._meter is not None:
+            self._cpu_from[(role, key)] = self._meter.read()
+
+    def _cpu_end(self, role: str, key: int) -> StageCpu | None:
+        start = self._cpu_from.pop((role, key), None)
+        return None if self._meter is None or start is None else self._meter.between(start, self._meter.read())
 
     def sent(self) -> None:
         """A server's transport has just sent one frame of answer audio down to the device."""
@@ -131,10 +143,12 @@ class TurnRecorder:
     def _asr_in(self, event: Event, t: int) -> None:
         if isinstance(event, SpeechEnd):
             self.timeline.asr.start_ns = t
+            self._cpu_start("asr", 0)
 
     def _tts_in(self, event: Event, t: int) -> None:
         if isinstance(event, Sentence):
             self.timeline.tts.append(TtsTiming(sentence_index=event.index, start_ns=t))
+            self._cpu_start("tts", event.index)
 
     def _player_in(self, event: Event, t: int) -> None:
         if isinstance(event, AudioOut):
@@ -160,6 +174,7 @@ class TurnRecorder:
     def _asr_out(self, event: Event, t: int) -> None:
         if isinstance(event, Transcript):
             self.timeline.asr.end_ns = t
+            self.timeline.asr.cpu = self._cpu_end("asr", 0)
             self.timeline.asr.text = event.text
             self.timeline.asr.language = event.language
 
@@ -177,23 +192,22 @@ class TurnRecorder:
                     input_tokens=event.input_tokens,
                 )
             )
+            self._cpu_start("llm", event.index)
         elif isinstance(event, QueueWait) and calls:
             # the scheduler's own readings: the wait is measured where it happened, not where it passed
             calls[-1].queue = QueueTiming(event.enqueued_ns, event.granted_ns, event.priority)
         elif isinstance(event, TokenDelta) and calls:
             call = calls[-1]
             call.token_ns.append(t)
-            if call.first_token_ns is None and event.text.strip():
-                call.first_token_ns = t
+            if event.text.strip():
+                self._first_output(call, t)
         elif isinstance(event, (ToolCallDelta, OutputStart)) and calls:
             # M1: a tool call's first piece is the call's first output, as a first token is
-            if calls[-1].first_token_ns is None:
-                calls[-1].first_token_ns = t
+            self._first_output(calls[-1], t)
         elif isinstance(event, ToolCall) and calls:
             calls[-1].tool_name = event.name
             calls[-1].tool_call_ns = t
-            if calls[-1].first_token_ns is None:
-                calls[-1].first_token_ns = t
+            self._first_output(calls[-1], t)
         elif isinstance(event, CallEnd) and calls:
             call = calls[-1]
             call.end_ns = t
@@ -207,6 +221,11 @@ class TurnRecorder:
             self.timeline.tools.append(
                 ToolTiming(event.name, start, t, where=event.where, call_id=event.call_id, error=event.error)
             )
+
+    def _first_output(self, call: CallTiming, t: int) -> None:
+        if call.first_token_ns is None:
+            call.first_token_ns = t
+            call.cpu = self._cpu_end("llm", call.index)
 
     def _sentences_out(self, event: Event, t: int) -> None:
         if not isinstance(event, Sentence):
@@ -238,6 +257,7 @@ class TurnRecorder:
             return
         if tts.first_frame_ns is None:
             tts.first_frame_ns = t
+            tts.cpu = self._cpu_end("tts", event.sentence_index)
         tts.end_ns = t
         tts.audio_ms += event.duration_ms
 

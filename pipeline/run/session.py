@@ -22,6 +22,7 @@ from pipeline.fleet.arrivals import rotated, start_offsets_ms
 from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduler import BACKGROUND, Scheduler
 from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
+from pipeline.run.cpu import CpuMeter
 from pipeline.run.device import Ask, speech_end_ms
 from pipeline.run.gate import OPEN, TurnGate
 from pipeline.run.turn import run_turn
@@ -179,6 +180,7 @@ class _Fleet:
         self.speech_ends: dict[str, int | None] = {}  # a device's clips, by question: where the VAD ends the speech
         # other load means nothing in simulated time
         self.probe = LoadProbe() if run.clock.kind == "real" else None
+        self.meter = CpuMeter() if run.clock.kind == "real" else None
 
     async def devices(self) -> None:
         fleet = self.run.config.fleet
@@ -252,6 +254,7 @@ class _Fleet:
                     run.clock,
                     realtime=cfg.run.pacing == "realtime",
                     timeout_s=cfg.run.turn_timeout_s,
+                    meter=self.meter,
                 )
                 note = clip.note
                 if timeline.ok:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pipeline.clock import Clock
 from pipeline.events import AudioFrame, Event, Stage, TurnEnd
+from pipeline.run.cpu import CpuMeter
 from pipeline.run.device import InProcessLink, Link, Player, ServerSide, close, drain, stream_audio
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import TurnTimeline
@@ -83,9 +84,11 @@ async def run_turn(
     realtime: bool = True,
     timeout_s: float = 60.0,
     player: Stage | None = None,
+    meter: CpuMeter | None = None,
 ) -> TurnTimeline:
-    """Run one turn over the in-process link and return what the recorder saw."""
-    recorder = TurnRecorder(clock)
+    """Run one turn over the in-process link and return what the recorder saw (with ``meter``, each stage's
+    CPU too)."""
+    recorder = TurnRecorder(clock, meter=meter)
     link = InProcessLink()
     others = [asyncio.create_task(stream_audio(frames, link, realtime))]  # serve_turn adds its stage tasks
     work = [

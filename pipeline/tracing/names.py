@@ -68,6 +68,13 @@ DEVICE_COUNT = "lab.device.count"
 PRIORITY = "lab.llm.priority"  # the scheduler's class for a call: interactive or background
 HOST_OTHER_CPU_MS = "lab.host.other_cpu_ms"  # CPU time other processes used during the turn
 HOST_LOAD_AVG_1M = "lab.host.load_avg_1m"
+# a stage span's CPU, from its start to its first output (pipeline.run.cpu): this process over all its threads
+CPU_USER_MS = "lab.cpu.user_ms"
+CPU_SYSTEM_MS = "lab.cpu.system_ms"
+CPU_VOLUNTARY = "lab.cpu.voluntary_switches"  # the process gave up a core (waited for I/O, a lock, a futex)
+CPU_INVOLUNTARY = "lab.cpu.involuntary_switches"  # a core was taken from it (another thread or process ran)
+CPU_OTHER_MS = "lab.cpu.other_ms"  # other processes' CPU time meanwhile, the whole machine's
+CPU_STEAL_MS = "lab.cpu.steal_ms"  # the hypervisor gave the machine's cores to another guest meanwhile
 REFERENCE_TEXT = "lab.reference_text"
 EXPECTED_KEYWORDS = "lab.expected_keywords"  # ";"-separated groups of "|"-separated alternatives
 LLM_ENDPOINT = "lab.llm.endpoint"  # "in-process llama.cpp", "emulated cloud, profile X; network Y", ...

@@ -18,6 +18,7 @@ from pipeline.tracing.timeline import (
     DeviceTiming,
     JobTimeline,
     SentenceTiming,
+    StageCpu,
     ToolTiming,
     TtsTiming,
     TurnTimeline,
@@ -112,9 +113,26 @@ def _vad_span(tl: TurnTimeline, child: _Children) -> None:
         span.add_event(names.EV_USER_SPEECH_END, vad.user_speech_end_ns)
 
 
+def _cpu(cpu: StageCpu | None) -> Attributes:
+    """A stage's CPU as span attributes (none without a meter: simulated time)."""
+    if cpu is None:
+        return {}
+    attrs: Attributes = {
+        names.CPU_USER_MS: cpu.user_ms,
+        names.CPU_SYSTEM_MS: cpu.system_ms,
+        names.CPU_VOLUNTARY: cpu.voluntary,
+        names.CPU_INVOLUNTARY: cpu.involuntary,
+    }
+    if cpu.other_ms is not None:
+        attrs[names.CPU_OTHER_MS] = cpu.other_ms
+    if cpu.steal_ms is not None:
+        attrs[names.CPU_STEAL_MS] = cpu.steal_ms
+    return attrs
+
+
 def _asr_span(tl: TurnTimeline, child: _Children) -> None:
     if tl.asr.start_ns is not None:
-        attrs: Attributes = {names.TRANSCRIPT: tl.asr.text, names.ASR_LANGUAGE: tl.asr.language}
+        attrs: Attributes = {names.TRANSCRIPT: tl.asr.text, names.ASR_LANGUAGE: tl.asr.language, **_cpu(tl.asr.cpu)}
         child(names.ASR, tl.asr.start_ns, tl.asr.end_ns, "asr", attrs)
 
 
@@ -128,6 +146,7 @@ def _llm_spans(call: CallTiming, child: _Children) -> None:
         names.GEN_AI_OUTPUT_TOKENS: call.output_tokens,
         names.CALL_INDEX: call.index,
         names.CALL_PURPOSE: call.purpose,
+        **_cpu(call.cpu),
     }
     if call.finish_reason:
         extra[names.GEN_AI_FINISH] = [call.finish_reason]
@@ -186,7 +205,7 @@ def _sentence_span(sentence: SentenceTiming, child: _Children) -> None:
 
 
 def _tts_span(tts: TtsTiming, child: _Children) -> None:
-    attrs: Attributes = {names.SENTENCE_INDEX: tts.sentence_index, names.AUDIO_MS: tts.audio_ms}
+    attrs: Attributes = {names.SENTENCE_INDEX: tts.sentence_index, names.AUDIO_MS: tts.audio_ms, **_cpu(tts.cpu)}
     span = child(names.TTS, tts.start_ns, tts.end_ns, "tts", attrs)
     if tts.first_frame_ns is not None:
         span.add_event(names.EV_FIRST_FRAME, tts.first_frame_ns)

@@ -11,6 +11,20 @@ from dataclasses import dataclass, field
 from pipeline.events import StageInfo
 
 
+@dataclass(frozen=True, slots=True)
+class StageCpu:
+    """What a stage's process and machine spent from the stage's start to its first output
+    (``pipeline.run.cpu``): this process's CPU time over all its threads, the switches it made and had
+    forced on it, other processes' CPU time and the hypervisor's steal (None: not readable)."""
+
+    user_ms: float
+    system_ms: float
+    voluntary: int
+    involuntary: int
+    other_ms: float | None
+    steal_ms: float | None
+
+
 @dataclass(slots=True)
 class VadTiming:
     """The VAD's stamps in a turn: speech start and end, the end-point, each uplink frame's arrival."""
@@ -33,6 +47,7 @@ class AsrTiming:
     end_ns: int | None = None
     text: str = ""
     language: str = ""
+    cpu: StageCpu | None = None  # from the end-point to the transcript
 
 
 @dataclass(slots=True)
@@ -56,6 +71,7 @@ class CallTiming:
     server_timings: tuple[tuple[str, float], ...] = ()
     token_ns: list[int] = field(default_factory=list)  # stamp of every delta, by position
     queue: QueueTiming | None = None  # the call waited for a shared model's scheduler
+    cpu: StageCpu | None = None  # from the request to its first output
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,7 @@ class TtsTiming:
     first_frame_ns: int | None = None
     end_ns: int | None = None
     audio_ms: int = 0
+    cpu: StageCpu | None = None  # from the sentence to its first frame
 
 
 @dataclass(slots=True)

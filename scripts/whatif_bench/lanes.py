@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.shared_stages import HEADER, STAGES, moved, waves
+from pipeline.analysis.shared_stages import CPU_STAGES, HEADER, STAGES, moved, spent, waves
 from pipeline.analysis.traces import trace_files
 from pipeline.run.interleave import conduct, described
 
@@ -93,9 +93,14 @@ def shared_stages(outs: dict[str, Path], pairs: Sequence[tuple[str, str]], keep:
                 if beside
                 else ""
             )
-            print((m.line() if m else f"  {x} - {base:<4}{stage:<6}  fewer than 2 values on a side") + note)
+            print((m.line() if m else f"  {x} - {base:<4}{stage:<8}  fewer than 2 values on a side") + note)
             if m is not None and m.beyond and not beside:
                 found.append(f"{x} - {base} {stage} {m.difference:+.1f} ms")
+        for stage, column in CPU_STAGES.items():  # what explains a move: the same work, or waiting
+            m = moved(x, rows[x], base, rows[base], stage, column)
+            print(m.line() if m else f"  {x} - {base:<4}{stage:<8}  no CPU figures")
+    print("what the shared stages spent, per lane (medians; steal summed):")
+    print("\n".join(spent(rows)))
     print("the machine's speed over the run (what a sequential run would have put on one condition):")
     w = waves(list(rows.values()), STAGES["ASR"])
     print(w.line("ASR") if w else "  too few turns")
