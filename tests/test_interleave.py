@@ -179,7 +179,9 @@ def test_the_report_names_the_confounded_stage_of_a_sequential_run(tmp_path: Pat
     assert len(warned) == 1 and "the ASR (the same component on the same audio)" in warned[0]
     assert "`python -m pipeline.experiment`" in warned[0]
     table = next(b for b in doc.blocks if isinstance(b, Table) and b.key == "confounding")
-    assert [(r[1], r[6]) for r in table.rows] == [("VAD", "same within its interval"), ("ASR", "CONFOUNDED")]
+    verdicts = [(r[1], r[5], r[7]) for r in table.rows]
+    # simulated time has no CPU figures: said so, never a zero
+    assert verdicts == [("VAD", "not recorded", "same within its interval"), ("ASR", "not recorded", "CONFOUNDED")]
 
 
 def test_a_stage_that_moved_although_interleaved_is_worded_as_what_runs_beside_it() -> None:
@@ -189,3 +191,15 @@ def test_a_stage_that_moved_although_interleaved_is_worded_as_what_runs_beside_i
     assert interleaved_words.startswith("Moved although interleaved: B (local) vs A (cloud): the ASR")
     assert "+71.2 ms" in interleaved_words and "scripts/bench_neighbours.py" in interleaved_words
     assert warning(check, interleaved=False).startswith("Confounded:")
+
+
+def test_the_warning_reads_the_stages_cpu_time_as_more_work_or_a_wait() -> None:
+    moved = Diff(71.2, Interval(30.4, 105.8), 499.7)
+    more_work = StageCheck("B", "A", "asr", "asr_ms", moved, 21, 21, Diff(60.0, Interval(20.0, 90.0), 900.0))
+    assert more_work.shares_cpu
+    assert "Its CPU time moved with it (+60.0 ms [+20.0, +90.0]): the same work cost more" in warning(more_work, True)
+    for cpu in (Diff(5.0, Interval(-10.0, 20.0), 900.0), Diff(20.0, Interval(5.0, 30.0), 900.0)):
+        waited = StageCheck("B", "A", "asr", "asr_ms", moved, 21, 21, cpu)
+        assert not waited.shares_cpu  # inside its interval, or under half the wall time's move
+        assert "Its CPU time did not move as much" in warning(waited, False)
+    assert "CPU time" not in warning(StageCheck("B", "A", "asr", "asr_ms", moved, 21, 21), True)

@@ -12,6 +12,10 @@ baseline's median (and 1 ms): with thousands of turns an interval shrinks until 
 
 TTS is not watched: its input is each condition's own answer, which differs by design.
 
+Beside a watched stage's time, its CPU time (this process, every thread, ``pipeline.run.cpu``) where the
+runs recorded it: the same work on the same audio, so a move the CPU time shares is the work costing more
+(a slower machine, caches and memory shared with a neighbour), and one it does not is the stage waiting.
+
 How the conditions were run is read from the turns' start times: one after another, or
 interleaved (their turns alternating in time, ``pipeline.run.interleave``).
 """
@@ -28,6 +32,7 @@ from pipeline.report.load import RunInfo
 from pipeline.report.settings import flatten
 
 WATCHED = {"vad": "vad_endpoint_ms", "asr": "asr_ms"}  # stage -> the column timing it on the same audio
+CPU = {"asr": "asr_cpu_ms"}  # stage -> the column of its CPU time (the VAD's runs inline, per frame: none)
 MIN_SHARE = 0.02
 MIN_MS = 1.0
 
@@ -43,6 +48,16 @@ class StageCheck:
     difference: Diff
     n: int
     n_base: int
+    cpu: Diff | None = None  # the same for the stage's CPU time; None: no CPU column or no figures
+
+    @property
+    def shares_cpu(self) -> bool:
+        """The CPU time moved the same way, beyond its interval, by at least half the wall time's move: the
+        work itself cost more, rather than the stage waiting."""
+        d, c = self.difference, self.cpu
+        if c is None or not c.real or c.value is None or d.value is None:
+            return False
+        return c.value * d.value > 0 and abs(c.value) >= 0.5 * abs(d.value)
 
     @property
     def confounded(self) -> bool:
@@ -76,7 +91,9 @@ def checks(
             if not shared(stage, (x, b), runs) or not (x.values(metric).size and b.values(metric).size):
                 continue
             d = diff(x, b, metric)
-            out.append(StageCheck(label, base, stage, metric, d, x.values(metric).size, b.values(metric).size))
+            cpu = CPU.get(stage)
+            c = diff(x, b, cpu) if cpu and x.values(cpu).size and b.values(cpu).size else None
+            out.append(StageCheck(label, base, stage, metric, d, x.values(metric).size, b.values(metric).size, c))
     return out
 
 

@@ -30,6 +30,7 @@ def _line(c: StageCheck) -> tuple[str, ...]:
         f"`{c.metric}`",
         cells.diff(d),
         cells.percent(d.percent),
+        cells.diff(c.cpu) if c.cpu is not None else "not recorded",
         f"{c.n} / {c.n_base}",
         verdict,
         MEASURED,
@@ -43,13 +44,17 @@ def table(found: list[StageCheck]) -> Table:
         "column",
         "median difference (ms) [95 % CI]",
         "difference",
+        "its CPU time's (ms) [95 % CI]",
         "turns",
         "verdict",
         "attribution",
     )
     caption = (
         "The same component on the same audio in both conditions: its median should not move. CONFOUNDED: the "
-        f"interval excludes zero and the difference is at least {MIN_SHARE:.0%} of the baseline's median."
+        f"interval excludes zero and the difference is at least {MIN_SHARE:.0%} of the baseline's median. Its "
+        "CPU time: this process's, all threads, from the stage's start to its output; where it moves too, the "
+        "work cost more (the machine's speed, or caches and memory shared with a neighbour); where it does not, "
+        "the stage waited."
     )
     return Table("confounding", headers, tuple(_line(c) for c in found), caption)
 
@@ -77,6 +82,7 @@ def warning(c: StageCheck, interleaved: bool) -> str:
         f"{cells.signed(c.difference.value)} ({cells.percent(c.difference.percent)}) in {title(c.label)}, beyond "
         "its interval."
     )
+    moved += " " + _cpu_reading(c) if c.cpu is not None and c.cpu.value is not None else ""
     if interleaved:  # a drift over time falls on both: what is left runs beside the stage in one condition only
         return (
             f"Moved although interleaved: {moved} What one condition runs beside it did this: the on-device LLM's "
@@ -88,3 +94,11 @@ def warning(c: StageCheck, interleaved: bool) -> str:
         f"Confounded: {moved} Something other than the condition moved it, and can move every figure of this "
         f"comparison. {ADVICE}"
     )
+
+
+def _cpu_reading(c: StageCheck) -> str:
+    assert c.cpu is not None
+    cpu = cells.diff(c.cpu)
+    if c.shares_cpu:
+        return f"Its CPU time moved with it ({cpu}): the same work cost more, it did not wait."
+    return f"Its CPU time did not move as much ({cpu}): the stage waited, for a core, a lock or a neighbour."
