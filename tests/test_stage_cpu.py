@@ -7,11 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.replay import main
-from pipeline.report.load import load_paths
+from pipeline.report.build import build
+from pipeline.report.document import Table
+from pipeline.report.load import Dataset, RunInfo, load_paths
 from pipeline.run.cpu import CpuMeter
 from pipeline.run.turn import run_turn
 from pipeline.tracing.export import Tracing
@@ -97,3 +100,35 @@ def test_a_real_replay_records_each_stages_cpu(tmp_path: Path) -> None:
     assert row.asr_forced_switches is not None and row.asr_forced_switches >= 0
     assert row.asr_other_cpu_ms is not None and row.asr_steal_ms is not None
     assert row.tts_first_frame_cpu_ms is not None and row.first_token_cpu_ms is not None
+
+
+def _rows(condition: str, tts_cpu: float | None) -> list[TurnRow]:
+    return [
+        TurnRow(
+            run_id=f"r-{condition}",
+            condition=condition,
+            config_id=f"cfg-{condition}",
+            question_id=f"q{i}",
+            round=2,
+            ok=1,
+            turn_start_ns=1_000 + i,
+            asr_ms=400.0 + 10 * i,
+            asr_cpu_ms=None if tts_cpu is None else 720.0 + 18 * i,
+            tts_first_frame_ms=10.0,
+            tts_first_frame_cpu_ms=tts_cpu,
+        )
+        for i in range(3)
+    ]
+
+
+def test_the_report_sets_each_conditions_stage_cpu_beside_the_segments(tmp_path: Path) -> None:
+    runs = {f"r-{c}": RunInfo(f"r-{c}", c, (f"cfg-{c}",), "{}", 1) for c in ("A", "B")}
+    doc = build(Dataset.of_rows(_rows("A", 1.5) + _rows("B", 12.0), str(tmp_path), runs=runs), draw=False)
+    table = next(b for b in doc.blocks if isinstance(b, Table) and b.key == "neighbours")
+    # medians: ASR 410 ms wall, 738 ms CPU (1.80 cores); the TTS's first frame 10 ms, beside it B's LLM
+    assert table.rows == (
+        ("A (cloud)", "410.0", "738.0", "1.80", "10.0", "1.5", "0.15", "measured"),
+        ("B (local)", "410.0", "738.0", "1.80", "10.0", "12.0", "1.20", "measured"),
+    )
+    without = build(Dataset.of_rows(_rows("A", None) + _rows("B", None), str(tmp_path), runs=runs), draw=False)
+    assert not any(isinstance(b, Table) and b.key == "neighbours" for b in without.blocks)

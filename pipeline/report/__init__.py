@@ -20,8 +20,9 @@ Modules, in the order data flows through them:
   and whether their shared stages moved), ``cold_warm`` (cold and warm turns' silences),
   ``recording`` (what the recording says: the traces' silence against the recording's),
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and the what-ifs of ``whatif_defaults``),
-  ``amplification``, ``dilution``, ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM
-  against each device's own, as figures, when a capacity crossover record is there), ``integrity``, ``uncertainty``,
+  ``amplification``, ``dilution`` (with ``neighbours``: each condition's CPU in its unchanged stages),
+  ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM against each device's own, as
+  figures, when a capacity crossover record is there), ``integrity``, ``uncertainty``,
   ``figures``, ``reference``; ``base`` is what every section reads.
 - ``document``, ``cells``, ``cited``, ``plots``, ``waveform``: the report's building blocks; ``markdown``,
   ``html``, ``output``: renderings and the files written (report.md, report.html, rows.csv);

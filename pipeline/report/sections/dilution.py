@@ -8,6 +8,7 @@ from pipeline.report import cells
 from pipeline.report.compare import Diff, diff
 from pipeline.report.conditions import Condition
 from pipeline.report.document import NOTE, Block, Bullets, Heading, Paragraph, Table
+from pipeline.report.sections import neighbours
 from pipeline.report.sections.base import Conditions, Context, Pair
 
 DILUTION_METRICS = (
@@ -77,4 +78,4 @@ def section(ctx: Context) -> list[Block]:
         return out
     out.append(dilution_table(ctx.pairs, ctx.conds))
     out.append(Bullets(tuple(dilution_sentence(ctx.conds[x], ctx.conds[b]) for x, b in ctx.pairs)))
-    return out
+    return out + neighbours.section(ctx)
