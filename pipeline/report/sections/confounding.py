@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipeline.report import cells
 from pipeline.report.conditions import title
-from pipeline.report.confound import MIN_SHARE, StageCheck, checks, order
+from pipeline.report.confound import CPU, MIN_SHARE, StageCheck, checks, order
 from pipeline.report.document import WARNING, Block, Heading, Paragraph, Table
 from pipeline.report.sections.base import MEASURED, Context
 
@@ -30,7 +30,7 @@ def _line(c: StageCheck) -> tuple[str, ...]:
         f"`{c.metric}`",
         cells.diff(d),
         cells.percent(d.percent),
-        cells.diff(c.cpu) if c.cpu is not None else "not recorded",
+        cells.diff(c.cpu) if c.cpu is not None else "not recorded" if c.stage in CPU else "- (runs per frame)",
         f"{c.n} / {c.n_base}",
         verdict,
         MEASURED,
