@@ -158,7 +158,7 @@ def read_apart(
     # starts the report with a small heap (tried: reading a share here, its report was slower)
     try:
         with (
-            tempfile.TemporaryDirectory(prefix="report-shares-", dir=_spill_root()) as folder,
+            tempfile.TemporaryDirectory(prefix="report-shares-", dir=spill_root()) as folder,
             ProcessPoolExecutor(readers, mp_context=multiprocessing.get_context(_FORK)) as pool,
         ):
             spilled = pool.map(_read_to_file, repeat(reader), shares, repeat(making), repeat(folder))
@@ -191,7 +191,7 @@ def _unspilled(path: str) -> ShareResult:
     return result
 
 
-def _spill_root() -> str | None:
+def spill_root() -> str | None:
     """Memory-backed /dev/shm where there is one (nothing written back to disk), else the default."""
     return _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else None
 
