@@ -1,7 +1,7 @@
 """How long the report takes, and how much memory, for a large experiment.
 
-    .venv/bin/python scripts/bench_report.py [--span-turns 100000] [--baseline DIR] [--turns 100000]
-                                             [--no-tracemalloc] [--analyze]
+    .venv/bin/python scripts/bench_report.py [--span-turns 100000] [--baseline DIR | --before REF]
+                                             [--rounds N] [--turns 100000] [--no-tracemalloc] [--analyze]
 
 1. From trace files (issue 12: 100,000 turns to a finished report in under 10 s, reading
    included): the committed fixture traces copied (new ids, later rounds, later times) to
@@ -11,11 +11,15 @@
    With ``--baseline DIR``, another checkout of this project (for the code before a change:
    ``git worktree add /tmp/base <commit>``), the same files go through that checkout's code the
    same way, and both are printed side by side with whether their bench.csv and report.md came
-   out the same. Before each measured run what was written is flushed to disk and the files are
-   read once, both untimed, so no run shares the CPU with the kernel's write-back and both find
-   the files in the page cache: on this shared VM reading them from disk took 40 MiB/s one hour
-   and the cache 4,500 MiB/s the next, and that is not the report's work. That read's own speed
-   is printed beside it.
+   out the same. ``--before REF`` does the same with the project at a git ref (``git worktree add``
+   into the temporary folder, removed afterwards): before and after in one run. ``--rounds N`` runs
+   each checkout's report N times, the order turned round each round (this, baseline; baseline,
+   this; ...) so the machine's drift falls on both alike; each round's times and their ratio are
+   printed with the median, and every file the reports wrote is compared. Before each measured run
+   what was written is flushed to disk and the files are read once, both untimed, so no run shares
+   the CPU with the kernel's write-back and both find the files in the page cache: on this shared
+   VM reading them from disk took 40 MiB/s one hour and the cache 4,500 MiB/s the next, and that is
+   not the report's work. That read's own speed is printed beside it.
    With ``--analyze``, ``python -m pipeline.analyze`` of the same files too (each checkout's, in a
    fresh interpreter): its time, CPU time and peak memory, and whether the bench.csv it writes is the
    report's. No goal: it shows what a user recomputing a fleet's rows waits for.
@@ -37,9 +41,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # The checkout whose code is measured: this one, or, in a child run for --baseline, the one given.
@@ -83,8 +92,9 @@ def analyze_step(traces: Path, work: Path, codes: dict[str, Path]) -> None:
         print(f"  its bench.csv of this checkout and of the baseline: {same_bytes(files[0], files[1])}")
 
 
-def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
-    """Part 1: trace files -> finished report, this checkout (and the baseline); this one's whole process."""
+def spans_step(turns: int, work: Path, baseline: Path | None, rounds: int = 1) -> float:
+    """Part 1: trace files -> finished report, this checkout (and the baseline), ``rounds`` times each in
+    alternating order; this one's whole process (the median over its rounds)."""
     traces = work / "traces"
     traces.mkdir()
     written, _ = timed("trace files written (not counted)", lambda: spread_traces(turns, traces))
@@ -93,9 +103,12 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
     timed("trace files flushed to disk (not counted)", os.sync)
     size = sum(f.stat().st_size for f in traces.iterdir()) / 2**20
     print(f"  {written} turns in {size:.0f} MiB of trace files")
-    runs = {"this checkout": measure(CODE, traces, work / "after")}
-    if baseline is not None:
-        runs["baseline"] = measure(baseline, traces, work / "before")
+    codes = {"this checkout": (CODE, work / "after"), **({"baseline": (baseline, work / "before")} if baseline else {})}
+    rounds_run = measured_rounds(codes, traces, rounds)
+    # each checkout's median run by its whole process (of an even count, the lower middle one)
+    runs = {name: sorted(done, key=lambda r: r["process"])[(len(done) - 1) // 2] for name, done in rounds_run.items()}
+    if rounds > 1:
+        print(f"  the median run of each checkout over {rounds} rounds, by its whole process:")
     print(f"  {'':<44}" + "".join(f"{name:>16}" for name in runs))
     for step in STEPS:
         print(f"  {STEP_NAMES[step]:<44}" + "".join(f"{r['seconds'][step]:14.2f} s" for r in runs.values()))
@@ -122,12 +135,61 @@ def spans_step(turns: int, work: Path, baseline: Path | None) -> float:
             f"standard library, lower is faster): {before:.0f} ms just before its run, {after:.0f} ms just after"
         )
     if baseline is not None:
-        same = same_bytes(rows_file(work / "after"), rows_file(work / "before"))
-        print(f"  the rows (rows.csv or bench.csv) of this checkout and of the baseline: {same}")
-        same = same_bytes(work / "after" / "report.md", work / "before" / "report.md")
-        print(f"  report.md of this checkout and of the baseline: {same}")
+        print_rounds(rounds_run)
+        for what, same in same_outputs(work / "after", work / "before"):
+            print(f"  {what} of this checkout and of the baseline: {same}")
     # the goal is the command's, as a user times it: start, imports and exit included
     return float(runs["this checkout"]["process"])
+
+
+def measured_rounds(codes: dict[str, tuple[Path, Path]], traces: Path, rounds: int) -> dict[str, list[dict[str, Any]]]:
+    """Each checkout's report of ``traces`` ``rounds`` times, the checkouts' order turned round each round
+    (this, baseline; baseline, this; ...) so that a machine growing slower or faster weighs on both alike."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
+    for k in range(rounds):
+        for name in list(codes) if k % 2 == 0 else list(reversed(codes)):
+            code, out = codes[name]
+            runs[name].append(measure(code, traces, out))
+            runs[name][-1]["order"] = k
+    return runs
+
+
+def print_rounds(runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Each round's whole process of both checkouts side by side, their ratio, and the machine's speed."""
+    print("  round by round (the whole process; speed: the fixed work just before each run, ms):")
+    print(f"  {'round':>7}{'first':>16}{'this checkout':>16}{'baseline':>16}{'this / baseline':>18}{'speed':>14}")
+    for k, (mine, base) in enumerate(zip(runs["this checkout"], runs["baseline"], strict=True)):
+        first = "this checkout" if k % 2 == 0 else "baseline"
+        speeds = f"{mine['speed'][0]:.0f} / {base['speed'][0]:.0f}"
+        ratio = mine["process"] / base["process"]
+        print(f"  {k + 1:>7}{first:>16}{mine['process']:14.2f} s{base['process']:14.2f} s{ratio:18.3f}{speeds:>14}")
+    mine_s = statistics.median(r["process"] for r in runs["this checkout"])
+    base_s = statistics.median(r["process"] for r in runs["baseline"])
+    print(f"  {'median':>7}{'':>16}{mine_s:14.2f} s{base_s:14.2f} s{mine_s / base_s:18.3f}")
+
+
+def same_outputs(mine: Path, base: Path) -> list[tuple[str, str]]:
+    """Whether each file the two reports wrote holds the same bytes (their last rounds'), in words."""
+    plots = sorted({p.name for out in (mine, base) for p in (out / "plots").glob("*.png")})
+    return [
+        ("the rows (rows.csv or bench.csv)", same_bytes(rows_file(mine), rows_file(base))),
+        ("report.md", same_bytes(mine / "report.md", base / "report.md")),
+        ("report.html", same_bytes(mine / "report.html", base / "report.html")),
+        *((f"plots/{name}", same_bytes(mine / "plots" / name, base / "plots" / name)) for name in plots),
+    ]
+
+
+@contextmanager
+def checkout_at(ref: str, folder: Path) -> Iterator[Path]:
+    """The project at git ref ``ref``, checked out in ``folder`` (a worktree, removed afterwards)."""
+    git = ["git", "-C", str(ROOT)]
+    subprocess.run([*git, "worktree", "add", "--detach", "--quiet", str(folder), ref], check=True)
+    try:
+        commit = subprocess.run([*git, "rev-parse", "--short", ref], capture_output=True, text=True, check=True)
+        print(f"baseline: {ref} ({commit.stdout.strip()}), checked out in {folder}")
+        yield folder
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
 
 
 def verdict(total: float, what: str) -> str:
@@ -143,20 +205,30 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--span-turns", type=int, default=100_000, help="0 skips the from-trace-files measurement")
     p.add_argument("--baseline", type=Path, help="another checkout: its code measured on the same trace files")
+    p.add_argument(
+        "--before", metavar="REF", help="as --baseline, the project at git ref REF (a worktree, removed after)"
+    )
+    p.add_argument("--rounds", type=int, default=1, help="runs of each checkout's report, in alternating order")
     p.add_argument("--turns", type=int, default=100_000, help="synthetic rows; 0 skips the from-rows measurement")
     p.add_argument("--no-tracemalloc", action="store_true", help="skip the untimed tracemalloc pass")
     p.add_argument("--analyze", action="store_true", help="also time python -m pipeline.analyze of the trace files")
     args = p.parse_args()
+    if args.before and args.baseline:
+        p.error("give --baseline DIR or --before REF, not both")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     verdicts = []
     print(f"machine: {os.cpu_count()} CPUs, {load_text()}")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         work = Path(tmp)
+        if args.before:
+            args.baseline = stack.enter_context(checkout_at(args.before, work / "checkout-before"))
         if args.span_turns:
             print(
                 f"report from {args.span_turns} turns of trace files, reading included (goal: the whole process "
                 f"under {GOAL_S:.0f} s)"
             )
-            total = spans_step(args.span_turns, work, args.baseline)
+            total = spans_step(args.span_turns, work, args.baseline, args.rounds)
             verdicts.append(verdict(total, f"{args.span_turns} turns from trace files"))
             if args.analyze:
                 codes = {"this checkout": CODE, **({"baseline": args.baseline} if args.baseline else {})}

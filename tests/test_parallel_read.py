@@ -372,7 +372,7 @@ def test_a_reader_killed_means_one_process_reads_it_all(monkeypatch: pytest.Monk
 
 
 def test_the_readers_answers_in_files_leave_none_behind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(parallel, "_spill_root", lambda: str(tmp_path))
+    monkeypatch.setattr(parallel, "spill_root", lambda: str(tmp_path))
     want = load_paths([DATA / "experiment"], workers=1)
     got = load_paths([DATA / "experiment"], workers=2)
     assert got.workers == 2

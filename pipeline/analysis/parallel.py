@@ -14,6 +14,9 @@ it could not find, and where a parent is a turn of another share (a device's tur
 its server's in another, or a turn cut across a share's edge), or one span id is in two shares,
 ``read_apart`` gives nothing and the caller reads everything in one process (``read.read_traces``).
 
+``Aside`` is other work done in a forked child meanwhile (the report's run checks and its slowest
+sections), its answer pickled back through a file the same way.
+
 Forking is only safe while this process runs one thread (a lock another thread holds would be
 copied held), and only where the platform forks at all (``can_fork``). A forked reader starts
 with its parent's memory: what it reads with need not be pickled to reach it.
@@ -31,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from itertools import accumulate, repeat
 from pathlib import Path
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -67,6 +70,8 @@ class ShareResult(NamedTuple):
     turn_ids: frozenset[str]
     dangling: frozenset[str]  # parent ids of spans whose parent this share did not read
 
+
+R = TypeVar("R")
 
 Reader = Callable[[Sequence[Piece], Making], ShareResult]  # one share read, making what ``facts_of`` makes
 
@@ -158,7 +163,7 @@ def read_apart(
     # starts the report with a small heap (tried: reading a share here, its report was slower)
     try:
         with (
-            tempfile.TemporaryDirectory(prefix="report-shares-", dir=_spill_root()) as folder,
+            tempfile.TemporaryDirectory(prefix="report-shares-", dir=spill_root()) as folder,
             ProcessPoolExecutor(readers, mp_context=multiprocessing.get_context(_FORK)) as pool,
         ):
             spilled = pool.map(_read_to_file, repeat(reader), shares, repeat(making), repeat(folder))
@@ -191,7 +196,7 @@ def _unspilled(path: str) -> ShareResult:
     return result
 
 
-def _spill_root() -> str | None:
+def spill_root() -> str | None:
     """Memory-backed /dev/shm where there is one (nothing written back to disk), else the default."""
     return _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else None
 
@@ -221,3 +226,52 @@ def _independent(results: Sequence[ShareResult]) -> bool:
         if any(not r.dangling.isdisjoint(ids) for ids in others):
             return False
     return True
+
+
+class Aside(Generic[R]):
+    """``work`` computing in a forked child from now, where forking is safe and ``fork``; ``result`` waits
+    for its answer (pickled back through a file). Without a child, or where it failed (killed, or
+    ``work`` raised), ``result`` does the work in this process: the same answer, only later, and
+    ``work``'s own error where it has one. ``work`` must change nothing its caller reads afterwards:
+    what it changes in the child is lost."""
+
+    def __init__(self, work: Callable[[], R], fork: bool = True) -> None:
+        self.work = work
+        self.pid = 0
+        self.done: tuple[R] | None = None
+        if not (fork and can_fork()):
+            return
+        fd, self.path = tempfile.mkstemp(prefix="report-aside-", suffix=".pickle", dir=spill_root())
+        os.close(fd)
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: its answer to the file, then gone without the interpreter's teardown
+            status = 1
+            try:
+                with open(self.path, "wb") as fh:
+                    pickle.dump(work(), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                status = 0
+            finally:
+                os._exit(status)
+
+    def result(self) -> R:
+        if self.done is None:
+            self.done = self._answer()
+        return self.done[0] if self.done is not None else self.work()
+
+    def _answer(self) -> tuple[R] | None:
+        if not self.pid:
+            return None
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        try:
+            if os.waitstatus_to_exitcode(status) == 0:
+                with open(self.path, "rb") as fh:
+                    return (pickle.load(fh),)  # written by our own child, in a folder only this user can read
+            return None
+        finally:
+            os.unlink(self.path)
+
+    def close(self) -> None:
+        """The child waited for (and its answer file removed), whether or not its answer was asked for."""
+        if self.pid:
+            self.done = self._answer()

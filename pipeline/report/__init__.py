@@ -24,6 +24,7 @@ Modules, in the order data flows through them:
   ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM against each device's own, as
   figures, when a capacity crossover record is there), ``integrity``, ``uncertainty``,
   ``figures``, ``reference``; ``base`` is what every section reads.
+- ``apart``: the slowest sections of a large report computed in forked children meanwhile.
 - ``document``, ``cells``, ``cited``, ``plots``, ``waveform``: the report's building blocks; ``markdown``,
   ``html``, ``output``: renderings and the files written (report.md, report.html, rows.csv);
   ``__main__`` is the command line.

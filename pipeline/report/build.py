@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeline.report import apart
 from pipeline.report.acoustic import Acoustic
 from pipeline.report.document import WARNING, Document, Paragraph
 from pipeline.report.load import Dataset
@@ -67,13 +68,20 @@ SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, r
 CAPACITY_SECTIONS: tuple[Section, ...] = (capacity.section, centralised.section, reference.method_section)
 
 
+# Computed in forked children while this process computes the rest (``apart``): at 100,000 turns
+# (``scripts/bench_report.py``) the two slowest sections, neither changing the context but for its
+# notes and caches only it reads.
+APART: tuple[Section, ...] = (figures.section, critical_path.section)
+
+
 def build(data: Dataset, draw: bool = True, acoustic: Acoustic | None = None) -> Document:
     """The report of ``data`` (and of the acoustic rows measured from its recordings, where given)."""
     ctx = Context(data, draw, acoustic)
     sweeps = sweep.covering(ctx)
     ramps = not sweeps and capacity.covering(ctx)
     sections = SWEEP_SECTIONS if sweeps else CAPACITY_SECTIONS if ramps else SECTIONS
-    body = [block for section in sections for block in section(ctx)]
+    with apart.started([s for s in APART if s in sections], ctx) as blocks:
+        body = [block for section in sections for block in blocks(section)]
     head = header.section(ctx)  # last: it notes an empty dataset after the sections' own notes
     status = _status(ctx.incomplete)
     comparable = sweep.comparable(ctx, sweeps) if sweeps else ramps or ctx.check.comparable

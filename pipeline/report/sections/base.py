@@ -6,15 +6,18 @@ own tables and says its own words; what it could not compute it notes in ``ctx.i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from pipeline.analysis.columns import TurnRow
+from pipeline.analysis.parallel import Aside
 from pipeline.report import drift, settings
 from pipeline.report.acoustic import Acoustic, AcousticRow, Match, match
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph
-from pipeline.report.load import Dataset
+from pipeline.report.load import Dataset, RunInfo
 from pipeline.report.runs import RunSummary, run_summaries
 from pipeline.report.sweeps import Sweep, read_sweeps
 
@@ -58,11 +61,14 @@ class Context:
 
     def __post_init__(self) -> None:
         rows, runs = self.data.rows, self.data.runs
-        self.conds = group(self.data)
-        self.labels = ordered_labels(list(self.conds))
-        self.check = settings.check(list(runs.values()), rows)
-        self.run_summaries = run_summaries(rows, runs)
-        self.drifts = drift.check_runs(rows)
+        # the run checks in a forked child (for a large report) while this process groups the rows
+        checks = Aside(functools.partial(_checks, rows, runs), len(rows) >= CHECKS_FORK_ROWS)
+        try:
+            self.conds = group(self.data)
+            self.labels = ordered_labels(list(self.conds))
+            self.check, self.run_summaries, self.drifts = checks.result()
+        finally:
+            checks.close()
         self.pairs = comparison_pairs(self.conds) if self.check.comparable else []
         self.sweeps, self.sweep_problems = read_sweeps(self.data.files)
 
@@ -91,6 +97,18 @@ class Context:
 
 
 Section = Callable[[Context], list[Block]]
+
+# From this many turns the context's run checks are made in a forked child (``parallel.Aside``): at
+# 100,000 turns (``scripts/bench_report.py``) they took as long as grouping the rows, which this
+# process does meanwhile; for a few turns a child's start costs more than it saves.
+CHECKS_FORK_ROWS = 5_000
+
+
+def _checks(
+    rows: Sequence[TurnRow], runs: dict[str, RunInfo]
+) -> tuple[settings.SettingsCheck, list[RunSummary], list[drift.Drift]]:
+    """The runs' settings compared (M11), each run summed up, and its drift checked (M20)."""
+    return settings.check(list(runs.values()), rows), run_summaries(rows, runs), drift.check_runs(rows)
 
 
 def row(
