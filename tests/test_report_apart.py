@@ -5,11 +5,17 @@ and without,
 and the documents (every block, every PNG's bytes, the status line) must be the same; a section's
 notes made in a child reach the status line in the section's place; a child that dies costs
 time, not the section, and leaves no answer file behind.
+
+Forking is only done while one thread runs (``parallel.can_fork``); in the whole suite other tests'
+model threads are still alive, so a test that must fork runs itself again in a fresh interpreter
+(``forking``), where it does fork.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +29,28 @@ from pipeline.report.sections.base import Context
 
 EXPERIMENT = Path(__file__).resolve().parent / "data" / "report" / "experiment"
 PARENT = os.getpid()
+FRESH = "LAB_TEST_APART_FRESH"
+
+
+@pytest.fixture
+def forking(request: pytest.FixtureRequest) -> bool:
+    """True where this process may fork; else the test, run again in a fresh interpreter, has passed there
+    (False: the caller returns)."""
+    if parallel.can_fork():
+        return True
+    assert not os.environ.get(FRESH), "a fresh interpreter runs other threads: nothing would fork"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid]
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(cmd, cwd=root, env={**os.environ, FRESH: "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return False
 
 
 def test_the_report_with_sections_forked_is_the_one_made_in_one_process(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, forking: bool
 ) -> None:
+    if not forking:
+        return
     monkeypatch.setattr(parallel, "spill_root", lambda: str(tmp_path))
     monkeypatch.setattr(apart, "FORK_ROWS", 10**9)
     monkeypatch.setattr(base, "CHECKS_FORK_ROWS", 10**9)
@@ -58,8 +81,9 @@ def ctx(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Context:
     return Context(load_paths([EXPERIMENT]), draw=False)
 
 
-def test_a_forked_sections_notes_reach_the_status_in_its_place(ctx: Context, tmp_path: Path) -> None:
-    assert parallel.can_fork()
+def test_a_forked_sections_notes_reach_the_status_in_its_place(ctx: Context, tmp_path: Path, forking: bool) -> None:
+    if not forking:
+        return
     before = list(ctx.incomplete)
     with apart.started([_where], ctx) as blocks:
         ctx.incomplete.append("an earlier section's note")
@@ -69,7 +93,9 @@ def test_a_forked_sections_notes_reach_the_status_in_its_place(ctx: Context, tmp
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_child_that_dies_costs_time_not_the_section(ctx: Context, tmp_path: Path) -> None:
+def test_a_child_that_dies_costs_time_not_the_section(ctx: Context, tmp_path: Path, forking: bool) -> None:
+    if not forking:
+        return
     with apart.started([_dies_in_a_child], ctx) as blocks:
         (block,) = blocks(_dies_in_a_child)
     assert isinstance(block, Paragraph) and int(block.text) == PARENT  # computed here instead
@@ -94,7 +120,11 @@ def _dies_in_a_child_too(rows: object, runs: object) -> object:
 _checks = base._checks
 
 
-def test_run_checks_whose_child_dies_are_made_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_run_checks_whose_child_dies_are_made_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, forking: bool
+) -> None:
+    if not forking:
+        return
     monkeypatch.setattr(parallel, "spill_root", lambda: str(tmp_path))
     want = Context(load_paths([EXPERIMENT]), draw=False)
     monkeypatch.setattr(base, "CHECKS_FORK_ROWS", 0)
