@@ -61,9 +61,7 @@ class LoadProbe:
         return TurnLoad(round(max(0, other) * self.tick_ms, 1), self.load_avg())
 
     def _machine(self) -> int:
-        first = (self.proc / "stat").read_text().splitlines()[0].split()
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
-        return user + nice + system + irq + softirq + steal
+        return machine_ticks(self.proc / "stat")[0]
 
     def _tree(self) -> int:
         return tree_ticks(self.proc, {self.pid: [self.pid, *self._tracer()]})[self.pid]
@@ -78,6 +76,14 @@ class LoadProbe:
         except (OSError, ValueError, IndexError):
             pass
         return []
+
+
+def machine_ticks(stat: Path) -> tuple[int, int]:
+    """From ``/proc/stat``'s first line: every core's busy ticks (user, nice, system, irq, softirq, steal) and
+    the steal among them. Raises OSError, ValueError or IndexError where it cannot be read."""
+    first = stat.read_text().splitlines()[0].split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    return user + nice + system + irq + softirq + steal, steal
 
 
 def tree_ticks(proc: Path, roots: dict[int, list[int]]) -> dict[int, int]:

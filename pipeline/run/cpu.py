@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.endpoints.load import machine_ticks
 from pipeline.tracing.timeline import StageCpu
 
 PROC_STAT = Path("/proc/stat")
@@ -70,8 +71,6 @@ class CpuMeter:
 
     def _machine(self) -> tuple[int | None, int | None]:
         try:
-            first = self.stat.read_text().splitlines()[0].split()
-            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+            return machine_ticks(self.stat)
         except (OSError, ValueError, IndexError):
             return None, None
-        return user + nice + system + irq + softirq + steal, steal
