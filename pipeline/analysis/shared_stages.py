@@ -72,19 +72,24 @@ def spent(lanes: Mapping[str, Sequence[TurnRow]]) -> list[str]:
     head = f"  {'lane':<6}{'ASR ms':>9}{'cpu ms':>9}{'cpu/wall':>10}{'forced':>8}{'others ms':>11}{'steal ms':>10}"
     out = [head + f"{'TTS ms':>9}{'cpu ms':>9}{'cpu/wall':>10}"]
     for lane, rows in lanes.items():
-        cells = [f"  {lane:<6}"]
-        for wall, cpu in (("asr_ms", "asr_cpu_ms"), ("tts_first_frame_ms", "tts_first_frame_cpu_ms")):
-            w, c = _median(rows, wall), _median(rows, cpu)
-            ratio = f"{c / w:.2f}" if w and c is not None else "-"
-            cells.append(f"{_cell(w)}{_cell(c)}{ratio:>10}")
-            if wall == "asr_ms":
-                steal = values(rows, "asr_steal_ms")
-                cells.append(
-                    f"{_cell(_median(rows, 'asr_forced_switches'), 8)}{_cell(_median(rows, 'asr_other_cpu_ms'), 11)}"
-                )
-                cells.append(_cell(float(steal.sum()) if len(steal) else None, 10))
+        steal = values(rows, "asr_steal_ms")
+        cells = (
+            f"  {lane:<6}",
+            _wall_and_cpu(rows, "asr_ms", "asr_cpu_ms"),
+            _cell(_median(rows, "asr_forced_switches"), 8),
+            _cell(_median(rows, "asr_other_cpu_ms"), 11),
+            _cell(float(steal.sum()) if len(steal) else None, 10),
+            _wall_and_cpu(rows, "tts_first_frame_ms", "tts_first_frame_cpu_ms"),
+        )
         out.append("".join(cells))
     return out
+
+
+def _wall_and_cpu(rows: Sequence[TurnRow], wall: str, cpu: str) -> str:
+    """A stage's median wall and CPU time and their ratio (the cores busy), as three cells."""
+    w, c = _median(rows, wall), _median(rows, cpu)
+    ratio = f"{c / w:.2f}" if w and c is not None else "-"
+    return f"{_cell(w)}{_cell(c)}{ratio:>10}"
 
 
 def _median(rows: Sequence[TurnRow], column: str) -> float | None:
