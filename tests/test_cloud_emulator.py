@@ -136,6 +136,30 @@ def test_slots_queue_in_fifo_order_on_the_virtual_clock() -> None:
     assert waits == {"a": 0.0, "b": 0.090, "c": 0.180, "d": 0.0}
 
 
+def test_a_slow_writer_makes_a_token_late_once_not_every_token_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each token is due at a time counted from the slot: a loop that takes 5 ms to write every token (a busy
+    server, in virtual time) delays each by those 5 ms, and the answer's pace stays the profile's."""
+    clock = VirtualClock()
+    write = EmulatedCloud._chunk
+
+    async def slow_write(self: EmulatedCloud, *args: Any) -> None:
+        await write(self, *args)
+        await asyncio.sleep(0.005)
+
+    monkeypatch.setattr(EmulatedCloud, "_chunk", slow_write)
+
+    async def main() -> tuple[int, bytes]:
+        async with EmulatedCloud(ComputeProfile("paced", ttft_ms=100, per_token_ms=20)) as cloud:
+            return await post(cloud.base_url + "/chat/completions", body("What day is it today?", stream=True))
+
+    status, raw = run_on_clock(main(), clock)
+    timings = events(raw)[-2]["timings"]
+    assert status == 200 and timings["predicted_n"] > 3
+    # the role chunk's write (5 ms) comes before the slot; the first token is written 100 ms after the slot and
+    # returns 5 ms later; from there every token is 20 ms after the one before (a sleep per token: 25 ms)
+    assert (timings["prompt_ms"], timings["predicted_ms"]) == (105.0, 20.0 * (timings["predicted_n"] - 1))
+
+
 # --- on the wire (loopback, real clock) ---------------------------------------------------------
 
 

@@ -139,9 +139,9 @@ class EmulatedCloud(HttpApp):
         loop = asyncio.get_running_loop()
         try:
             delays = await self._generate(plan, rng, timer)
-            await asyncio.sleep(delays[0])
+            await _until(timer.slot + delays[0])
             timer.first = loop.time()
-            await asyncio.sleep(sum(delays[1:]))
+            await _until(timer.slot + sum(delays))
             timer.last = loop.time()
         finally:
             self._slots.release()
@@ -170,9 +170,11 @@ class EmulatedCloud(HttpApp):
             delays = await self._generate(plan, rng, timer)
             deltas = _deltas(plan)
             if not deltas:  # nothing to say still costs the prompt
-                await asyncio.sleep(delays[0])
+                await _until(timer.slot + delays[0])
+            due = timer.slot
             for delay, delta in zip(delays, deltas, strict=False):
-                await asyncio.sleep(delay)
+                due += delay
+                await _until(due)
                 if fault == "drop" and generated >= self.fault_after:
                     cut(request)
                     return resp
@@ -237,3 +239,11 @@ def _usage(plan: Plan, generated: int) -> dict[str, int]:
 
 def _sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+
+
+async def _until(due: float) -> None:
+    """Sleep until ``due`` on the loop's clock. Each token is due at a time counted from the slot, not from when
+    the one before went out: a remote model goes on generating while our loop is busy, so a late loop reads a
+    token late once, and that lateness does not add up over the answer's tokens (it did with a sleep per token)."""
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(0.0, due - loop.time()))
