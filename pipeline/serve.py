@@ -57,6 +57,7 @@ from pipeline.tracing.export import Tracing
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
 from pipeline.transport.server.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
 from pipeline.transport.server.pacing import PACINGS
+from pipeline.transport.server.processes import ORPHAN_CHECK_S, Shared, parse_process, refusal, supervise
 from pipeline.transport.server.settings import AUTO_LISTENING, DoorSettings, FloodSettings, SessionSettings, describe
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from pipeline.transport.wire.opus import PRESETS
@@ -156,6 +157,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="",
         help="the address devices reach this machine at, told in the OTA answer and the MQTT hello (default: --host)",
     )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="server processes sharing the WebSocket port, each its own run under OUT/processes/K (one per core: "
+        "a process does its Python work on one thread)",
+    )
+    p.add_argument("--process", type=parse_process, help=argparse.SUPPRESS)  # K/N: given by --processes' parent
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
     p.add_argument("--model-cache", type=Path, help="where packaged models are assembled")
@@ -169,6 +178,7 @@ async def serve_until_stopped(
     settings: WebSocketSettings,
     mqtt: MqttFrontSettings | None = None,
     ota: OtaFront | None = None,
+    orphan_check_s: float | None = None,
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(open_chat(run.config, run.engines, run.api_key, {}))
@@ -189,7 +199,7 @@ async def serve_until_stopped(
             front = await stack.enter_async_context(OtaServer(told_ota, run.clock, ota.note))
             told = server_url(ota.public_host, front.port, OTA_PATH, "http")
             print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
-        await until_signalled()
+        await until_signalled(orphan_check_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +267,7 @@ class Prepared:
     session: SessionSettings = field(default_factory=SessionSettings)
     door: DoorSettings = field(default_factory=DoorSettings)
     language: str = AUTO
+    processes: int = 1  # this is one of that many processes on the port
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Prepared:
@@ -282,12 +293,13 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
         engines.close()  # a llama-server already started must not outlive a refused start
         raise
     # how the server listens, paces, encodes and answers changes what every device hears (M11)
-    engines.identity["xiaozhi_server"] = describe(session, door)
+    processes = args.process[1] if args.process else 1  # one of N: the devices meet a server sharing its machine
+    engines.identity["xiaozhi_server"] = describe(session, door, processes)
     engines.identity["language"] = language or "auto"
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     config_id = cfg.config_id(questions.digest(), engines.identity)
     run = Run(run_id, cfg, config_id, questions, RealClock(), engines, api_key)
-    return Prepared(run, bench, told, token, key, session, door, language)
+    return Prepared(run, bench, told, token, key, session, door, language, processes)
 
 
 def heard_language(given: str) -> str:
@@ -324,7 +336,10 @@ def exposure_warnings(args: argparse.Namespace, p: Prepared) -> list[str]:
 
 def serve(args: argparse.Namespace, p: Prepared, tracing: Tracing, sink: TraceSink) -> None:
     """Serve every front door asked for until SIGINT or SIGTERM; raises what cannot be served."""
-    settings = WebSocketSettings(host=args.host, port=args.port, token=p.token, session=p.session, door=p.door)
+    one_of_many = args.process is not None
+    settings = WebSocketSettings(
+        args.host, args.port, token=p.token, session=p.session, door=p.door, reuse_port=one_of_many
+    )
     mqtt = None
     if args.mqtt_port is not None:
         mqtt = MqttFrontSettings(
@@ -336,14 +351,22 @@ def serve(args: argparse.Namespace, p: Prepared, tracing: Tracing, sink: TraceSi
         ota = OtaFront(p.told, args.ota_port, p.token, note, cors_origin=args.ota_cors_origin)
     server_note = f"downlink pacing {p.session.pacing}, opus {p.session.downlink_codec}, asr language {args.language}"
     turns = ServedTurns(p.run, tracing, sink, p.language, server_note)
-    run_on_clock(serve_until_stopped(p.run, turns, settings, mqtt, ota), p.run.clock)
+    stopping = serve_until_stopped(p.run, turns, settings, mqtt, ota, ORPHAN_CHECK_S if one_of_many else None)
+    run_on_clock(stopping, p.run.clock)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     args = parse_args(argv)
     env = os.environ if env is None else env
+    if why := refusal(args.processes, args.port, args.mqtt_port is not None or args.ota_port is not None):
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    run_id = args.run_id or new_run_id()
+    if args.processes > 1 and args.process is None:
+        shared = Shared(args.processes, args.host, args.port, args.out, run_id)
+        return supervise(shared, sys.argv[1:] if argv is None else argv, env)
     try:
-        p = prepare(args, env, args.run_id or new_run_id())
+        p = prepare(args, env, run_id)
     except (ConfigError, FixtureError, BenchCsvError, ModelError, SetupError, RunExists, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -354,7 +377,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     trace_path = args.out / "traces" / f"{run.run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
     sink = RowSink(p.bench, 0, say_nothing if args.quiet else say_on_stderr)
-    served = {**session_attributes(run), names.SERVER_SETTINGS: describe(p.session, p.door)}
+    served = {**session_attributes(run), names.SERVER_SETTINGS: describe(p.session, p.door, p.processes)}
     tracing.start_session(served, clock.now_ns())
     try:
         serve(args, p, tracing, sink)

@@ -3,6 +3,10 @@
 CPU is the process's user + system time over the hold's wall time, in % of one core (200 % is two cores
 busy); RSS is the most seen by a sample every ``PERIOD_S``. Without a PID, or where /proc does not have it,
 both stay None: an empty column, never an invented one.
+
+The process's children count with it (its whole tree, as /proc lists them at each reading): a server of
+several processes (``pipeline.serve --processes N``) is probed by its parent's PID. A child that ends
+during the hold takes the CPU it used in the hold with it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,38 @@ def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
     fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The process and every descendant /proc lists now (a child that ends meanwhile is left out)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for children in (proc / str(current) / "task").glob("*/children"):
+                todo += [int(child) for child in children.read_text().split()]
+    return found
+
+
+def tree_cpu_seconds(pid: int, proc: Path = Path("/proc")) -> dict[int, float]:
+    """Each process of the tree: its CPU seconds so far (one that ended while being read is left out)."""
+    used = {}
+    for member in tree(pid, proc):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            used[member] = cpu_seconds(member, proc)
+    if pid not in used:  # the server itself is gone
+        raise ProbeError(f"--server-pid {pid}: the process is gone")
+    return used
+
+
+def tree_rss_mb(pid: int, proc: Path = Path("/proc")) -> float:
+    """The resident set sizes of the process and its descendants, summed, in MiB."""
+    total = rss_mb(pid, proc)
+    for member in tree(pid, proc)[1:]:
+        with contextlib.suppress(OSError, ValueError, ProbeError):
+            total += rss_mb(member, proc)
+    return total
 
 
 def rss_mb(pid: int, proc: Path = Path("/proc")) -> float:
@@ -55,12 +91,12 @@ class ServerProbe:
         self.cpu_pct: float | None = None
         self.rss_max_mb: float | None = None
         self._task: asyncio.Task[None] | None = None
-        self._start: tuple[float, float] | None = None
+        self._start: tuple[float, dict[int, float]] | None = None
 
     def _sample_rss(self) -> None:
         assert self.pid is not None
         with contextlib.suppress(OSError, ValueError, ProbeError):
-            now = rss_mb(self.pid)
+            now = tree_rss_mb(self.pid)
             self.rss_max_mb = now if self.rss_max_mb is None else max(self.rss_max_mb, now)
 
     async def _sampler(self) -> None:
@@ -73,7 +109,7 @@ class ServerProbe:
         if self.pid is None or self._task is not None:
             return
         with contextlib.suppress(OSError, ValueError, IndexError):
-            self._start = (time.monotonic(), cpu_seconds(self.pid))
+            self._start = (time.monotonic(), tree_cpu_seconds(self.pid))
         self._task = asyncio.create_task(self._sampler())
 
     async def stop(self) -> None:
@@ -87,5 +123,6 @@ class ServerProbe:
         if self._start is not None:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 wall = time.monotonic() - self._start[0]
-                used = cpu_seconds(self.pid) - self._start[1]
+                now, before = tree_cpu_seconds(self.pid), self._start[1]
+                used = sum(seconds - before.get(member, 0.0) for member, seconds in now.items())
                 self.cpu_pct = 100 * used / wall if wall > 0 else None

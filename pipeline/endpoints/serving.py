@@ -8,6 +8,8 @@ Their entry points serve until SIGINT or SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 from typing import Self
 
@@ -68,14 +70,21 @@ class HttpApp(Started):
             self._runner = None
 
 
-async def until_signalled() -> None:
-    """Return once the process is sent SIGINT or SIGTERM (an entry point's server then stops cleanly)."""
+async def until_signalled(orphan_check_s: float | None = None) -> None:
+    """Return once the process is sent SIGINT or SIGTERM (an entry point's server then stops cleanly); with
+    ``orphan_check_s``, also once the process that started it is gone (looked at that often), so that a server
+    started by another never outlives it."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    parent = os.getppid()
     try:
-        await stop.wait()
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), orphan_check_s)
+            if orphan_check_s is not None and os.getppid() != parent:
+                return
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -8,6 +8,7 @@
   (``idle``), the flood guard (``flood``), the text it shows (``texts``), the device's MCP tools
   (``device_tools``).
 - A turn (``turn``) runs the stages and tells the device, its audio paced by ``pacing``.
+- Several server processes on one WebSocket port (``processes``: ``pipeline.serve --processes N``).
 
 Nothing here imports the device side.
 """

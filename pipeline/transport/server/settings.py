@@ -100,9 +100,12 @@ class DoorSettings:
             raise ValueError("write_timeout_s and max_idle_s must be positive")
 
 
-def describe(session: SessionSettings, door: DoorSettings | None = None) -> str:
-    """Every setting as ``name=value``, for config_id and the traces: two servers that differ in one differ here."""
+def describe(session: SessionSettings, door: DoorSettings | None = None, processes: int = 1) -> str:
+    """Every setting as ``name=value``, for config_id and the traces: two servers that differ in one differ here
+    (``processes``: one of N processes sharing the port, named only when N > 1, so one process's ids stay)."""
     fields = dataclasses.asdict(session)
     if door is not None:
         fields["door"] = dataclasses.asdict(door)
+    if processes > 1:
+        fields["processes"] = processes
     return ", ".join(f"{name}={value}" for name, value in fields.items())

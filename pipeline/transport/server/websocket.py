@@ -53,6 +53,7 @@ class WebSocketSettings:
     max_message_bytes: int = 2**20
     session: SessionSettings = field(default_factory=SessionSettings)
     door: DoorSettings = field(default_factory=DoorSettings)
+    reuse_port: bool = False  # SO_REUSEPORT: several server processes share the port (serve --processes)
 
 
 class WebSocketChannel:
@@ -166,5 +167,6 @@ async def start_websocket_server(settings: WebSocketSettings, turns: Turns, cloc
         process_request=_refuse(settings),
         max_size=settings.max_message_bytes,
         compression=None,  # audio does not compress, and per-message deflate costs every frame
+        reuse_port=settings.reuse_port,
         close_timeout=2.0,  # a flooding client's close frame waits behind its unread messages
     )
