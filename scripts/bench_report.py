@@ -42,11 +42,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +55,7 @@ sys.path.insert(0, str(CODE))
 
 # The parts (scripts/report_bench/) import the report's code where they use it, after the path set-up,
 # and not in a --child run: that one imports what ``python -m pipeline.report`` imports, when it does.
+from git_worktree import checkout_at  # noqa: E402
 from report_bench.fresh_runs import STEPS, analyze, child, measure, rows_file, same_bytes  # noqa: E402
 from report_bench.machine import SPEED_LINES, load_text, timed  # noqa: E402
 from report_bench.synthetic_rows import rows_step  # noqa: E402
@@ -179,19 +178,6 @@ def same_outputs(mine: Path, base: Path) -> list[tuple[str, str]]:
     ]
 
 
-@contextmanager
-def checkout_at(ref: str, folder: Path) -> Iterator[Path]:
-    """The project at git ref ``ref``, checked out in ``folder`` (a worktree, removed afterwards)."""
-    git = ["git", "-C", str(ROOT)]
-    subprocess.run([*git, "worktree", "add", "--detach", "--quiet", str(folder), ref], check=True)
-    try:
-        commit = subprocess.run([*git, "rev-parse", "--short", ref], capture_output=True, text=True, check=True)
-        print(f"baseline: {ref} ({commit.stdout.strip()}), checked out in {folder}")
-        yield folder
-    finally:
-        subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
-
-
 def verdict(total: float, what: str) -> str:
     """Whether ``total`` met the goal, in words."""
     return f"verdict: {'met' if total < GOAL_S else 'MISSED'} the {GOAL_S:.0f} s goal for {what} ({total:.2f} s)"
@@ -222,7 +208,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         work = Path(tmp)
         if args.before:
-            args.baseline = stack.enter_context(checkout_at(args.before, work / "checkout-before"))
+            args.baseline = stack.enter_context(checkout_at(ROOT, args.before, work / "checkout-before"))
         if args.span_turns:
             print(
                 f"report from {args.span_turns} turns of trace files, reading included (goal: the whole process "
