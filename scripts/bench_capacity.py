@@ -11,6 +11,10 @@ Parts (``--parts``, a comma list; each part is one function of ``PARTS``):
 - ``server``: the lab's server (``configs/capacity-server.toml``) under realtime devices that stream all
   the time, a few of them asking (``scripts/capacity_server_bench.py``; ``--server-args`` passes it options,
   e.g. ``--profile 8`` for the server's py-spy top entries).
+- ``ramp``: the lab's server ramped by ``pipeline.capacity`` (devices held, the goal >= 200) under several
+  server variants one after another, side by side, with ``--before REF`` the code before a change and
+  ``--profile N`` each server's py-spy top entries at N devices (``scripts/capacity_ramp_bench.py``;
+  ``--ramp-args`` passes it options, split as a shell would: ``--ramp-args "--before main --profile 200"``).
 - ``real``: the real xiaozhi-esp32-server over WebSocket and through the real MQTT gateway, and the lab's
   server, on the same fixed-latency stand-ins, each ramped by ``pipeline.capacity``
   (``scripts/interop/xiaozhi_server.py --capacity``; needs ``--real-server CHECKOUT``, and ``--gateway``).
@@ -28,6 +32,7 @@ import argparse
 import asyncio
 import gc
 import importlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -201,6 +206,11 @@ def server(args: argparse.Namespace) -> None:
     _script("scripts/capacity_server_bench.py", args.server_args.split())
 
 
+def ramp(args: argparse.Namespace) -> None:
+    """Part ``ramp``: the lab's server's devices held, variant by variant (scripts/capacity_ramp_bench.py)."""
+    _script("scripts/capacity_ramp_bench.py", shlex.split(args.ramp_args))
+
+
 def real(args: argparse.Namespace) -> None:
     """Part ``real``: the real server and the lab's on the same stand-ins, each ramped by pipeline.capacity."""
     if args.real_server is None:
@@ -225,6 +235,7 @@ def shared(args: argparse.Namespace) -> None:
 PARTS: dict[str, Callable[[argparse.Namespace], None]] = {
     "fleet": fleet,
     "server": server,
+    "ramp": ramp,
     "real": real,
     "codec": codec,
     "shared": shared,
@@ -243,11 +254,14 @@ def _counts(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", default="fleet,server,real", help=f"comma list of: {', '.join(PARTS)}")
+    parser.add_argument("--parts", default="fleet,ramp,real", help=f"comma list of: {', '.join(PARTS)}")
     parser.add_argument("--counts", type=_counts, default=[100, 500, 1000], help="fleet sizes (fleet)")
     parser.add_argument("--hold", type=float, default=30.0, help="seconds each fleet is held once connected")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the generator's event loop")
     parser.add_argument("--server-args", default="", help="options for scripts/capacity_server_bench.py (server)")
+    parser.add_argument(
+        "--ramp-args", default="", help="options for scripts/capacity_ramp_bench.py (ramp), split as a shell would"
+    )
     parser.add_argument("--real-server", type=Path, help="a checkout of the real xiaozhi-esp32-server (real)")
     parser.add_argument("--gateway", type=Path, help="a checkout of the real xiaozhi-mqtt-gateway (real)")
     parser.add_argument("--real-steps", default="1,2,5,10,20,50", help="the real part's ramp steps")
