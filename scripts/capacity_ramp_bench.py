@@ -147,7 +147,9 @@ def side_by_side(results: Mapping[str, Capacity | None]) -> list[str]:
     rows.append(["baseline P90", *(limits[v][0] if v in limits else "-" for v in results)])
     rows.append(["limit", *(limits[v][1] if v in limits else "-" for v in results)])
     widths = [max(len(row[i]) for row in rows) + 2 for i in range(len(rows[0]))]
-    return ["".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return [
+        row[0].ljust(widths[0]) + "".join(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)) for row in rows
+    ]
 
 
 def load_text() -> str:

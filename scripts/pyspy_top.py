@@ -58,7 +58,7 @@ def summarise(lines: Iterable[str]) -> Profile:
         names = [frame_name(f) for f in frames]
         profile.own[names[-1]] += count
         dispatched = [i for i, f in enumerate(frames) if f.partition(" (")[0] in DISPATCH]
-        for name in set(names[dispatched[-1] + 1 :] if dispatched else names):
+        for name in dict.fromkeys(names[dispatched[-1] + 1 :] if dispatched else names):  # once a stack, in order
             profile.under[name] += count
     return profile
 
