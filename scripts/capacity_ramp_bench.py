@@ -233,7 +233,8 @@ def ramp_of(args: argparse.Namespace, server: Server, label: str, out: Path, ste
 
 def measure(variant: Variant, args: argparse.Namespace, folder: Path) -> Capacity | None:
     """The variant's ramp, its load before and after; its capacity.json (None: it wrote none)."""
-    print(f"\n-- {variant.name}: pipeline.serve {shlex.join(variant.options)} (code: {variant.code}) --")
+    command = shlex.join(["pipeline.serve", *variant.options])
+    print(f"\n-- {variant.name}: {command} (code: {variant.code}) --")
     print(f"  before: {load_text()}", flush=True)
     with serving(variant, args, folder) as server:
         argv = ramp_of(args, server, variant.name, folder / "ramp", args.steps, args.hold)
