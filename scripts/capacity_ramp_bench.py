@@ -196,7 +196,8 @@ def serving(variant: Variant, args: argparse.Namespace, folder: Path) -> Iterato
 def running(argv: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process of this checkout, its output in ``log``; stopped (SIGINT, then killed) if still running."""
     with log.open("wb") as out:
-        process = subprocess.Popen(list(argv), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines reach the log, and so the screen, as said
+        process = subprocess.Popen(list(argv), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=unbuffered)
         try:
             yield process
         finally:
@@ -344,11 +345,21 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 print("\n".join("  " + line for line in lines))
 
 
+def stopped(signum: int, frame: object) -> None:
+    """SIGTERM ends the bench as Ctrl-C does: on the way out, every process it started is stopped."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, stopped)
     print(f"machine: {os.cpu_count()} CPUs, {load_text()}")
-    with tempfile.TemporaryDirectory(prefix="ramp-bench-") as tmp:
-        run(args, Path(tmp))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ramp-bench-") as tmp:
+            run(args, Path(tmp))
+    except KeyboardInterrupt:
+        print("interrupted: every server and ramp it started was stopped", file=sys.stderr)
+        return 130
     return 0
 
 
