@@ -341,7 +341,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
         if args.profile:
             tops = {v.name: profile(v, args, folders[v.name] / "profile") for v in variants}
             for name, lines in tops.items():
-                print(f"\n== {name}: the server at {args.profile} devices, py-spy {PROFILE_S} s, all threads ==")
+                spied = f"py-spy {PROFILE_S} s, all threads and processes"
+                print(f"\n== {name}: the server at {args.profile} devices, {spied} ==")
                 print("\n".join("  " + line for line in lines))
 
 

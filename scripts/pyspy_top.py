@@ -8,7 +8,9 @@ interpreter's entry, the event loop's ``run_forever``, a thread's ``run``): each
 its last frame in ``DISPATCH`` (the loop's ``_run_once`` and ``Handle._run``, a thread's or a pool
 worker's ``run``), so the list names the work rather than the loop that ran it. A stack with no such
 frame (a partial one, which ``--nonblocking`` sampling can give) counts whole. A frame is shown as
-``function (file.py)``: its line number and folder dropped, so one function is one entry.
+``function (file.py)``: its line number and folder dropped, so one function is one entry. py-spy leaves
+idle threads out (no ``--idle``): the percentages are of the samples of threads that were running, and a
+thread waiting in C where py-spy cannot tell it idle (a pool worker's queue, a selector) counts as running.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ def top_lines(profile: Profile, n: int) -> list[str]:
     if not profile.total:
         return ["no samples"]
     share = {pid: f"{pid} {100 * c / profile.total:.0f}%" for pid, c in profile.by_process.most_common()}
-    lines = [f"{profile.total} samples" + (f"; by process: {', '.join(share.values())}" if share else "")]
+    lines = [
+        f"{profile.total} samples of running threads" + (f"; by process: {', '.join(share.values())}" if share else "")
+    ]
     lines += ["self:", *(f"  {100 * c / profile.total:5.1f}%  {f}" for f, c in profile.own.most_common(n))]
     lines += ["inclusive:", *(f"  {100 * c / profile.total:5.1f}%  {f}" for f, c in profile.under.most_common(n))]
     return lines

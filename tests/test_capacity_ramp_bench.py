@@ -167,7 +167,7 @@ def test_a_raw_profile_counts_every_process_and_thread_and_leaves_the_loops_scaf
         "drain (device.py)": 2,
     }
     assert pyspy_top.top_lines(found, 1) == [
-        "20 samples; by process: 11 50%, 10 40%",
+        "20 samples of running threads; by process: 11 50%, 10 40%",
         "self:",
         "   50.0%  Session.run (onnxruntime_inference_collection.py)",
         "inclusive:",
