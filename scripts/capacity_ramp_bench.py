@@ -56,9 +56,9 @@ from pipeline.interop.ramp import RampSettings, RampTarget, ramp_argv  # noqa: E
 
 DEFAULT_VARIANTS = ("1 process=--downlink-codec firmware", "2 processes=--downlink-codec firmware --processes 2")
 BENCH_OWN = ("--port", "--out")  # what the bench gives every server itself
-SERVING = r"serving (ws://\S+)"
+SERVING = r"(?m)^serving (ws://\S+)"  # the server's own line: with --processes, not a child's "[pK] serving"
 START_S = 180.0  # a server loads Silero and its stand-ins before it says it serves
-STOP_S = 30.0  # after SIGINT, before it is killed
+STOP_S = 60.0  # after SIGINT, before it is killed (a --processes parent gives its children 30 s)
 PROFILE_S = 20  # py-spy's recording
 PROFILE_RATE = 100  # samples a second
 PROFILE_TOP = 8
@@ -78,7 +78,7 @@ class Variant:
 
 @dataclass(frozen=True, slots=True)
 class Server:
-    """A started server: its URL (from its ``serving`` line), its PID and its trace folder."""
+    """A started server: its URL (from its ``serving`` line), its PID and the folder its traces are under."""
 
     url: str
     pid: int
@@ -187,7 +187,8 @@ def serving(variant: Variant, args: argparse.Namespace, folder: Path) -> Iterato
         except InteropError as exc:
             raise SystemExit(f"variant {variant.name!r}: the server did not start: {exc}") from None
         try:
-            yield Server(found.group(1), started.process.pid, folder / "server" / "traces")
+            # the server's whole folder: its traces/, or with --processes each process's processes/K/traces/
+            yield Server(found.group(1), started.process.pid, folder / "server")
         finally:
             interrupt(started.process)
 

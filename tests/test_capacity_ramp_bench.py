@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,12 @@ def test_a_raw_profile_counts_every_process_and_thread_and_leaves_the_loops_scaf
         "   50.0%  SileroBatcher.run (silero_batch.py)",
     ]
     assert pyspy_top.top_lines(pyspy_top.summarise([]), 3) == ["no samples"]
+
+
+def test_the_server_is_ready_at_its_own_serving_line_not_at_a_child_processes_forwarded_one() -> None:
+    log = "[p1] serving ws://127.0.0.1:9/xiaozhi/v1/ (run r-p1)\n"
+    assert re.search(bench.SERVING, log) is None
+    log += "serving ws://127.0.0.1:9/xiaozhi/v1/ with 2 processes (runs r-p1 to -p2)\n"
+    found = re.search(bench.SERVING, log)
+    assert found is not None and found.group(1) == "ws://127.0.0.1:9/xiaozhi/v1/"
+    assert re.search(bench.SERVING, "serving ws://127.0.0.1:9/xiaozhi/v1/ (run r)")
