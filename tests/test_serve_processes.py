@@ -16,8 +16,8 @@ import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.capacity.__main__ import main
-from pipeline.capacity.probe import tree
 from pipeline.capacity.result import read
+from pipeline.endpoints.load import PROC, tree_pids
 from pipeline.transport.server.processes import parse_process, process_argv, refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_two_processes_on_one_port_serve_a_ramp(tmp_path: Path, capsys: pytest.C
     port = free_port()
     server = start(tmp_path / "server", port)
     try:
-        processes = tree(server.pid)[1:]
+        processes = tree_pids(PROC, server.pid)[1:]
         code = main(
             [
                 *(str(FIXTURES), "--config", str(SIMULATOR), "--server", f"ws://127.0.0.1:{port}/xiaozhi/v1/"),

@@ -63,6 +63,7 @@ MAY_USE = {
     "capacity": {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
         *("transport.device", "transport.wire", "transport.server", "entry"),
+        "endpoints",  # a server process tree's CPU, read from /proc as the turn's load probe reads it (load)
     },
     # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the
     # run's own VAD (run), the contract's frame format; never a server, a trace or the report; plays and records

@@ -4,9 +4,11 @@ CPU is the process's user + system time over the hold's wall time, in % of one c
 busy); RSS is the most seen by a sample every ``PERIOD_S``. Without a PID, or where /proc does not have it,
 both stay None: an empty column, never an invented one.
 
-The process's children count with it (its whole tree, as /proc lists them at each reading): a server of
-several processes (``pipeline.serve --processes N``) is probed by its parent's PID. A child that ends
-during the hold takes the CPU it used in the hold with it.
+The process's children count with it, so a server of several processes (``pipeline.serve --processes N``)
+is probed by its parent's PID: its CPU is its tree's as /proc lists it at the hold's start and end, with the
+children they reaped (``endpoints.load``'s reading, which the turn's load probe makes too); its RSS is that
+of the processes in its tree at the start, sampled without reading all of /proc every ``PERIOD_S`` (that
+reading grows with the machine's processes, and the sampler runs on the load generator's loop).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import contextlib
 import os
 import time
 from pathlib import Path
+
+from pipeline.endpoints.load import PROC, tree_pids, tree_ticks
 
 PERIOD_S = 0.5
 
@@ -31,33 +35,19 @@ def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def tree(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """The process and every descendant /proc lists now (a child that ends meanwhile is left out)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        with contextlib.suppress(OSError):
-            for children in (proc / str(current) / "task").glob("*/children"):
-                todo += [int(child) for child in children.read_text().split()]
-    return found
-
-
-def tree_cpu_seconds(pid: int, proc: Path = Path("/proc")) -> dict[int, float]:
-    """Each process of the tree: its CPU seconds so far (one that ended while being read is left out)."""
-    used = {}
-    for member in tree(pid, proc):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            used[member] = cpu_seconds(member, proc)
-    if pid not in used:  # the server itself is gone
+def tree_cpu_seconds(pid: int, proc: Path = PROC) -> float:
+    """CPU seconds of the process, its descendants and the children they reaped, so far."""
+    seconds = tree_ticks(proc, {pid: [pid]})[pid] / os.sysconf("SC_CLK_TCK")
+    if not (proc / str(pid) / "stat").is_file():  # a tree that ended reads as 0
         raise ProbeError(f"--server-pid {pid}: the process is gone")
-    return used
+    return seconds
 
 
-def tree_rss_mb(pid: int, proc: Path = Path("/proc")) -> float:
-    """The resident set sizes of the process and its descendants, summed, in MiB."""
-    total = rss_mb(pid, proc)
-    for member in tree(pid, proc)[1:]:
+def rss_sum_mb(pids: list[int], proc: Path = PROC) -> float:
+    """The resident set sizes of ``pids`` summed, in MiB: the first's is needed, one of the others that ended
+    is left out."""
+    total = rss_mb(pids[0], proc)
+    for member in pids[1:]:
         with contextlib.suppress(OSError, ValueError, ProbeError):
             total += rss_mb(member, proc)
     return total
@@ -91,12 +81,12 @@ class ServerProbe:
         self.cpu_pct: float | None = None
         self.rss_max_mb: float | None = None
         self._task: asyncio.Task[None] | None = None
-        self._start: tuple[float, dict[int, float]] | None = None
+        self._start: tuple[float, float] | None = None
+        self._members: list[int] = []  # the server's tree at the start
 
     def _sample_rss(self) -> None:
-        assert self.pid is not None
-        with contextlib.suppress(OSError, ValueError, ProbeError):
-            now = tree_rss_mb(self.pid)
+        with contextlib.suppress(OSError, ValueError, IndexError, ProbeError):
+            now = rss_sum_mb(self._members)
             self.rss_max_mb = now if self.rss_max_mb is None else max(self.rss_max_mb, now)
 
     async def _sampler(self) -> None:
@@ -108,6 +98,7 @@ class ServerProbe:
         """Begin the hold's measurement (on the running loop)."""
         if self.pid is None or self._task is not None:
             return
+        self._members = tree_pids(PROC, self.pid) or [self.pid]
         with contextlib.suppress(OSError, ValueError, IndexError):
             self._start = (time.monotonic(), tree_cpu_seconds(self.pid))
         self._task = asyncio.create_task(self._sampler())
@@ -123,6 +114,5 @@ class ServerProbe:
         if self._start is not None:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 wall = time.monotonic() - self._start[0]
-                now, before = tree_cpu_seconds(self.pid), self._start[1]
-                used = sum(seconds - before.get(member, 0.0) for member, seconds in now.items())
+                used = tree_cpu_seconds(self.pid) - self._start[1]
                 self.cpu_pct = 100 * used / wall if wall > 0 else None

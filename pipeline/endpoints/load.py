@@ -11,6 +11,7 @@ Where ``/proc`` cannot be read there is no figure, never an invented one.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,25 @@ def machine_ticks(stat: Path) -> tuple[int, int]:
 def tree_ticks(proc: Path, roots: dict[int, list[int]]) -> dict[int, int]:
     """CPU ticks of each process tree, keyed as ``roots`` (key -> the pids whose trees it sums): each pid,
     its descendants and its reaped children, read in one pass over ``proc``; a tree that ended gives 0."""
+    stats, children = _table(proc)
+    out = {}
+    for key, pids in roots.items():
+        out[key] = sum(
+            sum(int(stats[pid][i]) for i in (11, 12, 13, 14))  # utime, stime, cutime, cstime
+            for pid in _walk(pids, children)
+            if pid in stats
+        )
+    return out
+
+
+def tree_pids(proc: Path, pid: int) -> list[int]:
+    """The process and its descendants that ``proc`` lists now (one that ended meanwhile is left out)."""
+    stats, children = _table(proc)
+    return [member for member in _walk([pid], children) if member in stats]
+
+
+def _table(proc: Path) -> tuple[dict[int, list[str]], dict[int, list[int]]]:
+    """Every process's stat fields, and each parent's children, read in one pass over ``proc``."""
     stats = {}
     for entry in proc.iterdir():
         if entry.name.isdigit():
@@ -99,17 +119,15 @@ def tree_ticks(proc: Path, roots: dict[int, list[int]]) -> dict[int, int]:
     children: dict[int, list[int]] = {}
     for pid, fields in stats.items():
         children.setdefault(int(fields[1]), []).append(pid)
-    out = {}
-    for key, pids in roots.items():
-        total, todo = 0, list(pids)
-        while todo:
-            pid = todo.pop()
-            if pid in stats:
-                utime, stime, cutime, cstime = (int(stats[pid][i]) for i in (11, 12, 13, 14))
-                total += utime + stime + cutime + cstime
-            todo += children.get(pid, [])
-        out[key] = total
-    return out
+    return stats, children
+
+
+def _walk(pids: list[int], children: dict[int, list[int]]) -> Iterator[int]:
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        yield pid
+        todo += children.get(pid, [])
 
 
 def _fields(path: Path) -> list[str]:
