@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from git_worktree import checkout_at  # noqa: E402
 from pyspy_top import summarise, top_lines  # noqa: E402
+from report_bench.machine import load_text  # noqa: E402
 
 from pipeline.capacity.plan import Plan  # noqa: E402
 from pipeline.capacity.result import Capacity, CapacityFileError, Step, read  # noqa: E402
@@ -58,7 +59,9 @@ DEFAULT_VARIANTS = ("1 process=--downlink-codec firmware", "2 processes=--downli
 BENCH_OWN = ("--port", "--out")  # what the bench gives every server itself
 SERVING = r"(?m)^serving (ws://\S+)"  # the server's own line: with --processes, not a child's "[pK] serving"
 START_S = 180.0  # a server loads Silero and its stand-ins before it says it serves
-STOP_S = 60.0  # after SIGINT, before it is killed (a --processes parent gives its children 30 s)
+# after the stop signal (a server's SIGTERM, a ramp's SIGINT), before it is killed (a --processes parent gives
+# its children 30 s)
+STOP_S = 60.0
 PROFILE_S = 20  # py-spy's recording
 PROFILE_RATE = 100  # samples a second
 PROFILE_TOP = 8
@@ -152,28 +155,10 @@ def side_by_side(results: Mapping[str, Capacity | None]) -> list[str]:
     ]
 
 
-def load_text() -> str:
-    """The machine's load averages (1, 5, 15 minutes), as ``uptime`` prints them."""
-    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
-
-
 def serve_argv(variant: Variant, args: argparse.Namespace, port: int, out: Path) -> list[str]:
     """The server's command line; the fixtures and config are the variant's checkout's when given relative."""
     argv = [sys.executable, "-m", "pipeline.serve", str(args.fixtures), "--config", str(args.config)]
     return [*argv, "--port", str(port), "--out", str(out), "--quiet", *variant.options]
-
-
-def interrupt(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
-    """SIGINT to the process's group (as Ctrl-C in its terminal: every process it started too), then wait;
-    what has not stopped after ``STOP_S`` is killed (here, or by ``Processes`` for a server)."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(os.getpgid(process.pid), signal.SIGINT)
-        try:
-            process.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextlib.contextmanager
@@ -190,7 +175,9 @@ def serving(variant: Variant, args: argparse.Namespace, folder: Path) -> Iterato
             # the server's whole folder: its traces/, or with --processes each process's processes/K/traces/
             yield Server(found.group(1), started.process.pid, folder / "server")
         finally:
-            interrupt(started.process)
+            # SIGTERM to its group, as to every process of an interop run: the server stops as on Ctrl-C (a
+            # --processes parent stops its children, each in a session of its own); killed after STOP_S
+            processes.stop(started, grace_s=STOP_S)
 
 
 @contextlib.contextmanager
