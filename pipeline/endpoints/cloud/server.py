@@ -141,7 +141,7 @@ class EmulatedCloud(HttpApp):
             delays = await self._generate(plan, rng, timer)
             await _until(timer.slot + delays[0])
             timer.first = loop.time()
-            await _until(timer.slot + sum(delays))
+            await _until(timer.first + sum(delays[1:]))
             timer.last = loop.time()
         finally:
             self._slots.release()
@@ -180,7 +180,8 @@ class EmulatedCloud(HttpApp):
                     return resp
                 await self._chunk(resp, delta)
                 timer.last = loop.time()
-                timer.first = timer.first or timer.last
+                if not timer.first:  # the tokens after it are due from when it went out: never sooner than the
+                    timer.first = due = timer.last  # profile's pace after a late first token
                 generated += 1
             timer.last = timer.last or loop.time()
         finally:
@@ -242,8 +243,9 @@ def _sse(payload: dict[str, Any]) -> bytes:
 
 
 async def _until(due: float) -> None:
-    """Sleep until ``due`` on the loop's clock. Each token is due at a time counted from the slot, not from when
-    the one before went out: a remote model goes on generating while our loop is busy, so a late loop reads a
-    token late once, and that lateness does not add up over the answer's tokens (it did with a sleep per token)."""
+    """Sleep until ``due`` on the loop's clock. The first token is due at a time counted from the slot, each later
+    one from when the first went out, not from when the one before went out: a remote model goes on generating
+    while our loop is busy, so a late loop sends a token late once, and that lateness does not add up over the
+    answer's tokens (it did with a sleep per token)."""
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, due - loop.time()))
