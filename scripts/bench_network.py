@@ -13,7 +13,7 @@
    profiles, rows computed from the traces, network segment minus the configured RTT:
    the measurement behind the CI test's tolerance (tests/test_cloud_emulator.py).
 
-All profiles are estimated (REFERENCE.md); the measured columns are measured here, on
+All profiles are estimated (docs/reference/cited.md); the measured columns are measured here, on
 this machine, and shift with its load. Run:
 ``python scripts/bench_network.py [--n 200] [--http-n 100] [--pipeline-turns 0]``.
 """

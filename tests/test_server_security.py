@@ -1,6 +1,6 @@
 """Attacks on the lab's front doors, each replayed as its test says, and what each costs the server now.
 
-The attacks come from the security review of the front ends (XIAOZHI_INTEROP.md, its last section): a
+The attacks come from the security review of the front ends (docs/reference/xiaozhi-protocol.md): a
 forged UDP datagram that froze the server, one that took a session's downlink, idle and unbounded
 connections, clients that stop reading, a rate limit refilled by saying hello again, credentials any web
 page could read (tests/test_transport_frontdoor.py), nesting that raised past the handlers, a plain

@@ -1,4 +1,4 @@
-"""The lab's server against message transcripts of the real firmware and clients (XIAOZHI_INTEROP.md).
+"""The lab's server against message transcripts of the real firmware and clients (docs/reference/xiaozhi-protocol.md).
 
 Each test plays one device's side of the protocol over a real loopback WebSocket, message by
 message as the firmware (github:78/xiaozhi-esp32 application.cc) or a desktop client sends

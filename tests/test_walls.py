@@ -1,4 +1,4 @@
-"""The design's walls (DESIGN.md), checked by part on the imports of every module.
+"""The design's walls (docs/design.md), checked by part on the imports of every module.
 
 A module's part is the folder it lives in (``pipeline/run/`` is the run, ``stages/`` the
 stages...), so a new module is checked the moment it exists; nothing here lists files.

@@ -1,4 +1,4 @@
-"""The cited xiaozhi voice-chain breakdown (``shared/docs/REFERENCE.md``), with its provenance.
+"""The cited xiaozhi voice-chain breakdown (``docs/reference/cited.md``), with its provenance.
 
 Cited figures are never measured here (METHOD M12): they appear only in their own table,
 labelled cited, with the caveat below, and never fill a measured cell.

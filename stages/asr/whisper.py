@@ -1,7 +1,7 @@
 """faster-whisper ASR: the utterance the VAD passed is transcribed once the end-point comes.
 
 Whisper is not streaming: it always encodes a 30 s window. Temperature 0
-(the fallback ladder took 10-20 s on garbage, STACK.md), the language from the
+(the fallback ladder took 10-20 s on garbage, docs/reference/stack.md), the language from the
 manifest, and for Chinese an initial prompt in Simplified Chinese.
 """
 

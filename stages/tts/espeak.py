@@ -1,4 +1,4 @@
-"""espeak-ng TTS: robotic but real, local, and fast to its first frame (STACK.md: ~20 ms).
+"""espeak-ng TTS: robotic but real, local, and fast to its first frame (docs/reference/stack.md: ~20 ms).
 
 Chinese is converted to tone-numbered pinyin (pypinyin) and read by the
 ``cmn-latn-pinyin`` voice, because Debian's ``-v cmn`` reads pinyin with English

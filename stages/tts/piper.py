@@ -1,4 +1,4 @@
-"""Piper TTS with its packaged English voice: a real neural voice (first audio 0.2-0.3 s, STACK.md).
+"""Piper TTS with its packaged English voice: a real neural voice (first audio 0.2-0.3 s, docs/reference/stack.md).
 
 Synthesis runs in a worker thread; each chunk piper yields is framed and sent on
 at once.

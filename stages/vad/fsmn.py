@@ -3,7 +3,7 @@
 Streaming: every 60 ms frame goes to the model as it arrives; the model reports
 where speech began and, after ``silence_ms`` of quiet (its
 ``max_end_silence_time``), where it ended. ``disable_update=True`` keeps FunASR
-from calling PyPI at start-up (a hidden network dependency, STACK.md). Needs the
+from calling PyPI at start-up (a hidden network dependency, docs/reference/stack.md). Needs the
 ``funasr`` extra (torch CPU).
 """
 

@@ -1,7 +1,7 @@
 """Silero VAD (ONNX, run with onnxruntime) as a frame or chunk classifier, under one of two end-pointers.
 
 The model takes 512-sample chunks at 16 kHz with 64 samples of context and a
-recurrent state. About 0.2-0.3 ms per chunk here (STACK.md), so it runs on the event loop, batched over
+recurrent state. About 0.2-0.3 ms per chunk here (docs/reference/stack.md), so it runs on the event loop, batched over
 every stream whose chunk is pending in the same turn of the loop (``silero_batch``).
 
 ``[vad] profile`` picks the end-pointer:

@@ -1,6 +1,6 @@
 """The emulated cloud's compute model: profiles as data, its slots with a FIFO queue, its own timings.
 
-The named profiles are estimates (a cloud 70B-class API from REFERENCE.md's cited 300-600 ms
+The named profiles are estimates (a cloud 70B-class API from docs/reference/cited.md's cited 300-600 ms
 first token; a busy one; zero compute for network measurements).
 """
 
@@ -48,7 +48,7 @@ class ComputeProfile:
         return first, [jittered(self.per_token_ms, self.token_jitter_ms) for _ in range(max(0, tokens - 1))]
 
 
-# A cloud 70B-class API (REFERENCE.md cites 300-600 ms to first token); ~45 tokens/s.
+# A cloud 70B-class API (docs/reference/cited.md cites 300-600 ms to first token); ~45 tokens/s.
 _FAST_70B_API = ComputeProfile(
     "fast-70b-api",
     ttft_ms=320,

@@ -15,7 +15,7 @@ for a slot, ``prompt_ms`` from slot to first token, ``predicted_ms`` from first 
 last token, ``prompt_n``, ``predicted_n``), plus ``usage``, and names the matched
 stop sequence in ``stop_reason`` as vLLM does. Time is the event loop's.
 
-The named profiles are estimates (a cloud 70B-class API from REFERENCE.md's cited
+The named profiles are estimates (a cloud 70B-class API from docs/reference/cited.md's cited
 300-600 ms first token; a busy one; zero compute for network measurements), so every
 row measured against the emulator must say ``emulated cloud, profile X``
 (``EmulatedCloud.label``).

@@ -1,7 +1,7 @@
 """Network profiles as data (METHOD M14): RTT, jitter, loss, bandwidth; and the commands that apply
 bandwidth and loss inside a network namespace (this kernel has no netem, so delay stays in the proxy).
 
-The named profiles are *estimated* from the RTT table of REFERENCE.md, not measured.
+The named profiles are *estimated* from the RTT table of docs/reference/cited.md, not measured.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 Jitter = Literal["normal", "lognormal"]
 JITTERS: tuple[Jitter, ...] = ("normal", "lognormal")
-TCP_MIN_RTO_MS = 200.0  # Linux's minimum retransmission timeout (STACK.md: 5 % loss gave P99 ~213 ms)
+TCP_MIN_RTO_MS = 200.0  # Linux's minimum retransmission timeout (docs/reference/stack.md: 5 % loss gave P99 ~213 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class NetProfile:
         return out
 
 
-# Estimated from REFERENCE.md "Network round trip by link" (itself from the design document).
+# Estimated from docs/reference/cited.md "Network round trip by link" (itself from the design document).
 PROFILES: dict[str, NetProfile] = {
     p.name: p
     for p in (

@@ -25,7 +25,7 @@ packet loss and retransmission), ``namespace_commands`` gives the ``tc tbf`` and
 nftables commands that apply the same profile's bandwidth and loss inside a
 network namespace; delay still needs this proxy there (no netem).
 
-The named profiles are *estimated* from the RTT table of REFERENCE.md, not measured.
+The named profiles are *estimated* from the RTT table of docs/reference/cited.md, not measured.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The xiaozhi control messages, typed, decoded once where they arrive and encoded where they leave.
 
-Control messages are JSON objects with a string ``type`` (REFERENCE.md, protocol facts). Each
+Control messages are JSON objects with a string ``type`` (docs/reference/cited.md, protocol facts). Each
 type the lab acts on is a struct below, its docstring saying who sends it to whom; fields a
 struct does not name are ignored, because firmware, servers and clients add them freely. A type
 no struct names decodes to ``Other`` (tolerated and counted, never an error). Everything else that
