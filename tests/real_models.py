@@ -39,7 +39,7 @@ def whisper() -> WhisperEngine:
 
 
 @cache
-def llama(name: str = "qwen2.5-0.5b") -> LlamaEngine:
+def llama(name: str = "qwen2.5-coder-0.5b") -> LlamaEngine:
     return LlamaEngine(resolve(name, CACHE), LlamaSettings(n_ctx=2048, threads=2))
 
 

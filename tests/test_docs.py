@@ -17,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-MKDOCS = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
+# not --quiet: it hides the warnings that --strict counts, and every build would pass
+MKDOCS = [sys.executable, "-m", "mkdocs", "build", "--strict"]
 # names of the notes the project once kept beside its checkout, spelled so this file does not match itself
 OUTSIDE = ("shared" + "/docs", *(name + ".md" for name in ("METHOD", "REFERENCE", "STACK", "DESIGN", "STYLE")))
 OUTSIDE += ("XIAOZHI" + "_INTEROP", "HOUSE" + "_REVIEW", "methodology" + ".zh")
@@ -41,8 +42,8 @@ def build(config_dir: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 def site_copy(tmp_path: Path) -> Path:
     """mkdocs.yml and docs/ copied under ``tmp_path``, to be broken on purpose."""
-    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
     return tmp_path
 
 

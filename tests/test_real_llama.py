@@ -24,7 +24,7 @@ pytestmark = pytest.mark.real
 def timed_calls(question: str, language: str = "en") -> tuple[list[CallTiming], list[Event]]:
     """One answer through the LLM stage with the device tools offered, timed by the recorder."""
     stage = LlmStage(
-        LlamaBackend(models.llama(), "qwen2.5-0.5b"),
+        LlamaBackend(models.llama(), "qwen2.5-coder-0.5b"),
         LlmSettings(max_tokens=48, system_prompt=SYSTEM_PROMPTS[language]),
         tools=DEVICE_TOOLS,
         executor=ScriptedTools(LatencyProfile()),
@@ -72,7 +72,7 @@ def policy() -> Iterator[LlamaEngine]:
 def cached_after_two_calls(engine: LlamaEngine, policy: PromptCache) -> tuple[int | None, int]:
     """Cached prompt tokens of the second of two calls (en, then en again after a zh call), and the prefix."""
     engine.cache.policy = policy
-    backend = LlamaBackend(engine, "qwen2.5-0.5b")
+    backend = LlamaBackend(engine, "qwen2.5-coder-0.5b")
 
     def ask(language: str, text: str) -> CallEnd:
         request = ChatRequest(

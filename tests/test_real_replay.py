@@ -35,7 +35,7 @@ def test_local_condition_b_on_real_fixtures(tmp_path: Path, capsys: pytest.Captu
         assert r.first_audio_ms < r.whole_turn_ms  # type: ignore[operator]
         assert r.llm_calls >= 1 and r.sentences >= 1
         assert r.server_prompt_ms is not None  # llama.cpp's own timings beside the client's
-        assert str(r.llm_model) == "qwen2.5-0.5b"
+        assert str(r.llm_model) == "qwen2.5-coder-0.5b"
     en = rows[1]
     assert en.asr_error_metric == "wer" and en.asr_error_rate == 0
     assert rows[0].asr_error_metric == "cer"

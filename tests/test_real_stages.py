@@ -121,7 +121,7 @@ def text_of(events: list[Event]) -> str:
     return "".join(e.text for e in events if isinstance(e, TokenDelta))
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "qwen2.5-1.5b"])
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
 def test_local_llm_answers_a_knowledge_question(name: str) -> None:
     events = answer(name, "What is the capital of France?")
     assert "paris" in text_of(events).lower()
@@ -134,18 +134,18 @@ def test_the_small_model_loads_and_speaks() -> None:
 
 
 def test_local_llm_answers_in_chinese() -> None:
-    assert any("\u4e00" <= ch <= "\u9fff" for ch in text_of(answer("qwen2.5-0.5b", "北京是哪个国家的首都？", "zh")))
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in text_of(answer("qwen2.5-coder-0.5b", "北京是哪个国家的首都？", "zh")))
 
 
 def test_local_llm_calls_a_device_tool_then_answers() -> None:
-    events = answer("qwen2.5-0.5b", "Turn on the kitchen light.", tools=True)
+    events = answer("qwen2.5-coder-0.5b", "Turn on the kitchen light.", tools=True)
     [tool] = [e for e in events if isinstance(e, ToolCall)]
     assert tool.name == "set_light"
     assert len([e for e in events if isinstance(e, CallStart)]) == 2
 
 
 def test_per_sentence_mode_stops_each_call_at_a_sentence_end() -> None:
-    events = answer("qwen2.5-0.5b", "Tell me two facts about the moon, in two sentences.", mode="per-sentence")
+    events = answer("qwen2.5-coder-0.5b", "Tell me two facts about the moon, in two sentences.", mode="per-sentence")
     calls = [e for e in events if isinstance(e, CallStart)]
     assert len(calls) >= 2
     per_call: dict[int, str] = {}

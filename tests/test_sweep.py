@@ -70,7 +70,7 @@ def test_bad_values_are_refused_before_anything_runs(vary: str, message: str) ->
 
 
 def test_model_sizes_are_the_packaged_models_and_each_point_overrides_one_setting() -> None:
-    assert MODEL_SIZES == {"small": "smollm2-135m", "default": "qwen2.5-0.5b", "large": "qwen2.5-1.5b"}
+    assert MODEL_SIZES == {"small": "smollm2-135m", "default": "qwen2.5-coder-0.5b", "large": "qwen2.5-coder-1.5b"}
     assert set(MODEL_SIZES.values()) <= set(REGISTRY)
     variable, values = parse_vary(["model=small,default,large,/models/mine.gguf"])
     plan = make_plan("s1", variable, values, Config())

@@ -62,7 +62,7 @@ REGISTRY: dict[str, PackagedModel] = {
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         ),
         PackagedModel(
-            "qwen2.5-0.5b",
+            "qwen2.5-coder-0.5b",
             "llm",
             "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB; Chinese and English)",
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
@@ -70,7 +70,7 @@ REGISTRY: dict[str, PackagedModel] = {
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         ),
         PackagedModel(
-            "qwen2.5-1.5b",
+            "qwen2.5-coder-1.5b",
             "llm",
             "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB; best answers, slowest)",
             "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
@@ -185,8 +185,16 @@ def _verified(path: Path, sha: str) -> bool:
     return path.is_file() and marker.is_file() and marker.read_text().split() == [sha, str(path.stat().st_size)]
 
 
+# Names the registry once gave its models, refused with the name that says what the model is: both are the
+# Coder variants of Qwen2.5, and a run compared with "Qwen2.5" would have measured another model than its name said.
+RENAMED = {"qwen2.5-0.5b": "qwen2.5-coder-0.5b", "qwen2.5-1.5b": "qwen2.5-coder-1.5b"}
+
+
 def resolve(model: str, cache: Path) -> Path:
     """A registry name, assembled into ``cache`` if needed, or a user's own path."""
+    if model in RENAMED and not Path(model).expanduser().exists():
+        new = RENAMED[model]
+        raise ModelError(f"model {model!r} is now called {new!r} ({REGISTRY[new].description}): name it so")
     if model in PACKAGED_FOLDERS:
         pkg, rel, description = PACKAGED_FOLDERS[model]
         base = package_dir(pkg)

@@ -9,7 +9,7 @@ files for every point.
   where a scheduler stands in front of the model (``[scheduler] concurrency`` > 0), so the
   sweep warns when none does.
 - ``model``: ``[llm] model``; ``small``, ``default`` and ``large`` are the packaged
-  ``smollm2-135m``, ``qwen2.5-0.5b`` and ``qwen2.5-1.5b``; any other registry name or GGUF
+  ``smollm2-135m``, ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b``; any other registry name or GGUF
   path is taken as given.
 - ``history_rounds``, ``max_tokens``: the LLM role's ``[llm]`` setting of that name; ``threads``,
   ``prompt_cache``: llama.cpp's (``[llm] impl`` llama or server), refused by another backend.
@@ -32,7 +32,7 @@ from pipeline.settings.stage_sections import implementation_keys
 
 Overrides = dict[str, dict[str, Any]]
 
-MODEL_SIZES = {"small": "smollm2-135m", "default": "qwen2.5-0.5b", "large": "qwen2.5-1.5b"}
+MODEL_SIZES = {"small": "smollm2-135m", "default": "qwen2.5-coder-0.5b", "large": "qwen2.5-coder-1.5b"}
 EMULATED_CLOUD: Overrides = {
     "llm": {"impl": "openai", "model": "emulated-cloud"},
     "cloud": {"emulator": "fast-70b-api"},

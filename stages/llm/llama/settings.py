@@ -17,7 +17,7 @@ from stages.registry import ConfigError, require_positive
 class LlamaSettings:
     """The GGUF and how llama.cpp runs it; every default of these keys is here and nowhere else."""
 
-    model: str = "qwen2.5-0.5b"  # a packaged model's name (pipeline/settings/models.py) or a GGUF path
+    model: str = "qwen2.5-coder-0.5b"  # a packaged model's name (pipeline/settings/models.py) or a GGUF path
     n_ctx: int = 2048  # context length in tokens (METHOD M18's second knob)
     threads: int = 2  # generation and prompt-evaluation threads
     prompt_cache: PromptCache = "prefix"  # off: every call cold; prefix: system prompt + tools kept; carry: all
