@@ -27,20 +27,17 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from labtools.cloud_turns import TraceRows, cloud_turn, network_ms
 from pipeline.analysis.numbers import median, quantile
 from pipeline.endpoints.cloud import ComputeProfile, EmulatedCloud, get_compute_profile
 from pipeline.endpoints.link import PROFILES, LinkEmulator, NetProfile, get_profile
 from pipeline.events import CallEnd, TokenDelta
 from stages.llm import ChatRequest, Message
 from stages.llm.openai import OpenAIChatBackend, OpenAISettings
-from tests.cloud_helpers import TraceRows, cloud_turn, network_ms
 
 MESSAGE = b"x" * 200
 

@@ -32,19 +32,17 @@ from typing import Any
 import numpy as np
 import soundfile
 
+from labtools.heard import answer_onset, clip_pcm, find, traced
+from labtools.transport_skews import start_serve, stop_serve
+from pipeline import replay
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import load_questions as acoustic_questions
+from pipeline.acoustic.sound import Pcm, Recorder, sounddevice
+from pipeline.acoustic.sound_server import PulseServer
+from pipeline.settings.config import load_config
+from pipeline.settings.fixtures import load_questions
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from transport_skews import start_serve, stop_serve  # noqa: E402
-
-from pipeline import replay  # noqa: E402
-from pipeline.acoustic.measure import measure_recording  # noqa: E402
-from pipeline.acoustic.questions import load_questions as acoustic_questions  # noqa: E402
-from pipeline.acoustic.sound import Pcm, Recorder, sounddevice  # noqa: E402
-from pipeline.acoustic.sound_server import PulseServer  # noqa: E402
-from pipeline.settings.config import load_config  # noqa: E402
-from pipeline.settings.fixtures import load_questions  # noqa: E402
-from tests.test_sound_e2e import answer_onset, clip_pcm, find, traced  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 SIMULATOR = ROOT / "configs" / "simulator.toml"

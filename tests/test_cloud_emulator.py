@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from labtools.cloud_turns import TraceRows, cloud_turn, network_ms
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.endpoints.cloud import (
     COMPUTE_PROFILES,
@@ -32,7 +33,6 @@ from pipeline.endpoints.link import LinkEmulator, NetProfile
 from pipeline.events import TokenDelta
 from stages.llm import ChatRequest, Message
 from stages.llm.openai import OpenAIChatBackend, OpenAISettings
-from tests.cloud_helpers import TraceRows, cloud_turn, network_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = [{"type": "function", "function": {"name": "set_light", "parameters": {}}}]

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from labtools.cloud_turns import FRAMES, InstantPlayer
 from pipeline.clock import RealClock
 from pipeline.events import LatencyProfile, StageInfo
 from pipeline.run.turn import ServerStages, run_turn
@@ -17,7 +18,6 @@ from stages.sentences import SentenceSplitter
 from stages.tts.stub import StubTts
 from stages.vad.endpointer import FrameVad
 from stages.vad.energy import EnergyClassifier
-from tests.cloud_helpers import FRAMES, InstantPlayer
 
 
 class SlowEngine(UtteranceEngine):

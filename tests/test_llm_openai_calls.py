@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from labtools.cloud_turns import TraceRows, cloud_turn
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.endpoints.cloud import ComputeProfile, EmulatedCloud, get_compute_profile, pick_answer
 from pipeline.events import CallEnd, CallStart, TokenDelta, Transcript
@@ -27,7 +28,6 @@ from stages.llm.openai import (
     OpenAISettings,
     RateLimited,
 )
-from tests.cloud_helpers import TraceRows, cloud_turn
 from tests.harness import StageRun, stage_run
 
 QUICK = ComputeProfile("quick", ttft_ms=5, per_token_ms=1, slots=4)

@@ -8,69 +8,31 @@ recording alone (and the question clips), per turn: where the clip was said (cro
 and the answer's first audible sample (the clip taken out: on a clean sink the rest is the answer).
 The traces say the same interval: the device's first frame was captured from 60 ms before it was
 sent (the device span's start) to the first audible frame (``first_audible_played``). Both agree
-within 20 ms on every turn.
+within 20 ms on every turn. The reading of the recording and the traces is ``labtools.heard``, which
+``scripts/bench_sound.py`` measures with too.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import soundfile
 
+from labtools.heard import answer_onset, clip_pcm, find, traced
 from pipeline import replay
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import load_questions as acoustic_questions
-from pipeline.acoustic.recording import AUDIBLE
 from pipeline.acoustic.sound import Pcm, Recorder
 from pipeline.acoustic.sound_server import PulseServer
-from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file, trace_files
-from pipeline.events import FRAME_MS, SAMPLE_RATE
-from pipeline.settings.audio import load_audio
+from pipeline.events import SAMPLE_RATE
 from pipeline.settings.config import load_config
 from pipeline.settings.fixtures import load_questions
-from pipeline.tracing import names
 from tests.sound_server import pulse
 from tests.test_transport_e2e import FIXTURES, SIMULATOR, start_server, stop
 
 pytestmark = [pytest.mark.sound, pytest.mark.realtime, pytest.mark.transport]
 __all__ = ["pulse"]  # the fixture, used by name
-
-
-def clip_pcm(question_audio: Path) -> Pcm:
-    """The clip as the device sends it (16 kHz mono 16-bit frames), as float."""
-    frames = load_audio(question_audio).frames
-    return np.frombuffer(b"".join(f.pcm for f in frames), "<i2").astype(np.float32) / 32768.0
-
-
-def find(recording: Pcm, clip: Pcm) -> int:
-    """Where ``clip`` starts in ``recording`` (cross-correlation, by FFT)."""
-    n = 1 << int(np.ceil(np.log2(len(recording) + len(clip))))
-    corr = np.fft.irfft(np.fft.rfft(recording, n) * np.conj(np.fft.rfft(clip, n)), n)
-    return int(np.argmax(corr[: len(recording) - len(clip) + 1]))
-
-
-def answer_onset(recording: Pcm, clip: Pcm, at: int) -> int | None:
-    """The first sample after ``at`` above the audible threshold once the clip said there is taken out."""
-    rest = recording[at:].copy()
-    rest[: len(clip)] -= clip[: len(rest)]
-    loud = np.flatnonzero(np.abs(rest) > AUDIBLE)
-    return at + int(loud[0]) if len(loud) else None
-
-
-def traced(out: Path) -> dict[str, tuple[float, float]]:
-    """Per question: the trace's first-frame capture start -> first audible, and its silence (ms)."""
-    spans: list[ReadSpan] = [s for f in trace_files(out / "traces") for s in read_trace_file(f, ReadProblems())]
-    by_id = {s.span_id: s for s in spans}
-    found = {}
-    for device in (s for s in spans if s.name == names.DEVICE):
-        turn = by_id[device.parent_span_id]
-        audible = next(e.time_ns for e in device.events if e.name == names.EV_FIRST_AUDIBLE)
-        spoken = next(e.time_ns for e in turn.events if e.name == names.EV_USER_SPEECH_END)
-        captured = device.start_ns - FRAME_MS * 1_000_000
-        found[str(turn.attributes[names.QUESTION_ID])] = ((audible - captured) / 1e6, (audible - spoken) / 1e6)
-    return found
 
 
 def heard_through_the_sink(tmp_path: Path) -> tuple[Pcm, Recorder]:

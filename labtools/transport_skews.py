@@ -5,6 +5,10 @@ WebSocket on loopback, same fixtures and settings): the device's first audible s
 (median, P90) with the server's old pacing against the real server's (``--pacing lab-v1`` vs
 ``xiaozhi-server``, the device holding no frames), and with the device's old jitter hold against none
 (``--jitter-frames`` 2 vs 0, the real server's pacing); each pair as the ratio old / new.
+
+Its server, ``pipeline.serve`` on a free loopback port started and stopped (``start_serve``, ``stop_serve``),
+is the one ``scripts/bench_acoustic.py``, ``scripts/bench_sound.py`` and ``scripts/capacity_shared_bench.py``
+start too.
 """
 
 from __future__ import annotations
@@ -24,11 +28,10 @@ from typing import IO
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.columns import column
 
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.columns import column  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True, slots=True)
