@@ -38,18 +38,15 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
+from labtools.transport_skews import start_serve, stop_serve
+from pipeline import replay
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import Question, load_questions
+from pipeline.acoustic.room import render_room
+from pipeline.acoustic.rows import AcousticRow
+from pipeline.settings.config import load_config
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from transport_skews import start_serve, stop_serve  # noqa: E402
-
-from pipeline import replay  # noqa: E402
-from pipeline.acoustic.measure import measure_recording  # noqa: E402
-from pipeline.acoustic.questions import Question, load_questions  # noqa: E402
-from pipeline.acoustic.room import render_room  # noqa: E402
-from pipeline.acoustic.rows import AcousticRow  # noqa: E402
-from pipeline.settings.config import load_config  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 SIMULATOR = ROOT / "configs" / "simulator.toml"

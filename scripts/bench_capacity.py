@@ -43,13 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.capacity.probe import cpu_seconds
+from pipeline.clock import RealClock, real_event_loop
+from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.device.pacer import send_lateness
 
-from pipeline.capacity.probe import cpu_seconds  # noqa: E402
-from pipeline.clock import RealClock, real_event_loop  # noqa: E402
-from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice  # noqa: E402
-from pipeline.transport.device.pacer import send_lateness  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CONNECTING_AT_ONCE = 50  # devices dialling together: a thousand handshakes at once would time out on 2 cores
 

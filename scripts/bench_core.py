@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import median, quantile

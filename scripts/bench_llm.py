@@ -24,28 +24,26 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pipeline.analysis.numbers import median  # noqa: E402
-from pipeline.clock import RealClock, run_on_clock  # noqa: E402
-from pipeline.events import Event, LatencyProfile, Transcript  # noqa: E402
-from pipeline.run.recorder import TurnRecorder  # noqa: E402
-from pipeline.settings.models import default_cache, resolve  # noqa: E402
-from pipeline.tracing.timeline import CallTiming  # noqa: E402
-from stages.llm import LlmSettings, LlmStage  # noqa: E402
-from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.llm.prompts import (  # noqa: E402
+from pipeline.analysis.numbers import median
+from pipeline.clock import RealClock, run_on_clock
+from pipeline.events import Event, LatencyProfile, Transcript
+from pipeline.run.recorder import TurnRecorder
+from pipeline.settings.models import default_cache, resolve
+from pipeline.tracing.timeline import CallTiming
+from stages.llm import LlmSettings, LlmStage
+from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings
+from stages.llm.prompts import (
     DEVICE_TOOLS,
     SYSTEM_PROMPTS,
     ScriptedTools,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURES = ROOT / "audio_fixtures"
 MAX_TOKENS = 48

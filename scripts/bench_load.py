@@ -24,17 +24,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured_ok, quantile
+from pipeline.replay import main as replay
 
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.columns import TurnRow, column  # noqa: E402
-from pipeline.analysis.numbers import measured_ok, quantile  # noqa: E402
-from pipeline.replay import main as replay  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURES = ROOT / "audio_fixtures"
 VOICE = (

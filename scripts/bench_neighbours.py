@@ -29,13 +29,11 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from labtools.whatif_bench.lanes import together
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.shared_stages import CPU_STAGES, HEADER, STAGES, moved, spent, waves
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from whatif_bench.lanes import together  # noqa: E402
-
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.shared_stages import CPU_STAGES, HEADER, STAGES, moved, spent, waves  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 LOCAL = ROOT / "configs" / "local.toml"

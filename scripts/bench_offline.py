@@ -18,12 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.columns import TurnRow, column
+from pipeline.analysis.numbers import measured_ok, median
 
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.columns import TurnRow, column  # noqa: E402
-from pipeline.analysis.numbers import measured_ok, median  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 METRICS = ("first_token_ms", "tts_first_frame_ms", "whole_turn_ms", "asr_ms")
 VARIANTS = {

@@ -48,19 +48,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from labtools.git_worktree import checkout_at
+from labtools.report_bench.fresh_runs import STEPS, analyze, child, measure, rows_file, same_bytes
+from labtools.report_bench.machine import SPEED_LINES, load_text, timed
+from labtools.report_bench.synthetic_rows import rows_step
+from labtools.report_bench.trace_copies import spread_traces
+
+# The parts (labtools/report_bench/) import the report's code where they use it, and not in a --child run:
+# that one imports what ``python -m pipeline.report`` imports, when it does, from the checkout its parent
+# put first on its PYTHONPATH (this one, or the baseline's).
 ROOT = Path(__file__).resolve().parent.parent
-# The checkout whose code is measured: this one, or, in a child run for --baseline, the one given.
-CODE = Path(os.environ.get("BENCH_REPORT_CODE", str(ROOT)))
-sys.path.insert(0, str(CODE))
-
-# The parts (scripts/report_bench/) import the report's code where they use it, after the path set-up,
-# and not in a --child run: that one imports what ``python -m pipeline.report`` imports, when it does.
-from git_worktree import checkout_at  # noqa: E402
-from report_bench.fresh_runs import STEPS, analyze, child, measure, rows_file, same_bytes  # noqa: E402
-from report_bench.machine import SPEED_LINES, load_text, timed  # noqa: E402
-from report_bench.synthetic_rows import rows_step  # noqa: E402
-from report_bench.trace_copies import spread_traces  # noqa: E402
-
 GOAL_S = 10.0
 STEP_NAMES = {
     "read": "trace files read, rows computed",
@@ -102,7 +99,7 @@ def spans_step(turns: int, work: Path, baseline: Path | None, rounds: int = 1) -
     timed("trace files flushed to disk (not counted)", os.sync)
     size = sum(f.stat().st_size for f in traces.iterdir()) / 2**20
     print(f"  {written} turns in {size:.0f} MiB of trace files")
-    codes = {"this checkout": (CODE, work / "after"), **({"baseline": (baseline, work / "before")} if baseline else {})}
+    codes = {"this checkout": (ROOT, work / "after"), **({"baseline": (baseline, work / "before")} if baseline else {})}
     rounds_run = measured_rounds(codes, traces, rounds)
     # each checkout's median run by its whole process (of an even count, the lower middle one)
     runs = {name: sorted(done, key=lambda r: r["process"])[(len(done) - 1) // 2] for name, done in rounds_run.items()}
@@ -217,7 +214,7 @@ def main() -> int:
             total = spans_step(args.span_turns, work, args.baseline, args.rounds)
             verdicts.append(verdict(total, f"{args.span_turns} turns from trace files"))
             if args.analyze:
-                codes = {"this checkout": CODE, **({"baseline": args.baseline} if args.baseline else {})}
+                codes = {"this checkout": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
                 analyze_step(work / "traces", work, codes)
         if args.turns:
             print(f"report from {args.turns} synthetic rows (goal: under {GOAL_S:.0f} s)")

@@ -23,17 +23,17 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from pipeline.analysis.numbers import median  # noqa: E402
-from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file  # noqa: E402
-from pipeline.replay import main as replay  # noqa: E402
-from pipeline.settings.audio import load_audio  # noqa: E402
-from pipeline.settings.models import default_cache, resolve  # noqa: E402
-from pipeline.tracing import names  # noqa: E402
-from stages.asr.whisper import WhisperEngine  # noqa: E402
-from stages.vad.silero import SileroClassifier, SileroModel  # noqa: E402
+from pipeline.analysis.numbers import median
+from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
+from pipeline.replay import main as replay
+from pipeline.settings.audio import load_audio
+from pipeline.settings.models import default_cache, resolve
+from pipeline.tracing import names
+from stages.asr.whisper import WhisperEngine
+from stages.vad.silero import SileroClassifier, SileroModel
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURES = ROOT / "audio_fixtures"
 CACHE = default_cache(os.environ)

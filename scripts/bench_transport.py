@@ -13,7 +13,7 @@
    N grows until the median over tries of the P99 lateness passes 5 ms (goal: at least 200 devices). The load
    generator sends pre-encoded packets, so its own Opus cost is not the server's.
 4. The skews issue 23 removes, from real runs of ``python -m pipeline.replay --server`` against
-   ``python -m pipeline.serve`` (``transport_skews``).
+   ``python -m pipeline.serve`` (``labtools.transport_skews``).
 
 Run it on a quiet machine: every figure here is wall-clock time.
 """
@@ -26,36 +26,33 @@ import functools
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from websockets.asyncio.client import connect
+
+from labtools.transport_skews import SkewArgs, skews
+from pipeline.clock import RealClock, run_on_clock
+from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame
+from pipeline.run.assembly import Engines, build_stages, load_engines
+from pipeline.run.device import Ask, speech_end_ms
+from pipeline.run.turn import ServerStages, run_turn
+from pipeline.settings.audio import load_audio
+from pipeline.settings.config import Config, load_config
+from pipeline.settings.fixtures import Question, load_questions
+from pipeline.settings.models import default_cache
+from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
+from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings
+from pipeline.transport.server.requests import TurnRequest
+from pipeline.transport.server.settings import FloodSettings, SessionSettings
+from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
+from pipeline.transport.wire.messages import Hello, LabTag, Listen, Tts, decode, encode
+from pipeline.transport.wire.opus import PRESETS, OpusDecoder, OpusEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from transport_skews import SkewArgs, skews  # noqa: E402
-from websockets.asyncio.client import connect  # noqa: E402
-
-from pipeline.clock import RealClock, run_on_clock  # noqa: E402
-from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame  # noqa: E402
-from pipeline.run.assembly import Engines, build_stages, load_engines  # noqa: E402
-from pipeline.run.device import Ask, speech_end_ms  # noqa: E402
-from pipeline.run.turn import ServerStages, run_turn  # noqa: E402
-from pipeline.settings.audio import load_audio  # noqa: E402
-from pipeline.settings.config import Config, load_config  # noqa: E402
-from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
-from pipeline.settings.models import default_cache  # noqa: E402
-from pipeline.tracing.timeline import TurnTimeline  # noqa: E402
-from pipeline.transport.device.device import DeviceSettings, EmulatedDevice  # noqa: E402
-from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings  # noqa: E402
-from pipeline.transport.server.requests import TurnRequest  # noqa: E402
-from pipeline.transport.server.settings import FloodSettings, SessionSettings  # noqa: E402
-from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server  # noqa: E402
-from pipeline.transport.wire.messages import Hello, LabTag, Listen, Tts, decode, encode  # noqa: E402
-from pipeline.transport.wire.opus import PRESETS, OpusDecoder, OpusEncoder  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 SIMULATOR = ROOT / "configs" / "simulator.toml"

@@ -42,7 +42,6 @@ import argparse
 import csv
 import os
 import shutil
-import sys
 import tempfile
 import tomllib
 from collections.abc import Callable, Sequence
@@ -50,20 +49,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-# The parts (scripts/whatif_bench/) import the lab's code, after the path set-up
-from whatif_bench.lanes import replay, replay_command, shared_stages, together  # noqa: E402
-from whatif_bench.words import EMULATOR, a_config, choose, manifest_rows, observe, question_set  # noqa: E402
-
-from pipeline.analysis.bootstrap import Interval, quantile_interval  # noqa: E402
-from pipeline.analysis.numbers import median, quantile  # noqa: E402
-from pipeline.analysis.path.critical import critical_path  # noqa: E402
-from pipeline.analysis.path.graph import TurnGraph  # noqa: E402
-from pipeline.analysis.path.kinds import SEGMENTS  # noqa: E402
-from pipeline.analysis.traces import trace_files  # noqa: E402
-from pipeline.analysis.whatif import (  # noqa: E402
+# The parts (labtools/whatif_bench/) import the lab's code
+from labtools.whatif_bench.lanes import replay, replay_command, shared_stages, together
+from labtools.whatif_bench.words import EMULATOR, a_config, choose, manifest_rows, observe, question_set
+from pipeline.analysis.bootstrap import Interval, quantile_interval
+from pipeline.analysis.numbers import median, quantile
+from pipeline.analysis.path.critical import critical_path
+from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.path.kinds import SEGMENTS
+from pipeline.analysis.traces import trace_files
+from pipeline.analysis.whatif import (
     WhatIfError,
     carries_neighbours,
     partners,
@@ -71,8 +66,10 @@ from pipeline.analysis.whatif import (  # noqa: E402
     read_graphs,
     swapped,
 )
-from pipeline.endpoints.cloud.answers import tokens_of  # noqa: E402
-from pipeline.endpoints.link.profiles import PROFILES  # noqa: E402
+from pipeline.endpoints.cloud.answers import tokens_of
+from pipeline.endpoints.link.profiles import PROFILES
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LOCAL = ROOT / "configs" / "local.toml"
 RUNS = ("questions_B", "B0", "B", "questions_A", "a.toml", "A1", "A2", "B2")  # what a benchmark writes in --out

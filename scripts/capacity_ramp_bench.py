@@ -22,7 +22,7 @@ each. Every figure comes from the ramp's capacity.json.
 
 ``--profile N``: then, per variant, a separate short run with a fresh server: N devices held, and once
 they are all connected, ``py-spy record --subprocesses`` of the server for 20 s; its top entries (self and
-inclusive, every thread and process: ``pyspy_top``) are printed after the table.
+inclusive, every thread and process: ``labtools.pyspy_top``) are printed after the table.
 """
 
 from __future__ import annotations
@@ -42,18 +42,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from labtools.git_worktree import checkout_at
+from labtools.pyspy_top import summarise, top_lines
+from labtools.report_bench.machine import load_text
+from pipeline.capacity.plan import Plan
+from pipeline.capacity.result import Capacity, CapacityFileError, Step, read
+from pipeline.capacity.verdict import baseline_p90
+from pipeline.interop.processes import InteropError, Processes, free_ports
+from pipeline.interop.ramp import RampSettings, RampTarget, ramp_argv
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from git_worktree import checkout_at  # noqa: E402
-from pyspy_top import summarise, top_lines  # noqa: E402
-from report_bench.machine import load_text  # noqa: E402
-
-from pipeline.capacity.plan import Plan  # noqa: E402
-from pipeline.capacity.result import Capacity, CapacityFileError, Step, read  # noqa: E402
-from pipeline.capacity.verdict import baseline_p90  # noqa: E402
-from pipeline.interop.processes import InteropError, Processes, free_ports  # noqa: E402
-from pipeline.interop.ramp import RampSettings, RampTarget, ramp_argv  # noqa: E402
 
 DEFAULT_VARIANTS = ("1 process=--downlink-codec firmware", "2 processes=--downlink-codec firmware --processes 2")
 BENCH_OWN = ("--port", "--out")  # what the bench gives every server itself

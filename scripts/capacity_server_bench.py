@@ -36,19 +36,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from websockets.asyncio.client import ClientConnection, connect
+
+from pipeline.capacity.probe import cpu_seconds
+from pipeline.events import FRAME_MS
+from pipeline.settings.audio import load_audio
+from pipeline.settings.fixtures import load_questions
+from pipeline.transport.wire.messages import Hello, Lab, Listen, Tts, decode, encode
+from pipeline.transport.wire.opus import OpusEncoder
+from stages.vad.energy import frame_dbfs
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
-
-from pipeline.capacity.probe import cpu_seconds  # noqa: E402
-from pipeline.events import FRAME_MS  # noqa: E402
-from pipeline.settings.audio import load_audio  # noqa: E402
-from pipeline.settings.fixtures import load_questions  # noqa: E402
-from pipeline.transport.wire.messages import Hello, Lab, Listen, Tts, decode, encode  # noqa: E402
-from pipeline.transport.wire.opus import OpusEncoder  # noqa: E402
-from stages.vad.energy import frame_dbfs  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 CONFIG = ROOT / "configs" / "capacity-server.toml"

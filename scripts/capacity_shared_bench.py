@@ -33,13 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from labtools.transport_skews import start_serve, stop_serve
+from pipeline.capacity.crossover import describe, headcounts
+from pipeline.capacity.shared import RECORD, Arm, Comparison, Record, RecordError, compare, write_record
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from transport_skews import start_serve, stop_serve  # noqa: E402
-
-from pipeline.capacity.crossover import describe, headcounts  # noqa: E402
-from pipeline.capacity.shared import RECORD, Arm, Comparison, Record, RecordError, compare, write_record  # noqa: E402
 
 FIXTURES = ROOT / "audio_fixtures"
 SERVER_START_S = 180.0  # a llama-server hub loads its model first

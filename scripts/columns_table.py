@@ -12,16 +12,14 @@ ones, so a column added, renamed or re-described in its record is one command aw
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.analysis.columns import columns_table
+from pipeline.analysis.path.paths_csv import paths_table
+from pipeline.analysis.server_segments import segments_table
 
-from pipeline.analysis.columns import columns_table  # noqa: E402
-from pipeline.analysis.path.paths_csv import paths_table  # noqa: E402
-from pipeline.analysis.server_segments import segments_table  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DOCS = ROOT / "docs"
 # a table's name in its markers -> the module that declares its record, the page that shows it (under

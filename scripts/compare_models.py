@@ -15,33 +15,32 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from pipeline.analysis.numbers import median, quantile  # noqa: E402
-from pipeline.analysis.textmetrics import keyword_score  # noqa: E402
-from pipeline.clock import RealClock  # noqa: E402
-from pipeline.events import (  # noqa: E402
+from pipeline.analysis.numbers import median, quantile
+from pipeline.analysis.textmetrics import keyword_score
+from pipeline.clock import RealClock
+from pipeline.events import (
     Event,
     LatencyProfile,
     TokenDelta,
     Transcript,
 )
-from pipeline.run.recorder import TurnRecorder  # noqa: E402
-from pipeline.settings.fixtures import Question, load_questions  # noqa: E402
-from pipeline.settings.models import REGISTRY, default_cache, resolve  # noqa: E402
-from stages.llm import LlmSettings, LlmStage  # noqa: E402
-from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings  # noqa: E402
-from stages.llm.prompts import (  # noqa: E402
+from pipeline.run.recorder import TurnRecorder
+from pipeline.settings.fixtures import Question, load_questions
+from pipeline.settings.models import REGISTRY, default_cache, resolve
+from stages.llm import LlmSettings, LlmStage
+from stages.llm.llama import LlamaBackend, LlamaEngine, LlamaSettings
+from stages.llm.prompts import (
     DEVICE_TOOLS,
     SYSTEM_PROMPTS,
     ScriptedTools,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CACHE = default_cache(os.environ)
 

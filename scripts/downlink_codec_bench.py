@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.events import FRAME_BYTES, SAMPLE_RATE
+from pipeline.settings.audio import load_audio
+from pipeline.settings.fixtures import load_questions
+from pipeline.transport.wire.opus import PRESETS, OpusDecoder, OpusEncoder
 
-from pipeline.events import FRAME_BYTES, SAMPLE_RATE  # noqa: E402
-from pipeline.settings.audio import load_audio  # noqa: E402
-from pipeline.settings.fixtures import load_questions  # noqa: E402
-from pipeline.transport.wire.opus import PRESETS, OpusDecoder, OpusEncoder  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURES = ROOT / "audio_fixtures"
 

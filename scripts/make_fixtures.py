@@ -23,7 +23,6 @@ import asyncio
 import csv
 import json
 import os
-import sys
 import tempfile
 import wave
 from collections.abc import AsyncIterator
@@ -32,16 +31,15 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pipeline.analysis.textmetrics import error_rate
+from pipeline.events import Event, Transcript
+from pipeline.settings.audio import frames_from_pcm, load_audio
+from pipeline.settings.models import default_cache, resolve
+from stages.asr.whisper import WhisperAsr, WhisperEngine
+from stages.vad.endpointer import FrameVad
+from stages.vad.silero import SileroClassifier, SileroModel
 
-from pipeline.analysis.textmetrics import error_rate  # noqa: E402
-from pipeline.events import Event, Transcript  # noqa: E402
-from pipeline.settings.audio import frames_from_pcm, load_audio  # noqa: E402
-from pipeline.settings.models import default_cache, resolve  # noqa: E402
-from stages.asr.whisper import WhisperAsr, WhisperEngine  # noqa: E402
-from stages.vad.endpointer import FrameVad  # noqa: E402
-from stages.vad.silero import SileroClassifier, SileroModel  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CACHE = default_cache(os.environ)
 

@@ -1,25 +1,22 @@
 """scripts/capacity_ramp_bench.py's pure parts: a variant read from the command line, the side-by-side table
 from each ramp's capacity.json, the connections counted in /proc/net/tcp, and a py-spy raw profile summarised
-(scripts/pyspy_top.py). No process is started: the ramps themselves are run by the bench."""
+(labtools/pyspy_top.py). No process is started: the ramps themselves are run by the bench."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from labtools import pyspy_top
+from labtools.script_module import load_script
 from pipeline.capacity.result import Capacity, read
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import capacity_ramp_bench as bench  # noqa: E402
-import pyspy_top  # noqa: E402
+bench = load_script("capacity_ramp_bench")  # the script's own logic, loaded from its file
 
 
 def test_a_variant_is_a_name_and_the_servers_options_split_as_a_shell_would() -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from labtools.script_module import load_script
 from pipeline.capacity import result
 from pipeline.capacity.crossover import CROSSES, ESTIMATED, MEASURED, Point
 from pipeline.capacity.shared import RECORD, Arm, Record, RecordError, compare, curve_of, find_records, write_record
@@ -141,9 +141,7 @@ def test_a_record_that_cannot_be_read_is_a_warning_and_the_boundary_stays_in_wor
 def test_the_bench_prints_a_measured_folder_side_by_side_with_the_crossings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import capacity_shared_bench
-
+    capacity_shared_bench = load_script("capacity_shared_bench")  # the script's own logic, loaded from its file
     measured_folder(tmp_path, CLOUD_STEPS)
     assert capacity_shared_bench.main(["--read", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import pickle
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from labtools.script_module import load_script
 from pipeline.analysis import columns
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError, csv_line, read_bench_csv
 from pipeline.analysis.columns import COLUMNS, DEVICE_COLUMNS, NUMERIC, WIRE_COLUMNS, TurnRow, column, columns_table
@@ -24,9 +24,7 @@ from pipeline.report.load import Dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = ROOT / "tests" / "data" / "report" / "experiment"
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import columns_table as table_script  # noqa: E402
+table_script = load_script("columns_table")  # the script's own logic, loaded from its file
 
 
 def experiment_rows() -> list[TurnRow]:

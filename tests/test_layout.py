@@ -37,7 +37,7 @@ MOST_LINES = 400
 # the reading side of the lab and the scripts that measure it (transport and the run are sized apart)
 SIZED = (
     *("pipeline/analysis", "pipeline/report", "pipeline/sweep", "pipeline/tracing", "pipeline/interop"),
-    *("pipeline/offline", "scripts/report_bench", "scripts/whatif_bench"),
+    *("pipeline/offline", "labtools/report_bench", "labtools/whatif_bench"),
 )
 SIZED_FILES = ("pipeline/whatif.py", "pipeline/analyze.py", "scripts/bench_report.py", "scripts/bench_whatif.py")
 

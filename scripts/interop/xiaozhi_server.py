@@ -36,22 +36,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.analysis.server_segments import read_segments, summarize
+from pipeline.analysis.traces import trace_files
+from pipeline.endpoints.llama_server import LlamaServer, ServerError
+from pipeline.interop import gateway as real_gateway
+from pipeline.interop import real_server
+from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without
+from pipeline.interop.compare import RunResult, markdown, write_rows
+from pipeline.interop.lab_server import lab_config
+from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports
+from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv
+from pipeline.interop.ramp_table import ramp_markdown
+from pipeline.settings.models import ModelError, default_cache, resolve
 
-from pipeline.analysis.bench_csv import read_bench_csv  # noqa: E402
-from pipeline.analysis.server_segments import read_segments, summarize  # noqa: E402
-from pipeline.analysis.traces import trace_files  # noqa: E402
-from pipeline.endpoints.llama_server import LlamaServer, ServerError  # noqa: E402
-from pipeline.interop import gateway as real_gateway  # noqa: E402
-from pipeline.interop import real_server  # noqa: E402
-from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without  # noqa: E402
-from pipeline.interop.compare import RunResult, markdown, write_rows  # noqa: E402
-from pipeline.interop.lab_server import lab_config  # noqa: E402
-from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports  # noqa: E402
-from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv  # noqa: E402
-from pipeline.interop.ramp_table import ramp_markdown  # noqa: E402
-from pipeline.settings.models import ModelError, default_cache, resolve  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
 CAPACITY_SERVICES = ROOT / "configs" / "capacity-services.toml"

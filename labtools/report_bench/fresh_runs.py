@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from report_bench.machine import load_text, ready, rss_mib, speed_check
+from labtools.report_bench.machine import load_text, ready, rss_mib, speed_check
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench_report.py"  # run again with --child: the measured run
+# run again with --child: the measured run
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_report.py"
 STEPS = ("read", "build", "write")  # what a child run times, in order
 
 
@@ -72,7 +73,9 @@ def child(traces: Path, out: Path) -> None:
 def measure(code: Path, traces: Path, out: Path) -> dict[str, Any]:
     """``code``'s report of ``traces``, in a fresh interpreter (nothing warm but the page cache, nothing shared)."""
     warmed, speed = ready(traces)
-    env = {**os.environ, "BENCH_REPORT_CODE": str(code)}
+    # that checkout's code first on the child's path (before the installed project): the report it imports
+    # is that checkout's; so is this package, where that checkout has one (one from before labtools has not)
+    env = {**os.environ, "PYTHONPATH": str(code)}
     cmd = [sys.executable, str(SCRIPT), "--child", str(traces), str(out)]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)

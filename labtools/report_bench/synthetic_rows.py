@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from report_bench.machine import python_peak, timed
+from labtools.report_bench.machine import python_peak, timed
 
 if TYPE_CHECKING:
     from pipeline.analysis.columns import TurnRow
