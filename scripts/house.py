@@ -1,26 +1,32 @@
-"""The house in three numbers: product modules over 400 lines, imports back up the layers, import circles.
+"""The house in numbers: its three counts, and the three rules the lab's tools (``scripts/``, ``labtools/``) keep.
 
     python scripts/house.py
 
-- Product modules: every ``.py`` under ``pipeline/``, ``stages/`` and ``scripts/``.
+- Product modules over 400 lines: every ``.py`` under ``pipeline/``, ``stages/``, ``scripts/`` and ``labtools/``.
 - An import back up the layers: one the design's walls do not allow, part by part and entry point by
-  entry point (``tests/test_walls.py``: ``MAY_USE``, ``ENTRY_MAY_USE``).
+  entry point (``labtools/walls.py``: ``MAY_USE``, ``ENTRY_MAY_USE``).
 - An import circle: modules of ours that import one another, however long the way round, imports inside
   functions counted (a lazy import hides a circle from Python, not from a reader).
+- A change to ``sys.path`` in a script or a lab tool: they run against the installed project.
+- An import of ``tests`` by a script or a lab tool.
+- An import by a script or a lab tool of anything of ours but ``pipeline``, ``stages`` and ``labtools``
+  (a sibling script or package): what scripts share lives in ``labtools``.
 
-Each count is listed and the script exits non-zero when any is above zero; ``tests/test_walls.py`` holds
-all three at zero.
+The rules are ``labtools.house``. Each count is listed with its offenders and the script exits non-zero when
+any is above zero; ``tests/test_walls.py`` holds all of them at zero.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.test_walls import MOST_LINES, circles, imports_up, long_modules  # noqa: E402
+from labtools.house import (
+    MOST_LINES,
+    circles,
+    imports_of_tests,
+    imports_up,
+    long_modules,
+    path_changes,
+    sibling_imports,
+)
 
 
 def main() -> int:
@@ -34,7 +40,16 @@ def main() -> int:
     print(f"import circles: {len(loops)}")
     for group in loops:
         print(f"  {' <-> '.join(group)}")
-    return 1 if long or up or loops else 0
+    rules = {
+        "changes to sys.path in scripts and labtools": path_changes(),
+        "imports of tests by scripts and labtools": imports_of_tests(),
+        "imports by scripts and labtools of ours beyond pipeline, stages and labtools": sibling_imports(),
+    }
+    for title, offences in rules.items():
+        print(f"{title}: {len(offences)}")
+        for offence in offences:
+            print(f"  {offence}")
+    return 1 if long or up or loops or any(rules.values()) else 0
 
 
 if __name__ == "__main__":

@@ -1,181 +1,39 @@
-"""The design's walls (docs/design.md), checked by part on the imports of every module.
+"""The design's walls (docs/design.md), checked by part on the imports of every module, and the house's
+counts held at zero.
 
-A module's part is the folder it lives in (``pipeline/run/`` is the run, ``stages/`` the
-stages...), so a new module is checked the moment it exists; nothing here lists files.
+A module's part is the folder it lives in (``pipeline/run/`` is the run, ``stages/`` the stages...), so a new
+module is checked the moment it exists; nothing here lists files. The rules themselves (the walls' tables,
+the import reading, the counts) are ``labtools.house``, which ``scripts/house.py`` prints from too.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-ENTRY_POINTS = {
-    "pipeline.replay",
-    "pipeline.analyze",
-    "pipeline.whatif",
-    "pipeline.experiment",
-    "pipeline.endpoints.cloud.__main__",
-    "pipeline.report.__main__",
-    "pipeline.offline.__main__",
-    "pipeline.serve",
-    "pipeline.sweep.__main__",
-    "pipeline.endpoints.speech.__main__",
-    "pipeline.capacity.sink",
-    "pipeline.capacity.__main__",
-    "pipeline.acoustic.__main__",
-    "pipeline.acoustic.run",  # `python -m pipeline.acoustic run`: its arguments, the sound devices, the measurement
-    "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
-}
-# part -> the parts it may import (its own part always allowed)
-MAY_USE = {
-    "contract": set(),
-    "clock": set(),
-    "settings": {"contract", "registry", "catalog"},  # the valid impl names and their settings come from the catalogue
-    "stages": {"contract", "registry"},
-    "registry": {"contract"},  # the contract implementations are registered under; imports none of them
-    "catalog": {"contract", "registry", "stages"},  # the one part that imports the implementations
-    "run": {"contract", "clock", "settings", "stages", "registry", "catalog", "tracing", "names", "endpoints", "fleet"},
-    "fleet": {"contract", "clock", "stages", "tracing"},  # arrivals, the shared model's scheduler, background work
-    "tracing": {"contract", "names"},
-    "analysis": {"names"},
-    "names": set(),
-    "report": {"analysis", "names", "capacity"},  # capacity: the ramp's result schema (capacity.result) only
-    "endpoints": {"contract"},
-    # the speech services run the configured stages, through the registry only, and trace each request;
-    # they are served as the other endpoints are (``pipeline.endpoints.serving``)
-    "speech": {"contract", "clock", "settings", "registry", "catalog", "tracing", "names", "endpoints"},
-    "offline": {"settings"},
-    # the xiaozhi wire in three rooms: device -> wire <- server. The wire knows neither end; the ends never know
-    # each other; each end runs the run's turn (the single timing wrapper, its link) over the wire
-    "transport": set(),  # the map alone
-    "transport.wire": {"contract"},
-    "transport.server": {"contract", "clock", "run", "tracing", "transport.wire"},
-    # acoustic: its speaker and its user's voice into sound devices (transport/device/speaker.py)
-    "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
-    "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
-    # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
-    "interop": {"settings", "endpoints", "analysis", "names"},
-    # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
-    "capacity": {
-        *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
-        *("transport.device", "transport.wire", "transport.server", "entry"),
-        "endpoints",  # a server process tree's CPU, read from /proc as the turn's load probe reads it (load)
-    },
-    # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the
-    # run's own VAD (run), the contract's frame format; never a server, a trace or the report; plays and records
-    # through the sound card (sound.py, run.py)
-    "acoustic": {"contract", "settings", "run"},
-}
-
-
-# entry point -> the parts it may import: a command wires parts together, but only the parts its job
-# needs (reading traces needs analysis, never the report; the report's command, never the run)
-ENTRY_MAY_USE = {
-    "pipeline.capacity.sink": {"transport.wire"},  # a server that answers hello and discards the rest
-    "pipeline.acoustic.run": {"acoustic", "settings"},
-    "pipeline.analyze": {"analysis"},
-    "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
-    "pipeline.report.__main__": {"report", "analysis"},
-    "pipeline.offline.__main__": {"offline"},
-    "pipeline.experiment": {"analysis", "run"},  # run: the interleaving conductor (run.interleave)
-    "pipeline.endpoints.cloud.__main__": {"endpoints"},
-    "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
-    "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
-    "pipeline.capacity.__main__": {"capacity"},
-    "pipeline.acoustic.__main__": {"acoustic", "settings"},
-    "pipeline.endpoints.speech.__main__": {
-        "speech",
-        "settings",
-        "tracing",
-        "names",
-        "clock",
-        "endpoints",
-        "entry",
-    },
-    "pipeline.replay": {
-        *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),
-        *("offline", "transport.device", "entry"),
-    },
-    "pipeline.serve": {
-        "contract",
-        "clock",
-        "settings",
-        "stages",
-        "run",
-        "tracing",
-        "analysis",
-        "endpoints",
-        "transport.server",
-        "transport.wire",
-        "names",
-        "entry",
-    },
-}
-
-
-def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-
-
-def part(module: str) -> str:
-    """The part a module of ours belongs to."""
-    if module in ENTRY_POINTS or module in ("pipeline", "stages"):
-        return "entry"
-    if module == "pipeline.events":
-        return "contract"
-    if module == "pipeline.clock":
-        return "clock"
-    if module == "pipeline.tracing.names":
-        return "names"
-    if module == "stages.registry":
-        return "registry"
-    if module == "stages.catalog":
-        return "catalog"
-    if module.startswith("stages."):
-        return "stages"
-    if module.startswith("pipeline.endpoints.speech"):
-        return "speech"
-    if module.startswith("pipeline.transport.") and module.count(".") >= 3:
-        return ".".join(module.split(".")[1:3])  # transport.wire, transport.server, transport.device
-    return module.split(".")[1]
-
-
-def our_imports(path: Path, package: str = "") -> set[str]:
-    """Modules of ours that ``path`` imports; relative imports resolved, ``from pkg import mod`` as ``pkg.mod``."""
-    if not package:
-        package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([module] if module else []))
-            for alias in node.names:
-                candidate = f"{module}.{alias.name}"
-                found.add(
-                    candidate if (ROOT / Path(*candidate.split("."))).exists() or _is_module(candidate) else module
-                )
-    return {n for n in found if n.split(".")[0] in ("pipeline", "stages")}
-
-
-def _is_module(name: str) -> bool:
-    return (ROOT / Path(*name.split("."))).with_suffix(".py").is_file()
-
-
-MODULES = sorted(p for root in ("pipeline", "stages") for p in (ROOT / root).rglob("*.py"))
-
-
-def allowed_parts(module: str) -> set[str]:
-    """The parts ``module`` may import: its entry point's allowance, or its part's and its own."""
-    mine = part(module)
-    return ENTRY_MAY_USE.get(module, set()) if mine == "entry" else MAY_USE[mine] | {mine}
+from labtools.house import (
+    ENTRY_MAY_USE,
+    ENTRY_POINTS,
+    MAY_USE,
+    MODULES,
+    ROOT,
+    _strongly_connected,
+    allowed_parts,
+    circles,
+    imports_of_tests,
+    imports_of_tests_in,
+    imports_up,
+    long_modules,
+    module_name,
+    our_imports,
+    part,
+    path_changes,
+    path_changes_in,
+    sibling_imports,
+    sibling_imports_in,
+)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
@@ -293,76 +151,6 @@ def test_the_wall_check_sees_forbidden_imports(tmp_path: Path) -> None:
 
 # --- the house in numbers (scripts/house.py prints them) ------------------------------------------------
 
-MOST_LINES = 400
-PRODUCT = ("pipeline", "stages", "scripts")
-
-
-def long_modules() -> dict[str, int]:
-    """Product modules over ``MOST_LINES`` lines, with their lengths."""
-    files = sorted(p for root in PRODUCT for p in (ROOT / root).rglob("*.py"))
-    return {
-        str(p.relative_to(ROOT)): n
-        for p in files
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MOST_LINES
-    }
-
-
-def imports_up() -> list[str]:
-    """Each import a module makes of a part its own may not use, as ``module -> imported (part)``."""
-    found = []
-    for path in MODULES:
-        name = module_name(path)
-        allowed = allowed_parts(name)
-        found += [f"{name} -> {m} ({part(m)})" for m in sorted(our_imports(path)) if part(m) not in allowed]
-    return found
-
-
-def circles() -> list[list[str]]:
-    """The import circles among our modules: each strongly connected set of more than one module."""
-    names = {module_name(p): p for p in MODULES}
-    graph = {name: sorted(m for m in our_imports(path) if m in names and m != name) for name, path in names.items()}
-    return [sorted(group) for group in _strongly_connected(graph) if len(group) > 1]
-
-
-def _strongly_connected(graph: dict[str, list[str]]) -> Iterator[list[str]]:
-    """Tarjan's algorithm, iterative (the import graph is deeper than Python's recursion likes)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    counter = 0
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, child = work.pop()
-            if child == 0:
-                index[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            if child < len(graph[node]):
-                work.append((node, child + 1))
-                nxt = graph[node][child]
-                if nxt not in index:
-                    work.append((nxt, 0))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                group = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.append(member)
-                    if member == node:
-                        break
-                yield group
-
 
 def test_no_product_module_is_over_400_lines() -> None:
     assert not long_modules(), long_modules()
@@ -379,6 +167,94 @@ def test_no_modules_of_ours_import_each_other_in_a_circle() -> None:
 def test_the_circle_finder_finds_a_circle_however_long_and_nothing_else() -> None:
     graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"]}
     assert sorted(sorted(g) for g in _strongly_connected(graph) if len(g) > 1) == [["a", "b", "c"]]
+
+
+def test_the_product_never_imports_the_lab_tools() -> None:
+    """``labtools`` is a part of its own that no allowance names, so an import of it is an import back up."""
+    assert part("labtools.house") == part("labtools") == "labtools"
+    assert all("labtools" not in allowed for allowed in (*MAY_USE.values(), *ENTRY_MAY_USE.values()))
+
+
+# --- the tools' rules: scripts/ and labtools/ run against the installed project -------------------------------
+
+
+def test_no_script_or_lab_tool_changes_sys_path() -> None:
+    """They run as ``python scripts/X.py`` with the project installed: ``import pipeline`` needs no path set-up,
+    and one would let a script import what the installed project does not hold."""
+    assert not path_changes(), path_changes()
+
+
+def test_no_script_or_lab_tool_imports_the_tests() -> None:
+    assert not imports_of_tests(), imports_of_tests()
+
+
+def test_scripts_and_lab_tools_import_only_the_product_and_labtools_of_ours() -> None:
+    assert not sibling_imports(), sibling_imports()
+
+
+def test_the_path_check_sees_every_way_of_changing_sys_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import site\nimport sys\nimport sys as system\nfrom sys import path as found\n"
+        "sys.path.insert(0, 'a')\nsystem.path.append('b')\nsys.path = ['c']\nsys.path[:0] = ['d']\n"
+        "sys.path += ['e']\nfound.extend(['f'])\ndel sys.path[0]\nsite.addsitedir('g')\n"
+        "def later() -> None:\n    first, sys.path = 1, []\n"
+        # read, not changed; and a list that is only called path
+        "print(sys.path)\nfirst = sys.path[0]\npath: list[int] = []\npath.append(1)\nsys.modules.pop('x')\n"
+    )
+    assert path_changes_in(bad) == [
+        "line 5: sys.path.insert(0, 'a')",
+        "line 6: system.path.append('b')",
+        "line 7: sys.path = ['c']",
+        "line 8: sys.path[:0] = ['d']",
+        "line 9: sys.path += ['e']",
+        "line 10: found.extend(['f'])",
+        "line 11: del sys.path[0]",
+        "line 12: site.addsitedir('g')",
+        "line 14: first, sys.path = (1, [])",
+    ]
+
+
+def test_the_tests_check_sees_a_tool_importing_a_test_module(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import tests.harness\nfrom tests.cloud_helpers import cloud_turn\nfrom tests import harness\n"
+        "import testsuite\nfrom pipeline import replay\nfrom . import tests\n"
+        "def later() -> None:\n    from tests.test_sound_e2e import find\n"
+    )
+    assert imports_of_tests_in(bad, package="scripts") == [
+        "line 1: tests.harness",
+        "line 2: tests.cloud_helpers",
+        "line 3: tests",
+        "line 8: tests.test_sound_e2e",
+    ]
+
+
+def test_the_sibling_check_sees_a_script_or_a_tool_importing_beside_itself(tmp_path: Path) -> None:
+    for folder in ("pipeline", "stages", "labtools", "tests", "scripts/report_bench", "labtools/parts"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "scripts" / "git_worktree.py").write_text("")
+    (tmp_path / "labtools" / "machine.py").write_text("")
+    script = tmp_path / "scripts" / "bench.py"
+    script.write_text(
+        "import git_worktree\nfrom report_bench.machine import timed\nimport scripts.other\n"
+        "from pipeline import replay\nimport stages.vad\nfrom labtools.machine import timed as t\n"
+        "import numpy\nfrom tests import harness\n"  # not ours; and tests, which the tests check counts
+        "def later() -> None:\n    import git_worktree\n"
+    )
+    assert sibling_imports_in(script, "scripts", root=tmp_path) == [
+        "line 1: git_worktree",
+        "line 2: report_bench.machine",
+        "line 3: scripts.other",
+        "line 10: git_worktree",
+    ]
+    tool = tmp_path / "labtools" / "parts" / "steps.py"
+    tool.write_text(
+        "import machine\nfrom scripts import bench\nfrom . import helpers\nfrom ..machine import timed\n"
+        "from labtools.parts import helpers as h\nimport pipeline.replay\n"
+    )
+    assert sibling_imports_in(tool, "labtools.parts", root=tmp_path) == ["line 1: machine", "line 2: scripts"]
 
 
 # the low-level trace readers: what turns a file into spans. Everything else reads through analysis/read.py
