@@ -15,6 +15,12 @@ from collections.abc import Iterator
 from stages import asr, llm, tts, vad
 from stages.registry import Implementation, Registry
 
+# The OpenAI-compatible client's options, which ``[cloud]`` is made of: the settings reach the stages through
+# the catalogue only, so the one declaration is handed to them here.
+ClientOptions = llm.ClientOptions
+# What the LLM stage asks every backend for when nothing says otherwise: the defaults of [llm]'s own keys.
+LLM_ROLE_DEFAULTS = llm.LlmSettings()
+
 _ADDED: list[Implementation] = []
 
 

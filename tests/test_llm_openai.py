@@ -9,7 +9,9 @@ import pytest
 
 from pipeline.endpoints.cloud import ComputeProfile
 from pipeline.events import CallEnd, TokenDelta, ToolCall, ToolCallDelta
-from stages.llm import ChatRequest, Chunk, Message, ToolSpec
+from pipeline.run.endpoints import client_settings
+from pipeline.settings.config import CloudConfig, ConfigError, load_config
+from stages.llm import ChatRequest, Chunk, ClientOptions, LlmSettings, Message, ToolSpec
 from stages.llm.openai import (
     LlmConnectionError,
     LlmProtocolError,
@@ -91,6 +93,36 @@ def test_per_sentence_requests_continue_the_answer_and_stop_at_sentence_ends(
 def test_bad_settings_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         OpenAISettings(**{"base_url": "http://h/v1", "model": "m", **kwargs})
+
+
+def test_the_clients_options_are_declared_once_for_the_client_and_for_cloud() -> None:
+    options = {f.name for f in dataclasses.fields(ClientOptions)}
+    for cls in (OpenAISettings, CloudConfig):
+        assert options <= {f.name for f in dataclasses.fields(cls)}
+        assert not options & set(cls.__annotations__), f"{cls.__name__} declares an option again"
+    cloud = load_config(None, {"cloud": {"retries": 2, "sentence_stops": "。|. "}}).cloud
+    assert client_settings(cloud) == {**dataclasses.asdict(ClientOptions()), "retries": 2, "sentence_stops": "。|. "}
+    assert OpenAISettings("http://h/v1", "m", **client_settings(cloud)).stops == ("。", ". ")
+
+
+@pytest.mark.parametrize(
+    ("cloud", "message"),
+    [
+        ({"continuation": "x"}, r"\[cloud\] continuation 'x': choose one of plain, partial, prefix, vllm"),
+        ({"read_timeout_s": 0}, r"\[cloud\] connect_timeout_s and read_timeout_s must be positive"),
+        ({"keepalive_s": -1}, r"\[cloud\] retries, retry_backoff_ms and keepalive_s must be >= 0"),
+    ],
+)
+def test_a_bad_cloud_option_is_refused_naming_its_table(cloud: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"cloud": cloud})
+
+
+def test_the_llm_roles_defaults_are_the_stages() -> None:
+    role = load_config(None).llm
+    assert (role.mode, role.max_tokens, role.max_calls) == ("single", 96, 12)
+    asked = LlmSettings()
+    assert (asked.mode, asked.max_tokens, asked.max_calls) == (role.mode, role.max_tokens, role.max_calls)
 
 
 def test_the_key_is_redacted_and_never_in_the_repr() -> None:

@@ -45,18 +45,8 @@ class LlmEndpoint(Protocol):
 
 
 def client_settings(cloud: CloudConfig) -> dict[str, Any]:
-    """``[cloud]``'s settings of the OpenAI-compatible client, by their names there (``Served.client``)."""
-    return {
-        "api_key_env": cloud.api_key_env,
-        "connect_timeout_s": cloud.connect_timeout_s,
-        "read_timeout_s": cloud.read_timeout_s,
-        "retries": cloud.retries,
-        "retry_backoff_ms": cloud.retry_backoff_ms,
-        "stream_usage": cloud.stream_usage,
-        "sentence_stops": tuple(s for s in cloud.sentence_stops.split("|") if s),
-        "continuation": cloud.continuation,
-        "keepalive_s": cloud.keepalive_s,
-    }
+    """``[cloud]``'s options of the OpenAI-compatible client, by their names (``Served.client``)."""
+    return dataclasses.asdict(cloud.options())
 
 
 def _open(impl: Implementation, settings: object, served: Served) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -23,7 +23,7 @@ from pipeline.settings.stage_sections import AsrConfig as AsrConfig  # each sect
 from pipeline.settings.stage_sections import LlmConfig as LlmConfig
 from pipeline.settings.stage_sections import TtsConfig as TtsConfig
 from pipeline.settings.stage_sections import VadConfig as VadConfig
-from stages.catalog import registry
+from stages.catalog import ClientOptions, registry
 from stages.registry import ROLES, read_table
 from stages.registry import ConfigError as ConfigError  # where every reader of the settings finds it
 
@@ -47,21 +47,13 @@ def public_url(url: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class CloudConfig:
-    """Where an OpenAI-compatible LLM is ([llm] impl = "openai"): a real endpoint or the emulated cloud."""
+class CloudConfig(ClientOptions):
+    """Where an OpenAI-compatible LLM is ([llm] impl = "openai"): a real endpoint or the emulated cloud; and
+    how the client calls it (``ClientOptions``: timeouts, retries, sentence stops... declared and checked there)."""
 
     base_url: str = ""  # up to the version, e.g. https://dashscope.aliyuncs.com/compatible-mode/v1
-    api_key_env: str = ""  # the NAME of the variable holding the key; the key itself is never written anywhere
     emulator: str = ""  # "" = the real endpoint at base_url; else a compute profile: fast-70b-api, busy, instant
     emulator_answers: bool = True  # the emulator answers fixture questions with the manifest's answer column
-    connect_timeout_s: float = 10.0
-    read_timeout_s: float = 30.0
-    retries: int = 0  # counted and visible (lab.llm.server.attempts), never hidden
-    retry_backoff_ms: float = 500.0
-    continuation: str = "plain"  # per-sentence mode: plain, partial (DashScope), prefix (DeepSeek), vllm
-    sentence_stops: str = "。|！|？|；|. |! |? "  # "|"-separated
-    keepalive_s: float = 60.0
-    stream_usage: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,10 +235,6 @@ def _validate_cloud(cfg: Config) -> None:
         raise ConfigError("[llm] impl = 'openai' needs [cloud] base_url (http:// or https://) or [cloud] emulator")
     if cfg.network.profile != "none" and cfg.llm.impl != "openai":
         raise ConfigError(f"[network] profile = {cfg.network.profile!r} applies to [llm] impl = 'openai' only")
-    if cloud.connect_timeout_s <= 0 or cloud.read_timeout_s <= 0:
-        raise ConfigError("[cloud] connect_timeout_s and read_timeout_s must be positive")
-    if cloud.retries < 0 or cloud.retry_backoff_ms < 0 or cloud.keepalive_s < 0:
-        raise ConfigError("[cloud] retries, retry_backoff_ms and keepalive_s must be >= 0")
 
 
 def _build(cls: type[Any], data: dict[str, Any], where: str) -> Any:

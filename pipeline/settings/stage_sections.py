@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pipeline.events import LatencyProfile
-from stages.catalog import registry
+from stages.catalog import LLM_ROLE_DEFAULTS, registry
 from stages.registry import ConfigError, read_values
 
 _CHOSEN = ("impl", "settings")  # a section's fields that are not the role's own settings
@@ -107,9 +107,10 @@ class LlmConfig(StageSection):
     ROLE: ClassVar[str] = "llm"
     DEFAULT: ClassVar[str] = "llama"
     impl: str
-    mode: str = "single"  # or "per-sentence"
-    max_tokens: int = 96
-    max_calls: int = 12  # bounds the per-sentence and tool loops
+    # declared once, by the stage that asks them of every backend
+    mode: str = LLM_ROLE_DEFAULTS.mode  # or "per-sentence"
+    max_tokens: int = LLM_ROLE_DEFAULTS.max_tokens
+    max_calls: int = LLM_ROLE_DEFAULTS.max_calls  # bounds the per-sentence and tool loops
     tools: bool = True  # offer the device tools (a device's own, over MCP, once it lists them)
     temperature: float = 0.0  # asked of every call; a scripted backend has none
     seed: int = 1234  # asked of every call

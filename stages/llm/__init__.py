@@ -13,6 +13,7 @@ from stages.llm.backend import (
     ToolSource,
     ToolSpec,
 )
+from stages.llm.client_options import ClientOptions
 from stages.llm.prompts import DEVICE_TOOLS, SYSTEM_PROMPTS, ScriptedTools, system_prompt
 from stages.llm.stage import MODES, LlmSettings, LlmStage, Mode
 
@@ -26,6 +27,7 @@ __all__ = [
     "ChatBackend",
     "ChatRequest",
     "Chunk",
+    "ClientOptions",
     "LlmError",
     "LlmSettings",
     "LlmStage",

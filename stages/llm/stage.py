@@ -48,8 +48,9 @@ MODES: tuple[Mode, ...] = ("single", "per-sentence")
 class LlmSettings:
     """What the stage asks of every call, whatever the backend (the run fills it from ``[llm]``)."""
 
+    # the LLM role's own settings: their defaults are [llm]'s too (``LlmConfig`` reads them from here)
     mode: Mode = "single"
-    max_tokens: int = 128
+    max_tokens: int = 96
     max_calls: int = 12  # bounds per-sentence and tool loops
     temperature: float | None = None  # None: not asked (see ``ChatRequest``)
     seed: int | None = None

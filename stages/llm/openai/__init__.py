@@ -1,5 +1,6 @@
 """An OpenAI-compatible streaming chat backend: errors, request, SSE, stream shaping, client."""
 
+from stages.llm.client_options import CONTINUATIONS, SENTENCE_STOPS
 from stages.llm.openai.client import OpenAIChatBackend
 from stages.llm.openai.errors import (
     CloudLlmError,
@@ -15,7 +16,7 @@ from stages.llm.openai.errors import (
     redact,
     retryable,
 )
-from stages.llm.openai.request import CONTINUATIONS, SENTENCE_STOPS, OpenAISettings, openai_messages, request_body
+from stages.llm.openai.request import OpenAISettings, openai_messages, request_body
 from stages.llm.openai.shaper import SERVER_TIMINGS, StreamShaper
 from stages.llm.openai.sse import SseLines
 

@@ -9,47 +9,30 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from yarl import URL
 
 from stages.llm.backend import ChatRequest, Message
-
-SENTENCE_STOPS = ("。", "！", "？", "；", ". ", "! ", "? ")
-Continuation = Literal["plain", "partial", "prefix", "vllm"]
-CONTINUATIONS: tuple[Continuation, ...] = ("plain", "partial", "prefix", "vllm")
+from stages.llm.client_options import ClientOptions
 
 
 @dataclass(frozen=True, slots=True)
-class OpenAISettings:
+class OpenAISettings(ClientOptions):
     """The client's settings: where the endpoint is, the model it serves, and how calls are made to it
-    (sampling is each request's own: ``ChatRequest.temperature``, ``seed``)."""
+    (``ClientOptions``, keyword-only; sampling is each request's own: ``ChatRequest.temperature``, ``seed``)."""
 
     base_url: str  # up to and including the version, e.g. https://api.deepseek.com/v1
     model: str
-    api_key_env: str = ""  # name of the variable holding the key ("" = the endpoint needs none)
-    connect_timeout_s: float = 10.0
-    read_timeout_s: float = 30.0  # longest silence allowed: before the headers and between chunks
-    retries: int = 0  # extra attempts on 429, 5xx, timeouts and broken connections, before any output
-    retry_backoff_ms: float = 500.0  # doubled per retry; a Retry-After header (capped at 10 s) wins
-    stream_usage: bool = True  # stream_options.include_usage
-    sentence_stops: tuple[str, ...] = SENTENCE_STOPS  # OpenAI itself accepts at most 4
-    continuation: Continuation = "plain"  # how a trailing assistant message is marked for continuation
-    keepalive_s: float = 60.0  # 0 = a new connection for every call
     cache_prompt: bool | None = None  # llama-server's prompt cache, per request (None: not sent)
 
     def __post_init__(self) -> None:
+        super(OpenAISettings, self).__post_init__()
         url = URL(self.base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"base_url {self.base_url!r}: expected http(s)://host[:port]/path")
         if not self.model:
             raise ValueError("model must be given")
-        if self.retries < 0 or self.retry_backoff_ms < 0 or self.keepalive_s < 0:
-            raise ValueError("retries, retry_backoff_ms and keepalive_s must be >= 0")
-        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
-            raise ValueError("connect_timeout_s and read_timeout_s must be positive")
-        if self.continuation not in CONTINUATIONS:
-            raise ValueError(f"continuation {self.continuation!r}: choose one of {', '.join(CONTINUATIONS)}")
 
 
 # --- request --------------------------------------------------------------------------------
@@ -97,8 +80,8 @@ def request_body(settings: OpenAISettings, request: ChatRequest) -> dict[str, An
             }
             for t in request.tools
         ]
-    if request.stop_at_sentence and settings.sentence_stops:
-        body["stop"] = list(settings.sentence_stops)
+    if request.stop_at_sentence and settings.stops:
+        body["stop"] = list(settings.stops)
     if request.assistant_prefix:
         prefix: dict[str, Any] = {"role": "assistant", "content": request.assistant_prefix}
         if settings.continuation == "partial":  # DashScope
