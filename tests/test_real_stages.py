@@ -134,7 +134,9 @@ def test_the_small_model_loads_and_speaks() -> None:
 
 
 def test_local_llm_answers_in_chinese() -> None:
-    assert any("\u4e00" <= ch <= "\u9fff" for ch in text_of(answer("qwen2.5-coder-0.5b", "北京是哪个国家的首都？", "zh")))
+    assert any(
+        "\u4e00" <= ch <= "\u9fff" for ch in text_of(answer("qwen2.5-coder-0.5b", "北京是哪个国家的首都？", "zh"))
+    )
 
 
 def test_local_llm_calls_a_device_tool_then_answers() -> None:
