@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=12)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    engine = LlamaEngine(resolve("qwen2.5-0.5b", default_cache(os.environ)), LlamaSettings(threads=2))
+    engine = LlamaEngine(resolve("qwen2.5-coder-0.5b", default_cache(os.environ)), LlamaSettings(threads=2))
     prompts = questions(args.questions)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start")
     bench_overhead(engine, prompts, args.runs)

@@ -5,7 +5,7 @@
 1. Devices against one model: N concurrent emulated devices (together, rotated question
    orders) replay the packaged fixtures through the real pipeline code, with the voice
    stages scripted (oracle ASR, stub TTS: the model is what is shared) and the LLM either
-   the local one (qwen2.5-0.5b in-process, the scheduler in front, one call at a time) or the
+   the local one (qwen2.5-coder-0.5b in-process, the scheduler in front, one call at a time) or the
    emulated cloud (its own FIFO slots, 8 for fast-70b-api, and its own reported queue time).
    Printed per N: queue wait and whole-turn P90 over measured turns (warm-up round out).
    Queue for the local model is the scheduler's own measurement (``queue_wait_ms``); for the
@@ -39,7 +39,7 @@ VOICE = (
     '[asr]\nimpl = "oracle"\n[tts]\nimpl = "stub"\n[vad]\nimpl = "energy"\n'
     '[run]\npacing = "realtime"\nturn_timeout_s = 120\n'
 )
-LOCAL = '[llm]\nimpl = "llama"\nmodel = "qwen2.5-0.5b"\nmax_tokens = 48\n[scheduler]\nconcurrency = 1\n'
+LOCAL = '[llm]\nimpl = "llama"\nmodel = "qwen2.5-coder-0.5b"\nmax_tokens = 48\n[scheduler]\nconcurrency = 1\n'
 CLOUD = '[run]\ncondition = "A"\n[llm]\nimpl = "openai"\nmodel = "emulated-cloud"\nmax_tokens = 48\n'
 CLOUD += '[cloud]\nemulator = "fast-70b-api"\n'
 

@@ -11,7 +11,7 @@ what is shared is the LLM, the same questions and users (think 3 s, realtime mic
 
 - cloud: the emulated cloud, compute profile ``busy`` (2 slots and a FIFO queue; its latencies are
   scripted estimates), behind the ``internet`` network profile: condition A, one model for everyone;
-- hub: llama-server with ``--parallel K`` slots on the local model (qwen2.5-0.5b): a home hub;
+- hub: llama-server with ``--parallel K`` slots on the local model (qwen2.5-coder-0.5b): a home hub;
 - device: the same llama-server with 1 slot and 1 device: condition B, what every device would have on
   its own hardware (the distributed figure: measured at 1 device, an estimate beyond, M12).
 
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import IO
 
 from labtools.transport_skews import start_serve, stop_serve
-from pipeline.capacity.crossover import describe, headcounts
-from pipeline.capacity.shared import RECORD, Arm, Comparison, Record, RecordError, compare, write_record
+from pipeline.analysis.crossover import Comparison, compare, describe, headcounts
+from pipeline.records.crossover import RECORD, Arm, Record, RecordError, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ SERVER_START_S = 180.0  # a llama-server hub loads its model first
 VOICE = '[asr]\nimpl = "oracle"\n[tts]\nimpl = "stub"\n[vad]\nimpl = "energy"\n'
 # one thread: llama.cpp's busy-waiting threads on both cores starve the server and the devices beside it
 # (seen here, two devices on a 2-slot hub, one trial each: first audible 14-45 s at threads = 2, 13-22 s at 1)
-LOCAL = '[run]\ncondition = "B"\n[llm]\nimpl = "server"\nmodel = "qwen2.5-0.5b"\nmax_tokens = 48\nthreads = 1\n'
+LOCAL = '[run]\ncondition = "B"\n[llm]\nimpl = "server"\nmodel = "qwen2.5-coder-0.5b"\nmax_tokens = 48\nthreads = 1\n'
 CLOUD = (
     '[run]\ncondition = "A"\n[llm]\nimpl = "openai"\nmodel = "emulated-cloud"\nmax_tokens = 48\n'
     '[cloud]\nemulator = "busy"\n[network]\nprofile = "internet"\n'
@@ -66,7 +66,7 @@ def ramps(args: argparse.Namespace) -> tuple[Ramp, Ramp, list[Ramp]]:
     """(the distributed figure's ramp, then the shared ones)."""
     device = Ramp(
         "device",
-        "each device its own LLM (qwen2.5-0.5b, llama-server 1 slot, threads 1)",
+        "each device its own LLM (qwen2.5-coder-0.5b, llama-server 1 slot, threads 1)",
         LOCAL + "parallel = 1\n",
         "1",
     )
@@ -78,7 +78,7 @@ def ramps(args: argparse.Namespace) -> tuple[Ramp, Ramp, list[Ramp]]:
     )
     hub = Ramp(
         "hub",
-        f"home hub: llama-server --parallel {args.hub_slots} (qwen2.5-0.5b, threads 1)",
+        f"home hub: llama-server --parallel {args.hub_slots} (qwen2.5-coder-0.5b, threads 1)",
         LOCAL + f"parallel = {args.hub_slots}\n",
         args.hub_steps,
     )

@@ -43,18 +43,19 @@ from pipeline.endpoints.llama_server import LlamaServer, ServerError
 from pipeline.interop import gateway as real_gateway
 from pipeline.interop import real_server
 from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without
-from pipeline.interop.compare import RunResult, markdown, write_rows
+from pipeline.interop.compare import RunResult, markdown
 from pipeline.interop.lab_server import lab_config
 from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports
 from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv
 from pipeline.interop.ramp_table import ramp_markdown
+from pipeline.records.segment import write_segments
 from pipeline.settings.models import ModelError, default_cache, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
 CAPACITY_SERVICES = ROOT / "configs" / "capacity-services.toml"
-LOCAL_MODEL = "qwen2.5-0.5b"
+LOCAL_MODEL = "qwen2.5-coder-0.5b"
 UPSTREAM_KEY_ENV = "LAB_INTEROP_UPSTREAM_KEY"  # the llama-server's key, handed to the relay by name only
 
 
@@ -305,7 +306,7 @@ class Interop:
             rows_by_run.append((run.label, rows))
             lost, late = packets(run.folder / "bench.csv")
             results.append(RunResult(run.label, run.condition, summarize(rows), lost, late, run.note))
-        write_rows(self.out / "segments.csv", rows_by_run)
+        write_segments(self.out / "segments.csv", rows_by_run)
         table = markdown(results)
         (self.out / "interop.md").write_text(intro(self.args) + table, encoding="utf-8")
         for message in problems:
