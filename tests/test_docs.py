@@ -24,7 +24,7 @@ OUTSIDE = ("shared" + "/docs", *(name + ".md" for name in ("METHOD", "REFERENCE"
 OUTSIDE += ("XIAOZHI" + "_INTEROP", "HOUSE" + "_REVIEW", "methodology" + ".zh")
 # a code span naming a file or folder of the repository, optionally with ::a test or function in it
 CODE_PATH = re.compile(
-    r"`((?:pipeline|stages|scripts|tests|configs|audio_fixtures)/[\w./-]*?"
+    r"`((?:pipeline|stages|scripts|labtools|tests|configs|audio_fixtures)/[\w./-]*?"
     r"(?:\.py|\.toml|\.txt|\.sh|\.cmake|\.csv|/))(?:::(\w+))?`"
 )
 
