@@ -35,9 +35,12 @@ MAY_USE = {
     "run": {"contract", "clock", "settings", "stages", "registry", "catalog", "tracing", "names", "endpoints", "fleet"},
     "fleet": {"contract", "clock", "stages", "tracing"},  # arrivals, the shared model's scheduler, background work
     "tracing": {"contract", "names"},
-    "analysis": {"names"},
+    "analysis": {"names", "records"},
     "names": set(),
-    "report": {"analysis", "names", "capacity"},  # capacity: the ramp's result schema (capacity.result) only
+    # every record the lab writes to disk (bench.csv, segments.csv, paths.csv, steps.csv, capacity.json,
+    # crossover.json, the acoustic rows): its schema with units, its one writer and its one reader
+    "records": set(),
+    "report": {"analysis", "names", "records"},
     "endpoints": {"contract"},
     # the speech services run the configured stages, through the registry only, and trace each request;
     # they are served as the other endpoints are (``pipeline.endpoints.serving``)
@@ -52,17 +55,17 @@ MAY_USE = {
     "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
-    "interop": {"settings", "endpoints", "analysis", "names"},
+    "interop": {"settings", "endpoints", "analysis", "names", "records"},
     # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
     "capacity": {
-        *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names"),
+        *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names", "records"),
         *("transport.device", "transport.wire", "transport.server", "entry"),
         "endpoints",  # a server process tree's CPU, read from /proc as the turn's load probe reads it (load)
     },
     # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the
     # run's own VAD (run), the contract's frame format; never a server, a trace or the report; plays and records
     # through the sound card (sound.py, run.py)
-    "acoustic": {"contract", "settings", "run"},
+    "acoustic": {"contract", "settings", "run", "records"},
 }
 
 
@@ -70,17 +73,17 @@ MAY_USE = {
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
     "pipeline.capacity.sink": {"transport.wire"},  # a server that answers hello and discards the rest
-    "pipeline.acoustic.run": {"acoustic", "settings"},
-    "pipeline.analyze": {"analysis"},
-    "pipeline.whatif": {"analysis"},  # re-timing and its intervals are statistics: analysis alone
-    "pipeline.report.__main__": {"report", "analysis"},
+    "pipeline.acoustic.run": {"acoustic", "settings", "records"},
+    "pipeline.analyze": {"analysis", "records"},
+    "pipeline.whatif": {"analysis", "records"},  # re-timing and its intervals are statistics; paths.csv
+    "pipeline.report.__main__": {"report", "analysis", "records"},
     "pipeline.offline.__main__": {"offline"},
     "pipeline.experiment": {"analysis", "run"},  # run: the interleaving conductor (run.interleave)
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
     "pipeline.capacity.__main__": {"capacity"},
-    "pipeline.acoustic.__main__": {"acoustic", "settings"},
+    "pipeline.acoustic.__main__": {"acoustic", "settings", "records"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
         "settings",

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.read import cyclic_gc_paused, read_traces
 from pipeline.analysis.summary import summary_table
 from pipeline.analysis.traces import trace_files
+from pipeline.records.bench_csv import BenchCsv, BenchCsvError
 
 
 def main(argv: Sequence[str] | None = None) -> int:

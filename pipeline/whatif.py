@@ -19,10 +19,8 @@ import numpy as np
 
 from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.numbers import median, quantile
-from pipeline.analysis.path.critical import critical_path
+from pipeline.analysis.path.critical import critical_path, path_row
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.path.kinds import SEGMENTS
-from pipeline.analysis.path.paths_csv import paths_csv
 from pipeline.analysis.traces import trace_files
 from pipeline.analysis.whatif import (
     Change,
@@ -37,6 +35,7 @@ from pipeline.analysis.whatif import (
     read_graphs,
     same_questions,
 )
+from pipeline.records.path import SEGMENTS, paths_csv
 
 LABEL = "predicted from measured traces, not measured"
 
@@ -161,7 +160,7 @@ def _with_interval(values_ns: Sequence[int], q: float, name: str) -> str:
 
 def _write_paths(path: Path, g: Graphs) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(paths_csv(g.graphs), encoding="utf-8")
+    path.write_text(paths_csv(map(path_row, g.graphs)), encoding="utf-8")
 
 
 if __name__ == "__main__":

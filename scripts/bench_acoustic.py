@@ -43,7 +43,7 @@ from pipeline import replay
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import Question, load_questions
 from pipeline.acoustic.room import render_room
-from pipeline.acoustic.rows import AcousticRow
+from pipeline.records.acoustic import AcousticRow
 from pipeline.settings.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent

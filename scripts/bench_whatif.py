@@ -56,7 +56,6 @@ from pipeline.analysis.bootstrap import Interval, quantile_interval
 from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.path.critical import critical_path
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.path.kinds import SEGMENTS
 from pipeline.analysis.traces import trace_files
 from pipeline.analysis.whatif import (
     WhatIfError,
@@ -68,6 +67,7 @@ from pipeline.analysis.whatif import (
 )
 from pipeline.endpoints.cloud.answers import tokens_of
 from pipeline.endpoints.link.profiles import PROFILES
+from pipeline.records.path import SEGMENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,10 +3,10 @@
     .venv/bin/python scripts/columns_table.py          # prints the tables
     .venv/bin/python scripts/columns_table.py --write  # puts them in their pages, each between its markers
 
-Each table comes from a typed record (``pipeline/analysis/schema.py``): bench.csv's from
-``columns.TurnRow``, segments.csv's from ``server_segments.SegmentRow``, paths.csv's from
-``path/paths_csv.PathRow``. ``tests/test_columns.py`` holds the pages' tables to the generated
-ones, so a column added, renamed or re-described in its record is one command away from the docs.
+Each table comes from a typed record (``pipeline/records/schema.py``): bench.csv's from
+``turn.TurnRow``, segments.csv's from ``segment.SegmentRow``, paths.csv's from ``path.PathRow``.
+``tests/test_columns.py`` holds the pages' tables to the generated ones, so a column added, renamed or
+re-described in its record is one command away from the docs.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.analysis.columns import columns_table
-from pipeline.analysis.path.paths_csv import paths_table
-from pipeline.analysis.server_segments import segments_table
+from pipeline.records.path import paths_table
+from pipeline.records.segment import segments_table
+from pipeline.records.turn import columns_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,9 +25,9 @@ DOCS = ROOT / "docs"
 # a table's name in its markers -> the module that declares its record, the page that shows it (under
 # docs/), and the table generated from the record
 TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
-    "columns": ("pipeline/analysis/columns.py", "reference/measures.md", columns_table),
-    "segments": ("pipeline/analysis/server_segments.py", "tasks/your-server.md", segments_table),
-    "paths": ("pipeline/analysis/path/paths_csv.py", "tasks/critical-path.md", paths_table),
+    "columns": ("pipeline/records/turn.py", "reference/measures.md", columns_table),
+    "segments": ("pipeline/records/segment.py", "tasks/your-server.md", segments_table),
+    "paths": ("pipeline/records/path.py", "tasks/critical-path.md", paths_table),
 }
 
 

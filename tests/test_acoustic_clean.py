@@ -14,8 +14,8 @@ from pipeline.acoustic import align
 from pipeline.acoustic.align import find_occurrences
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import load_questions
-from pipeline.acoustic.rows import COLUMNS, read_rows, write_rows
 from pipeline.events import FRAME_MS
+from pipeline.records.acoustic import COLUMNS, read_rows, write_rows
 from pipeline.run.assembly import Engines, build_vad
 from pipeline.run.device import speech_end_ms
 from pipeline.settings.audio import load_audio

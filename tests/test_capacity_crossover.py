@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.capacity.crossover import (
+from pipeline.analysis.crossover import (
     CROSSES,
     ESTIMATED,
     MEASURED,

@@ -14,7 +14,7 @@ import pytest
 
 from labtools import pyspy_top
 from labtools.script_module import load_script
-from pipeline.capacity.result import Capacity, read
+from pipeline.records.capacity import Capacity, read
 
 bench = load_script("capacity_ramp_bench")  # the script's own logic, loaded from its file
 

@@ -23,9 +23,9 @@ from pipeline.capacity import verdict
 from pipeline.capacity.__main__ import main, parse_args, plan_of, profile_overrides
 from pipeline.capacity.profile import load_profile
 from pipeline.capacity.ramp import Ramp, Target
-from pipeline.capacity.result import Capacity
 from pipeline.capacity.users import Users, Window
 from pipeline.capacity.workers import RayFleet, ShareWorker, Tally
+from pipeline.records.capacity import Capacity
 from pipeline.run.session import TraceSink
 from pipeline.run.workers import WORKER_LOST
 from pipeline.tracing.export import Tracing

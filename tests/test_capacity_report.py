@@ -8,7 +8,7 @@ from pathlib import Path
 from pipeline.capacity import verdict
 from pipeline.capacity.plan import Plan
 from pipeline.capacity.profile import LoadProfile
-from pipeline.capacity.result import Capacity, Step, write
+from pipeline.records.capacity import Capacity, Step, write
 from pipeline.report.build import build
 from pipeline.report.load import load_paths
 from tests.test_capacity_users import step as fake_step

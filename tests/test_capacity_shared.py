@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from labtools.script_module import load_script
-from pipeline.capacity import result
-from pipeline.capacity.crossover import CROSSES, ESTIMATED, MEASURED, Point
-from pipeline.capacity.shared import RECORD, Arm, Record, RecordError, compare, curve_of, find_records, write_record
+from pipeline.analysis.crossover import CROSSES, ESTIMATED, MEASURED, Point, compare, curve_of, find_records
+from pipeline.records import capacity as result
+from pipeline.records.crossover import RECORD, Arm, Record, RecordError, write_record
 from pipeline.report.build import build
 from pipeline.report.load import load_paths
 from pipeline.report.sections import centralised

@@ -9,8 +9,8 @@ from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.columns import TurnRow
 from pipeline.capacity import verdict
 from pipeline.capacity.plan import Plan, PlanError, parse_duration, parse_margin, parse_steps
-from pipeline.capacity.result import Quantiles, Step
 from pipeline.capacity.verdict import Figures, failure_kind, figures, judge, knee
+from pipeline.records.capacity import Quantiles, Step
 
 PLAN = Plan(steps=(1, 2, 5), hold_s=10, max_hold_s=50, margin_pct=10, margin_floor_ms=50, min_turns=4)
 

@@ -16,21 +16,8 @@ import msgspec
 import pytest
 
 from pipeline.analysis.path.build import graph_of
-from pipeline.analysis.path.critical import critical_path
+from pipeline.analysis.path.critical import critical_path, path_row
 from pipeline.analysis.path.graph import PathError, TurnGraph
-from pipeline.analysis.path.kinds import (
-    ASR,
-    ENDPOINTING,
-    LLM_FIRST_TOKEN,
-    LLM_GENERATION,
-    PLAYBACK,
-    QUEUE,
-    SEGMENTS,
-    TOOL,
-    TTS,
-    TTS_FIRST_FRAME,
-)
-from pipeline.analysis.path.paths_csv import path_row
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
 from pipeline.analysis.turns import TurnSpans, group_turns
@@ -50,6 +37,18 @@ from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import FRAME_MS, LatencyProfile
 from pipeline.fleet.scheduled import ScheduledBackend
 from pipeline.fleet.scheduler import INTERACTIVE, Scheduler
+from pipeline.records.path import (
+    ASR,
+    ENDPOINTING,
+    LLM_FIRST_TOKEN,
+    LLM_GENERATION,
+    PLAYBACK,
+    QUEUE,
+    SEGMENTS,
+    TOOL,
+    TTS,
+    TTS_FIRST_FRAME,
+)
 from pipeline.run.turn import ServerStages, run_turn
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing

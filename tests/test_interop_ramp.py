@@ -11,7 +11,8 @@ import pytest
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.processes import InteropError
 from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
-from pipeline.interop.ramp_table import ramp_markdown
+from pipeline.interop.ramp_table import SHOWN, ramp_markdown, step_table
+from pipeline.records.capacity import STEP_COLUMNS, Capacity, Quantiles, Step, write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,12 +69,17 @@ def test_excluding_every_question_is_refused(tmp_path: Path) -> None:
         fixtures_without(ROOT / "audio_fixtures", every, tmp_path / "fx")
 
 
+def step(devices: int, verdict: str, p90: float, run_id: str) -> Step:
+    return Step(
+        devices, run_id, "c", f"steps/{devices}", 10, {"refused": 1}, Quantiles(p90=p90), None, None, 60.0,
+        None, None, 0, None, None, verdict, "",
+    )  # fmt: skip
+
+
 def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "steps.csv").write_text(
-        "devices,verdict,silence_p90_ms,run_id\n1,holds,900.4,a\n5,fails,1900.6,b\n", encoding="utf-8"
-    )
+    steps = [step(1, "holds", 900.4, "a"), step(5, "fails", 1900.6, "b")]
+    write(ws, Capacity("ws://x", "websocket", "f", {}, [1, 5], 60, 300, 10, 50, 5, steps))
     ramps = [
         Ramp("real server, A", ws, "step 5: fails\ndevices held: 2\ngrew first: to ASR\n", 0, {"server": 55.4}),
         Ramp("lab server, A", tmp_path / "none", "error: cannot reach\n", 2, {"server": None, "cloud": 3.0}),
@@ -83,12 +89,18 @@ def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_p
     assert "| real server, A | 2 | to ASR | 0 | 55% | - | - | - |" in text
     assert "| lab server, A | - | - | 2 | - | - | - | 3% |" in text
     assert "| gw | 50 or more (no step failed) | - | 0 | - | - | - | - |" in text
-    assert (
-        "| devices | verdict | silence_p90_ms |\n|---|---|---|\n| 1 | holds | 900.4 |\n| 5 | fails | 1900.6 |" in text
-    )
+    assert "| devices | verdict | turns | silence_p50_ms | silence_p90_ms | silence_p99_ms | " in text
+    assert "| 1 | holds | 10 | - | 900.4 | - | - | - | - | 0 | 0 | 1 | 0 | - | - | - | 60.0 | - |" in text
+    assert "| 5 | fails | 10 | - | 1900.6 | - | - | - | - | 0 | 0 | 1 | 0 | - | - | - | 60.0 | - |" in text
     assert (
         "| devices | real server, A | lab server, A | gw |\n|---|---|---|---|\n| 1 | 900 holds | - | - |\n"
         "| 5 | 1901 fails | - | - |" in text
     )
     assert "(no steps.csv, or no step in it: the ramp measured no step)" in text
     assert "The ramp ended with code 2; its output ends:\n\n```\nerror: cannot reach\n```" in text
+
+
+def test_the_table_shows_every_column_it_names_and_says_when_steps_csv_cannot_be_read(tmp_path: Path) -> None:
+    assert set(SHOWN) <= set(STEP_COLUMNS)
+    (tmp_path / "steps.csv").write_text("devices,verdict\n1,holds\n", encoding="utf-8")
+    assert step_table(tmp_path) == [f"({tmp_path / 'steps.csv'}: its columns are not the ones this version writes)"]

@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from pipeline.analysis import columns, parallel, read
+from pipeline.analysis import parallel, read
 from pipeline.analysis.bench_csv import csv_line
 from pipeline.analysis.facts import PLAIN, Making
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.analysis.turns import group_turns, servers_of
+from pipeline.records.turn import REPEATED
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
@@ -398,6 +399,6 @@ def test_a_shares_answer_carries_each_repeated_text_once() -> None:
     settings = {f.run.config_json for f in answer.facts}
     assert len(answer.facts) > 1 and len(settings) == 1 and None not in settings
     assert sent.count(_pickled(str(settings.pop()))) == 1
-    texts = {getattr(f.row, column) for f in answer.facts for column in columns.REPEATED} - {""}
+    texts = {getattr(f.row, column) for f in answer.facts for column in REPEATED} - {""}
     assert len({f.row.question_id for f in answer.facts}) < len(answer.facts)  # (texts that do repeat)
     assert {text: sent.count(_pickled(text)) for text in texts} == dict.fromkeys(texts, 1)

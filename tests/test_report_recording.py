@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.analysis.columns import TurnRow
+from pipeline.records.acoustic import AcousticError, AcousticRow, read_rows
+from pipeline.records.turn import TurnRow
 from pipeline.report import acoustic
 from pipeline.report.__main__ import main
 from pipeline.report.build import build
@@ -163,7 +164,7 @@ def test_without_acoustic_rows_the_section_says_how_to_get_them() -> None:
 
 
 def test_a_row_without_a_run_is_matched_where_one_run_has_the_turn_and_not_where_two_do() -> None:
-    row = acoustic.AcousticRow("f:2", "", "device3", "q1", 2, 10.0, True)
+    row = AcousticRow("", "device3", "q1", 2, None, None, None, 10.0, None, "acoustic", True, "", where="f:2")
     one = [TurnRow(run_id="r1", question_id="q1", round=2, device=3)]
     two = [*one, TurnRow(run_id="r2", question_id="q1", round=2, device=3)]
     assert [m.row for m in acoustic.match(one, [row])[0]] == [row]
@@ -175,19 +176,19 @@ def test_bad_acoustic_rows_are_refused_naming_the_file_and_line(tmp_path: Path) 
     bad = write_rows(
         tmp_path / "bad.csv", [{"device": "d", "question_id": "q1", "round": "two", "first_audible_ms": "1"}]
     )
-    with pytest.raises(acoustic.AcousticError, match=r"bad\.csv:2: round 'two' is not a whole number"):
-        acoustic.read_rows(bad)
+    with pytest.raises(AcousticError, match=r"bad\.csv:2: round 'two' is not a whole number"):
+        read_rows(bad)
     nan = write_rows(
         tmp_path / "nan.csv", [{"device": "d", "question_id": "q1", "round": "1", "first_audible_ms": "nan"}]
     )
-    with pytest.raises(acoustic.AcousticError, match=r"nan\.csv:2: first_audible_ms 'nan' is not a finite number"):
-        acoustic.read_rows(nan)
+    with pytest.raises(AcousticError, match=r"nan\.csv:2: first_audible_ms 'nan' is not a finite number"):
+        read_rows(nan)
     (tmp_path / "other.csv").write_text("run_id,first_audible_ms\n", encoding="utf-8")
-    with pytest.raises(acoustic.AcousticError, match=r"other\.csv: not acoustic rows: no column device"):
-        acoustic.read_rows(tmp_path / "other.csv")
+    with pytest.raises(AcousticError, match=r"other\.csv: not acoustic rows: no column device"):
+        read_rows(tmp_path / "other.csv")
     trace_rows = write_rows(tmp_path / "trace.csv", [{"question_id": "q1", "round": "1", "measured_by": "trace"}])
-    with pytest.raises(acoustic.AcousticError, match="measured_by is 'trace', not 'acoustic'"):
-        acoustic.read_rows(trace_rows)
+    with pytest.raises(AcousticError, match="measured_by is 'trace', not 'acoustic'"):
+        read_rows(trace_rows)
 
 
 def test_the_command_takes_acoustic_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

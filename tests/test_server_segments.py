@@ -9,18 +9,17 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from pipeline.analysis.server_segments import (
+from pipeline.analysis.server_segments import read_segments, segment_rows, summarize
+from pipeline.analysis.traces import ReadEvent, ReadProblems, ReadSpan
+from pipeline.analysis.turns import TurnSpans, group_turns
+from pipeline.records.segment import (
     MEASURED,
     SEGMENT_COLUMNS,
     SEGMENTS,
     SegmentRow,
-    read_segments,
-    segment_rows,
-    summarize,
+    read_segments_csv,
+    write_segments,
 )
-from pipeline.analysis.traces import ReadEvent, ReadProblems, ReadSpan
-from pipeline.analysis.turns import TurnSpans, group_turns
-from pipeline.interop.compare import write_rows
 from pipeline.tracing import names
 from pipeline.tracing.otlp_json import key_values
 
@@ -202,7 +201,7 @@ def test_the_rows_columns_come_from_their_declaration_and_segments_csv_writes_th
     )
     assert MEASURED == ("asr_ms", "llm_first_token_ms", "llm_to_sentence_ms", "tts_ms", "device_buffer_ms")
     rows = segment_rows(turns(device_turn(0, 9000, "q1", 2, False)), [])
-    write_rows(tmp_path / "segments.csv", [("real server, A", rows)])
+    write_segments(tmp_path / "segments.csv", [("real server, A", rows)])
     with (tmp_path / "segments.csv").open(newline="", encoding="utf-8") as fh:
         header, line = list(csv.reader(fh))
     assert header == ["run", *SEGMENT_COLUMNS]
@@ -216,3 +215,4 @@ def test_the_rows_columns_come_from_their_declaration_and_segments_csv_writes_th
         "first_audible_ms": "3000.0",
         "device_buffer_ms": "10.0",
     }
+    assert read_segments_csv(tmp_path / "segments.csv") == [("real server, A", row) for row in rows]

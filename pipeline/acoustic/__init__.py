@@ -11,8 +11,8 @@ reverberation and an unknown sound-card delay.
 - ``recording``: a recording read and checked: its microphone and speaker channels, what was clipped.
 - ``align``: where each question was played: normalised cross-correlation against the known clip.
 - ``onset``: an answer's first and last audible sample, on a clean channel or a room microphone.
-- ``rows``: the acoustic rows and their CSV.
-- ``measure``: a recording's turns, from the pieces above.
+- ``measure``: a recording's turns, from the pieces above, as acoustic rows (their record, CSV writer and
+  reader: ``pipeline.records.acoustic``).
 - ``room``: a simulated room (pyroomacoustics) that renders what one microphone hears of a stereo recording.
 - ``sound``: the operating system's audio devices: play and record (``run``).
 - ``sound_server``: a private PulseAudio daemon with a null sink and its monitor, for the tests and benches.

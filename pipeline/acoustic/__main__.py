@@ -3,7 +3,7 @@
     python -m pipeline.acoustic measure RECORDING... --questions FIXTURES --out ROWS.csv [--layout stereo|mono]
         [--config TOML] [--model-cache DIR]
 
-One row per turn found (``pipeline.acoustic.rows``). Every recording is measured even when another fails;
+One row per turn found (``pipeline.records.acoustic``). Every recording is measured even when another fails;
 the command exits 1 when any turn or file failed (the rows it has are written, the failures say why), 2
 when the questions themselves cannot be used.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import QuestionError, load_questions
 from pipeline.acoustic.recording import LAYOUTS
-from pipeline.acoustic.rows import write_rows
+from pipeline.records.acoustic import write_rows
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import ModelError, default_cache

@@ -23,7 +23,7 @@ from pipeline.acoustic.align import Occurrence, find_occurrences, speech_end_sam
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span
 from pipeline.acoustic.questions import Question
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
-from pipeline.acoustic.rows import MEASURED_BY, AcousticRow, failed_row
+from pipeline.records.acoustic import MEASURED_BY, AcousticRow, failed_row
 
 
 def measure_recording(

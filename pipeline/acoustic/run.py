@@ -30,8 +30,8 @@ import numpy as np
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import Question, load_questions
 from pipeline.acoustic.recording import AUDIBLE
-from pipeline.acoustic.rows import write_rows
 from pipeline.acoustic.sound import Pcm, Recorder, SoundError, Speaker
+from pipeline.records.acoustic import write_rows
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import ModelError

@@ -1,5 +1,6 @@
 """Centralised against distributed, as numbers (METHOD M21 (3)): where one shared LLM stops being quieter
-than every device having its own.
+than every device having its own; and a crossover record (``pipeline.records.crossover``) read with the
+capacity folders it names, the crossings computed (``compare``), for the report and the bench.
 
 The shared side is a measured curve: the silence (end of speech -> first audible, ``first_audible_ms``)
 P50 and P90 against the number of devices one server with one LLM serves (a capacity ramp's steps). The
@@ -13,7 +14,8 @@ linearly interpolated between the two measured steps around it. It is labelled m
 nothing in it is estimated: it falls on a measured step and the distributed figure there is measured
 (one device); otherwise estimated, with the reasons. When the shared LLM is quieter at every measured
 step, there is no crossing within the measured range; when it is no quieter from the first step, the
-devices' own LLMs are as quiet or quieter throughout. Pure: no files, no clock.
+devices' own LLMs are as quiet or quieter throughout. The curves and crossings are pure (no files, no
+clock); ``compare`` reads the files they come from.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.records.capacity import Capacity, CapacityFileError
+from pipeline.records.capacity import read as read_capacity
+from pipeline.records.crossover import RECORD, Arm, RecordError, read_record
 
 MEASURED = "measured"
 ESTIMATED = "estimated"
@@ -156,3 +163,69 @@ def describe(c: Crossing, shared: str) -> str:
 def headcounts(curves: Sequence[Curve]) -> tuple[int, ...]:
     """Every headcount any of ``curves`` has a point at, increasing."""
     return tuple(sorted({p.devices for c in curves for p in c.points}))
+
+
+def curve_of(capacity: Capacity, name: str) -> Curve:
+    """The silence against devices of a ramp's steps: every step but a void one (the generator itself fell
+    behind: never counted), each with its measured P50 and P90."""
+    points = [
+        Point(s.devices, s.silence_ms.p50, s.silence_ms.p90)
+        for s in capacity.steps
+        if s.verdict != "void" and s.silence_ms.p50 is not None and s.silence_ms.p90 is not None
+    ]
+    return Curve(name, tuple(points))
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """One shared LLM's curve and where it crosses the distributed curve, on each quantile."""
+
+    what: str
+    curve: Curve
+    crossings: tuple[Crossing, ...]  # one per QUANTILES
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Centralised against distributed, as read from a crossover record and its capacity folders."""
+
+    path: Path
+    device_what: str
+    device: Curve  # measured at 1 device, estimated beyond
+    shared: tuple[Shared, ...]
+
+
+def _capacity(folder: Path, arm: Arm) -> Capacity:
+    try:
+        return read_capacity(folder / arm.folder / "capacity.json")
+    except CapacityFileError as exc:
+        raise RecordError(f"{folder / RECORD}: {exc}") from None
+
+
+def compare(path: Path) -> Comparison:
+    """The record at ``path`` with its capacity folders read and the crossings computed."""
+    record, folder = read_record(path), path.parent
+    try:
+        single = curve_of(_capacity(folder, record.distributed), record.distributed.what).point(1)
+        if single is None:
+            raise RecordError(f"{path}: {record.distributed.folder} has no 1-device step: the distributed figure")
+        curves = [(arm, _capacity(folder, arm)) for arm in record.shared]
+        shared_curves = [(arm, curve_of(c, arm.what)) for arm, c in curves]
+        everyone = sorted({n for _, c in shared_curves for n in c.devices})
+        device = distributed(single, everyone, record.distributed.what)
+        shared = tuple(
+            Shared(arm.what, c, tuple(crossing(c, device, q) for q in QUANTILES)) for arm, c in shared_curves
+        )
+    except CurveError as exc:
+        raise RecordError(f"{path}: {exc}") from None
+    return Comparison(path, record.distributed.what, device, shared)
+
+
+def find_records(files: Sequence[str], depth: int = 5) -> list[Path]:
+    """Crossover records above these trace files: a ramp's step traces lie in DIR/<ramp>/steps/<N>/traces/."""
+    found: dict[Path, None] = {}
+    for name in files:
+        for folder in list(Path(name).parents)[:depth]:
+            if (folder / RECORD).is_file():
+                found[folder / RECORD] = None
+    return list(found)

@@ -18,14 +18,14 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 from msgspec.structs import force_setattr
 
-from pipeline.analysis.bench_csv import csv_line
-from pipeline.analysis.columns import REPEATED, TurnRow
 from pipeline.analysis.numbers import measured_ok
 from pipeline.analysis.path.build import graph_of
 from pipeline.analysis.path.graph import PathError, TurnGraph
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans, servers_of
+from pipeline.records.bench_csv import csv_line
+from pipeline.records.turn import REPEATED, TurnRow
 from pipeline.tracing import names
 
 T = TypeVar("T")

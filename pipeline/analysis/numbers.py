@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.analysis.columns import TurnRow
+from pipeline.records.turn import TurnRow
 
 
 def measured(row: TurnRow) -> bool:

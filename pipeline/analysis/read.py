@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pipeline.analysis import parallel
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.facts import PLAIN, LineRef, Making, TurnFacts, facts_of
 from pipeline.analysis.parallel import Piece, ShareResult
 from pipeline.analysis.path.build import graph_if_any
@@ -32,6 +31,7 @@ from pipeline.analysis.traces import (
     unreadable_message,
 )
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
+from pipeline.records.turn import TurnRow
 from pipeline.tracing import names
 
 

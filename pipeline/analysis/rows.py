@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from pipeline.analysis import textmetrics
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import median, ms
 from pipeline.analysis.traces import AttrValue, ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.analysis.wire import wire_split
+from pipeline.records.turn import TurnRow
 from pipeline.tracing import names
 
 # The same question is asked round after round (M5) and by every device of a fleet, and the ASR

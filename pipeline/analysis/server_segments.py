@@ -28,10 +28,9 @@ token and generation to the first sentence, TTS, the device's buffer) are taken 
 from measured spans, it holds uplink, end-pointing and downlink (under a millisecond each way
 on loopback) besides the server's own work. Any part whose spans are missing stays None.
 
-Each turn's parts are one typed record, ``SegmentRow``, declared as ``columns.TurnRow`` is: segments.csv's
-header, the summary's columns and the README's table of them are generated from it. The device's turns
-are read as every reader reads them (``read.read_traces``: the trace schema checked, turns grouped
-one way); the services' spans, no turn's, with ``read.read_spans``.
+Each turn's parts are one typed record, ``SegmentRow``, declared with segments.csv's writer and reader in
+``pipeline.records.segment``. The device's turns are read as every reader reads them (``read.read_traces``:
+the trace schema checked, turns grouped one way); the services' spans, no turn's, with ``read.read_spans``.
 """
 
 from __future__ import annotations
@@ -39,107 +38,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final, NamedTuple
-
-import msgspec
-from msgspec.structs import astuple
+from typing import NamedTuple
 
 from pipeline.analysis.numbers import median, ms, quantile
 from pipeline.analysis.read import read_spans, read_traces, reread_turn
-from pipeline.analysis.schema import COUNT, MS, TEXT, TOKENS, meta, schema, table
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.analysis.wire import device_buffer_ms
+from pipeline.records.segment import MEASURED, SUMMARIZED, SegmentRow
 from pipeline.tracing import names
 
 EV_CHUNK = "chunk"  # the relay's event at every streamed chunk with content after the first
-# column groups: the consecutive parts of first sound, measured spans or the time between them; the prompt
-MEASURED_PART, BETWEEN, PROMPT_STATE = "measured", "between", "prompt"
-
-
-class SegmentRow(msgspec.Struct, frozen=True, gc=False):
-    """One device turn's first sound split into consecutive parts (``*_ms`` in order: they sum to
-    ``first_audible_ms``), from the device's spans and the lab's services' spans on one clock. Empty
-    where a part's spans are missing."""
-
-    question_id: Annotated[str, meta(TEXT, "the question asked")] = ""
-    round: Annotated[int | None, meta(COUNT, "the round, from 1")] = None
-    warmup: Annotated[bool, meta(TEXT, "the warm-up round, left out of the summary (M6)")] = False
-    ok: Annotated[bool, meta(TEXT, "the turn succeeded")] = False
-    first_audible_ms: Annotated[
-        float | None,
-        meta(MS, "the device's end of user speech -> the answer's first sample above the audibility threshold played"),
-    ] = None
-    to_asr_ms: Annotated[
-        float | None,
-        meta(
-            MS,
-            "end of user speech -> the ASR request reached the speech service: uplink, the server's end-pointing "
-            "and hand-off "
-            "(negative: the server cut the utterance before the user stopped)",
-            BETWEEN,
-        ),
-    ] = None
-    asr_ms: Annotated[float | None, meta(MS, "the ASR request, as the service timed it", MEASURED_PART)] = None
-    asr_to_llm_ms: Annotated[
-        float | None,
-        meta(
-            MS,
-            "the ASR request's end -> the LLM request reached the relay (the server's own: prompt, history)",
-            BETWEEN,
-        ),
-    ] = None
-    llm_first_token_ms: Annotated[
-        float | None, meta(MS, "the LLM's first token, as the relay saw it arrive", MEASURED_PART)
-    ] = None
-    llm_to_sentence_ms: Annotated[
-        float | None,
-        meta(
-            MS,
-            "the first token -> the last chunk the LLM streamed before the first TTS request: generation until "
-            "the first sentence the server chose to speak existed",
-            MEASURED_PART,
-        ),
-    ] = None
-    sentence_to_tts_ms: Annotated[
-        float | None, meta(MS, "that chunk -> the first TTS request reached the service (the server's own)", BETWEEN)
-    ] = None
-    tts_ms: Annotated[float | None, meta(MS, "that TTS request, as the service timed it", MEASURED_PART)] = None
-    tts_to_audio_ms: Annotated[
-        float | None,
-        meta(
-            MS,
-            "that TTS request's end -> the device received the first audio (the server's decode, Opus encode "
-            "and pacing, and the downlink)",
-            BETWEEN,
-        ),
-    ] = None
-    device_buffer_ms: Annotated[
-        float | None, meta(MS, "the device received the first audio -> it began to play", MEASURED_PART)
-    ] = None
-    server_own_ms: Annotated[
-        float | None,
-        meta(
-            MS,
-            "derived: first audible less the measured parts (ASR, LLM first token and generation to the first "
-            "sentence, TTS, the device's buffer): the server's own work, uplink, end-pointing and downlink",
-        ),
-    ] = None
-    prompt_tokens: Annotated[
-        int | None, meta(TOKENS, "the LLM's prompt, as the LLM server counted it (through the relay)", PROMPT_STATE)
-    ] = None
-    prompt_cached_tokens: Annotated[
-        int | None, meta(TOKENS, "how much of the prompt the LLM server took from its cache", PROMPT_STATE)
-    ] = None
-
-
-SEGMENT_SCHEMA: Final = schema(SegmentRow)
-SEGMENT_COLUMNS: Final = tuple(c.name for c in SEGMENT_SCHEMA)  # segments.csv's, after its run label
-SEGMENTS: Final = tuple(c.name for c in SEGMENT_SCHEMA if c.group in (MEASURED_PART, BETWEEN))  # in order
-MEASURED: Final = tuple(c.name for c in SEGMENT_SCHEMA if c.group == MEASURED_PART)
-# the state the LLM's first token depends on, as the upstream counted it (through the relay)
-PROMPT: Final = tuple(c.name for c in SEGMENT_SCHEMA if c.group == PROMPT_STATE)
-SUMMARIZED: Final = (*SEGMENTS, "server_own_ms", *PROMPT)  # the summary's medians
 
 
 def _first(spans: Sequence[ReadSpan], name: str, after: int) -> ReadSpan | None:
@@ -256,13 +165,3 @@ def _median(rows: Sequence[SegmentRow], key: str) -> float | None:
     found = (getattr(r, key) for r in rows)
     values = [float(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return round(median(values), 1) if values else None
-
-
-def segment_cells(row: SegmentRow) -> list[object]:
-    """The row as segments.csv writes it, in ``SEGMENT_COLUMNS`` order (an empty part: an empty cell)."""
-    return ["" if v is None else v for v in astuple(row)]
-
-
-def segments_table() -> str:
-    """The README's table of segments.csv's columns."""
-    return table(SEGMENT_SCHEMA)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.analysis.bench_csv import BenchCsv
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import facts_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
+from pipeline.records.bench_csv import BenchCsv
+from pipeline.records.turn import TurnRow
 
 
 class RowSink:

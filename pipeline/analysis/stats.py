@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured, quantile
+from pipeline.records.turn import TurnRow, column
 
 HEADLINE_METRICS = (
     "whole_turn_ms",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import measured
 from pipeline.analysis.stats import HEADLINE_METRICS, group_rows, success_rate, summaries, summarize
+from pipeline.records.turn import TurnRow
 
 
 def _fmt(value: float | None, metric: str) -> str:

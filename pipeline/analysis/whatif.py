@@ -32,7 +32,8 @@ from typing import TypeVar
 
 from pipeline.analysis.numbers import measured
 from pipeline.analysis.path.graph import Dep, Point, TurnGraph
-from pipeline.analysis.path.kinds import (
+from pipeline.analysis.read import read_traces
+from pipeline.records.path import (
     ASR,
     DEVICE_BUFFER,
     DOWNLINK,
@@ -45,7 +46,6 @@ from pipeline.analysis.path.kinds import (
     TTS_FIRST_FRAME,
     UPLINK,
 )
-from pipeline.analysis.read import read_traces
 
 T = TypeVar("T")
 NETWORK_RTT = "network.rtt"

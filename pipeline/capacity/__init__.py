@@ -9,8 +9,9 @@
 - ``workers``: a step's devices spread over Ray workers (``--workers``), one hold, one trace file, lateness pooled.
 - ``verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
 - ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
-- ``result``: capacity.json and steps.csv, declared once.
-- ``crossover``: where one shared LLM's silence reaches a device's own (M21 (3)), interpolated and labelled.
-- ``shared``: which ramps are a shared LLM and which the device's own (``crossover.json``), read for the report.
+- ``result``: the names of capacity.json and steps.csv the ramp still imports from here; the record itself
+  (``Capacity``, ``Step``, ``StepRow``, their writer and readers) is ``pipeline.records.capacity``. Where one
+  shared LLM's silence reaches a device's own (M21 (3)) is ``pipeline.analysis.crossover``, its record
+  ``pipeline.records.crossover``.
 - ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).
 """

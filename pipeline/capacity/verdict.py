@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.analysis.bootstrap import difference_interval, quantile_interval
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
 from pipeline.capacity.plan import Plan
-from pipeline.capacity.result import FAILURE_KINDS, Quantiles, Step
+from pipeline.records.capacity import FAILURE_KINDS, Quantiles, Step
+from pipeline.records.turn import TurnRow
 
 VOID_LATENESS_MS = 5.0  # the uplink lateness goal (issue #32): a generator later than this measures itself
 REFUSED = "refused"  # a device that could not open its session (written by the ramp's devices)

@@ -7,12 +7,10 @@ left of first audible once the measured segments are taken out) and labelled so.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from pipeline.analysis.server_segments import SEGMENT_COLUMNS, SegmentRow, SegmentSummary, segment_cells
+from pipeline.analysis.server_segments import SegmentSummary
 
 HEADERS = (
     ("to_asr_ms", "to ASR"),
@@ -64,12 +62,3 @@ def markdown(results: Sequence[RunResult]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- {r.label}: {r.note}" for r in results if r.note]
     return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"
-
-
-def write_rows(path: Path, rows_by_run: Sequence[tuple[str, Sequence[SegmentRow]]]) -> None:
-    """segments.csv: every run's rows, each after its run's label (``SEGMENT_COLUMNS``)."""
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["run", *SEGMENT_COLUMNS])
-        for label, rows in rows_by_run:
-            writer.writerows([label, *segment_cells(row)] for row in rows)

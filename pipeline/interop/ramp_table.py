@@ -1,18 +1,19 @@
 """The side-by-side table of a capacity-mode run: each server's devices held, then each ramp's step table.
 
 Each ramp's folder is ``pipeline.capacity``'s own; its steps are read back from the CSV it writes
-(``steps.csv``) and shown as written, in the columns ``SHOWN`` names (the rest stay in the file),
+(``steps.csv``) by the capacity record's reader (``pipeline.records.capacity.read_steps``: each cell its
+column's type again) and shown as written, in the columns ``SHOWN`` names (the rest stay in the file),
 so that this table says no more and no less than the ramp measured. A second table puts every
 server's P90 silence and verdict side by side, a row per device count.
 """
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.interop.ramp import Ramp, cpu_cells
+from pipeline.records.capacity import CapacityFileError, StepRow, read_steps
 
 METERED = ("server", "gateway", "services", "cloud")
 STEPS_CSV = "steps.csv"
@@ -39,19 +40,21 @@ def ramp_markdown(ramps: Sequence[Ramp], intro: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_steps(folder: Path) -> list[dict[str, str]]:
+def steps_of(folder: Path) -> list[StepRow]:
     """The ramp's steps as written ([] when it wrote none)."""
     path = folder / STEPS_CSV
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
+    return read_steps(path) if path.is_file() else []
+
+
+def _text(value: object) -> str:
+    """A cell as steps.csv wrote it (``str``, as the csv module writes a value), "-" for an empty one."""
+    return "-" if value is None or value == "" else str(value)
 
 
 def side_by_side(ramps: Sequence[Ramp]) -> list[str]:
     """Each server's P90 silence (ms) and verdict at each device count any ramp measured."""
-    steps = {ramp.label: {row["devices"]: row for row in read_steps(ramp.folder)} for ramp in ramps}
-    counts = sorted({n for rows in steps.values() for n in rows}, key=int)
+    steps = {ramp.label: {row.devices: row for row in _readable(ramp.folder)} for ramp in ramps}
+    counts = sorted({n for rows in steps.values() for n in rows})
     if not counts:
         return ["(no ramp measured a step)"]
     out = ["P90 silence (end of speech -> first audible), ms, and the step's verdict:", ""]
@@ -60,24 +63,31 @@ def side_by_side(ramps: Sequence[Ramp]) -> list[str]:
         cells = []
         for ramp in ramps:
             row = steps[ramp.label].get(n)
-            cells.append(f"{_rounded(row['silence_p90_ms'])} {row['verdict']}" if row else "-")
+            cells.append(f"{_rounded(row.silence_p90_ms)} {row.verdict}" if row else "-")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return out
 
 
-def _rounded(text: str) -> str:
+def _rounded(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _readable(folder: Path) -> list[StepRow]:
+    """``steps_of``, or none where the file cannot be read (``step_table`` says why)."""
     try:
-        return f"{float(text):.0f}"
-    except ValueError:
-        return text or "-"
+        return steps_of(folder)
+    except CapacityFileError:
+        return []
 
 
 def step_table(folder: Path) -> list[str]:
     """The ramp's steps as a markdown table in the ``SHOWN`` columns; a line saying so when there is none."""
-    rows = read_steps(folder)
+    try:
+        rows = steps_of(folder)
+    except CapacityFileError as exc:
+        return [f"({exc})"]
     if not rows:
         return [f"(no {STEPS_CSV}, or no step in it: the ramp measured no step)"]
-    shown = [c for c in SHOWN if c in rows[0]]
-    out = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    out += ["| " + " | ".join(row[c] or "-" for c in shown) + " |" for row in rows]
+    out = ["| " + " | ".join(SHOWN) + " |", "|" + "---|" * len(SHOWN)]
+    out += ["| " + " | ".join(_text(getattr(row, c)) for c in SHOWN) + " |" for row in rows]
     return out

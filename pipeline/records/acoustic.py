@@ -1,44 +1,69 @@
-"""The acoustic rows: one per turn found in a recording, named as the device rows' columns, and their CSV.
+"""The acoustic record: one row per turn found in a recording, named as the device rows' columns, with its one
+writer (``pipeline.acoustic measure ... --out ROWS.csv``) and its one reader (the report's ``--acoustic``).
 
 Times are seconds from the recording's first sample (``*_s``) and milliseconds from the end of the user's
 speech (``first_audible_ms``: the silence a person hears; ``whole_turn_ms``: to the answer's last audible
 sample), ``measured_by`` says ``acoustic`` so the report can set these rows beside the traces' own. A turn
 that could not be measured is a row with ``ok`` false and ``error`` naming the file and the reason; a file
-that could not be measured at all is one such row with no question. ``note`` is what was noticed but did
-not stop the measurement (clipping), as the device rows' ``note`` is; ``recording`` the file measured.
+that could not be measured at all is one such row with no question (and no round). ``note`` is what was
+noticed but did not stop the measurement (clipping), as the device rows' ``note`` is; ``recording`` the file
+measured. A row read back also says where it was read (``where``: file:line), which is no column.
 """
 
 from __future__ import annotations
 
 import csv
+import math
+import re
 from collections.abc import Iterable
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Final
+
+from pipeline.records.schema import COUNT, MS, SECONDS, TEXT, meta, schema
 
 MEASURED_BY = "acoustic"
+# what a file must have to be read as acoustic rows; the rest may be missing (an older or a hand-made file)
+REQUIRED = ("run_id", "device", "question_id", "round", "first_audible_ms", "measured_by", "ok")
+OPTIONAL_NUMBERS = ("speech_end_s", "first_audible_s", "last_audible_s", "whole_turn_ms")
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+
+
+class AcousticError(ValueError):
+    """Acoustic rows that cannot be read: the file, the line and the problem."""
 
 
 @dataclass(frozen=True, slots=True)
 class AcousticRow:
     """One turn as the recording tells it (the contract's columns, in order, then ``note`` and ``recording``)."""
 
-    run_id: str
-    device: str
-    question_id: str
-    round: int | None
-    speech_end_s: float | None
-    first_audible_s: float | None
-    last_audible_s: float | None
-    first_audible_ms: float | None
-    whole_turn_ms: float | None
-    measured_by: str
-    ok: bool
-    error: str
-    note: str = ""
-    recording: str = ""  # the file measured, so a reader can show its waveform
+    run_id: Annotated[str, meta(TEXT, "the run the turn belongs to, where known (empty: matched by its turn)")]
+    device: Annotated[
+        str, meta(TEXT, "the recording's device: its file's stem (a number at its end: the device's index)")
+    ]
+    question_id: Annotated[str, meta(TEXT, "the question asked (empty: a file that could not be measured)")]
+    round: Annotated[int | None, meta(COUNT, "the round, from 1 (empty: a file that could not be measured)")]
+    speech_end_s: Annotated[float | None, meta(SECONDS, "the end of the user's speech, from the first sample")]
+    first_audible_s: Annotated[float | None, meta(SECONDS, "the answer's first audible sample, from the first sample")]
+    last_audible_s: Annotated[float | None, meta(SECONDS, "the answer's last audible sample, from the first sample")]
+    first_audible_ms: Annotated[float | None, meta(MS, "end of user speech -> the answer's first audible sample")]
+    whole_turn_ms: Annotated[float | None, meta(MS, "end of user speech -> the answer's last audible sample")]
+    measured_by: Annotated[str, meta(TEXT, "`acoustic`: measured from the recording alone")]
+    ok: Annotated[bool, meta(TEXT, "the turn was measured (`true` or `false`)")]
+    error: Annotated[str, meta(TEXT, "why it could not be measured: the file and the reason")]
+    note: Annotated[str, meta(TEXT, "what was noticed but did not stop the measurement (clipping)")] = ""
+    recording: Annotated[str, meta(TEXT, "the file measured, so a reader can show its waveform")] = ""
+    where: str = field(default="", compare=False)  # file:line, where a reader read the row; no column
+
+    @property
+    def device_index(self) -> int:
+        """The device's index: the number at the end of ``device`` (``device-2`` -> 2); 0 without one."""
+        found = _TRAILING_NUMBER.search(self.device.strip())
+        return int(found.group(1)) if found else 0
 
 
-COLUMNS = tuple(f.name for f in fields(AcousticRow))
+SCHEMA: Final = schema(AcousticRow)
+COLUMNS: Final = tuple(c.name for c in SCHEMA)
 
 
 def failed_row(
@@ -55,15 +80,9 @@ def write_rows(path: Path, rows: Iterable[AcousticRow]) -> int:
         out = csv.writer(fh)
         out.writerow(COLUMNS)
         for row in rows:
-            out.writerow(_cell(v) for v in astuple(row))
+            out.writerow(_cell(getattr(row, c)) for c in COLUMNS)
             count += 1
     return count
-
-
-def read_rows(path: Path) -> list[AcousticRow]:
-    """The rows of a file ``write_rows`` wrote."""
-    with path.open(newline="", encoding="utf-8") as fh:
-        return [_row(record) for record in csv.DictReader(fh)]
 
 
 def _cell(value: object) -> str:
@@ -76,23 +95,54 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _row(record: dict[str, str]) -> AcousticRow:
-    def number(key: str) -> float | None:
-        return float(record[key]) if record.get(key) else None
+def read_rows(path: Path) -> list[AcousticRow]:
+    """Every row of one acoustic CSV, each with ``where`` it was read; an unreadable file or a bad value ->
+    ``AcousticError`` naming it."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # a spreadsheet's BOM too
+            reader = csv.DictReader(f)
+            missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+            if missing:
+                raise AcousticError(f"{path}: not acoustic rows: no column {', '.join(missing)}")
+            return [_row(line, f"{path}:{n}") for n, line in enumerate(reader, start=2)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise AcousticError(f"{path}: cannot read acoustic rows: {exc}") from None
 
+
+def _number(text: str, where: str, name: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise AcousticError(f"{where}: {name} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise AcousticError(f"{where}: {name} {text!r} is not a finite number")
+    return value
+
+
+def _row(line: dict[str, str], where: str) -> AcousticRow:
+    if line["measured_by"].strip() != MEASURED_BY:
+        raise AcousticError(f"{where}: measured_by is {line['measured_by']!r}, not {MEASURED_BY!r}")
+    ok = line["ok"].strip().lower()
+    if ok not in ("true", "false", "1", "0"):
+        raise AcousticError(f"{where}: ok {line['ok']!r} is neither true nor false")
+    try:  # a file that could not be measured at all is one failed row with no question and no round
+        rnd = int(line["round"]) if line["round"].strip() or ok not in ("false", "0") else None
+    except ValueError:
+        raise AcousticError(f"{where}: round {line['round']!r} is not a whole number") from None
+    numbers = {name: _number(line.get(name) or "", where, name) for name in OPTIONAL_NUMBERS}
     return AcousticRow(
-        run_id=record["run_id"],
-        device=record["device"],
-        question_id=record["question_id"],
-        round=int(record["round"]) if record["round"] else None,
-        speech_end_s=number("speech_end_s"),
-        first_audible_s=number("first_audible_s"),
-        last_audible_s=number("last_audible_s"),
-        first_audible_ms=number("first_audible_ms"),
-        whole_turn_ms=number("whole_turn_ms"),
-        measured_by=record["measured_by"],
-        ok=record["ok"] == "true",
-        error=record["error"],
-        note=record.get("note", ""),
-        recording=record.get("recording", ""),
+        run_id=line["run_id"].strip(),
+        device=line["device"].strip(),
+        question_id=line["question_id"].strip(),
+        round=rnd,
+        first_audible_ms=_number(line["first_audible_ms"], where, "first_audible_ms"),
+        measured_by=MEASURED_BY,
+        ok=ok in ("true", "1"),
+        error=(line.get("error") or "").strip(),
+        note=(line.get("note") or "").strip(),
+        recording=(line.get("recording") or "").strip(),
+        where=where,
+        **numbers,
     )

@@ -1,5 +1,7 @@
-"""What a capacity ramp writes: DIR/capacity.json (``Capacity``) and DIR/steps.csv (one ``Step`` a row),
-declared once here; both are rewritten after every step, so a ramp stopped mid-way keeps what it measured.
+"""The capacity record: what a capacity ramp writes, DIR/capacity.json (``Capacity``, its ``Step``s) and
+DIR/steps.csv (one ``StepRow`` a step, the step's figures flattened into typed columns with their units),
+declared once here with their one writer (``write``: both, rewritten after every step, so a ramp stopped
+mid-way keeps what it measured) and their readers (``read``: capacity.json; ``read_steps``: steps.csv).
 
 Every figure of a step comes from that step's own trace rows (``verdict.figures``), except the server's
 CPU and RSS (read from /proc by PID; empty when no PID was given) and the generator's send lateness
@@ -11,9 +13,13 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Final
 
 import msgspec
+from msgspec import Meta
+from msgspec.structs import astuple
+
+from pipeline.records.schema import CORE_PCT, COUNT, MB, MS, SECONDS, TEXT, RecordFileError, meta, read_csv, schema
 
 SCHEMA_VERSION = 1
 FAILURE_KINDS = ("no_answer", "cut_connection", "refused", "other")
@@ -76,32 +82,50 @@ class Capacity(msgspec.Struct):
     schema: int = SCHEMA_VERSION
 
 
-STEP_COLUMNS = (
-    "devices",
-    "verdict",
-    "turns",
-    "silence_p50_ms",
-    "silence_p90_ms",
-    "silence_p99_ms",
-    "silence_p90_low_ms",
-    "silence_p90_high_ms",
-    "whole_turn_p50_ms",
-    "whole_turn_p90_ms",
-    *(f"failed_{k}" for k in FAILURE_KINDS),
-    "server_cpu_pct",
-    "server_rss_mb",
-    "lateness_p50_ms",
-    "lateness_p99_ms",
-    "held_s",
-    "run_id",
-    "config_id",
-    "reason",
-)
+def _ms(meaning: str) -> Meta:
+    return meta(MS, meaning)
 
 
-def step_cells(s: Step) -> list[object]:
+class StepRow(msgspec.Struct, frozen=True, gc=False):
+    """One step as steps.csv writes it: its figures flattened into columns, in the file's order (an empty
+    cell: not measured)."""
+
+    devices: Annotated[int, meta(COUNT, "devices held in the step")]
+    verdict: Annotated[str, meta(TEXT, "holds, fails, void (the generator fell behind) or too_few (turns)")]
+    turns: Annotated[int, meta(COUNT, "measured turns (warm-up left out), failed ones included")]
+    silence_p50_ms: Annotated[float | None, _ms("silence (end of speech -> first audible) P50")]
+    silence_p90_ms: Annotated[float | None, _ms("silence P90")]
+    silence_p99_ms: Annotated[float | None, _ms("silence P99")]
+    silence_p90_low_ms: Annotated[float | None, _ms("the silence P90's 95 % bootstrap interval: its low end")]
+    silence_p90_high_ms: Annotated[float | None, _ms("the silence P90's 95 % bootstrap interval: its high end")]
+    whole_turn_p50_ms: Annotated[float | None, _ms("whole turn P50")]
+    whole_turn_p90_ms: Annotated[float | None, _ms("whole turn P90")]
+    failed_no_answer: Annotated[int, meta(COUNT, "turns that got no answer")]
+    failed_cut_connection: Annotated[int, meta(COUNT, "turns whose connection was cut")]
+    failed_refused: Annotated[int, meta(COUNT, "turns whose connection was refused")]
+    failed_other: Annotated[int, meta(COUNT, "turns that failed otherwise")]
+    server_cpu_pct: Annotated[float | None, meta(CORE_PCT, "the server's CPU, averaged over the hold")]
+    server_rss_mb: Annotated[float | None, meta(MB, "the server's RSS, the most seen during the hold")]
+    lateness_p50_ms: Annotated[float | None, _ms("the generator's paced sends: how late, P50")]
+    lateness_p99_ms: Annotated[float | None, _ms("the generator's paced sends: how late, P99")]
+    held_s: Annotated[float, meta(SECONDS, "from the last device's arrival to the end of the step's last turn")]
+    run_id: Annotated[str, meta(TEXT, "the step's run")]
+    config_id: Annotated[str, meta(TEXT, "the step's run's config_id")]
+    reason: Annotated[str, meta(TEXT, "why the verdict")]
+
+
+STEP_SCHEMA: Final = schema(StepRow)
+STEP_COLUMNS: Final = tuple(c.name for c in STEP_SCHEMA)  # steps.csv's header
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 3) if isinstance(value, float) else value
+
+
+def step_row(s: Step) -> StepRow:
+    """The step as steps.csv writes it (ms to the microsecond)."""
     ci = s.silence_ms.p90_ci
-    cells: list[object] = [
+    cells = [
         s.devices,
         s.verdict,
         s.turns,
@@ -122,7 +146,12 @@ def step_cells(s: Step) -> list[object]:
         s.config_id,
         s.reason,
     ]
-    return ["" if c is None else (round(c, 3) if isinstance(c, float) else c) for c in cells]
+    return StepRow(*map(_rounded, cells))
+
+
+def step_cells(row: StepRow) -> list[object]:
+    """The row's cells, in ``STEP_COLUMNS`` order (not measured: an empty cell)."""
+    return ["" if c is None else c for c in astuple(row)]
 
 
 def write(folder: Path, result: Capacity) -> None:
@@ -132,7 +161,7 @@ def write(folder: Path, result: Capacity) -> None:
     text = io.StringIO()
     out = csv.writer(text, lineterminator="\n")
     out.writerow(STEP_COLUMNS)
-    out.writerows(step_cells(s) for s in result.steps)
+    out.writerows(step_cells(step_row(s)) for s in result.steps)
     _replace(folder / "steps.csv", text.getvalue().encode())
 
 
@@ -143,7 +172,7 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 class CapacityFileError(ValueError):
-    """A capacity.json that cannot be read."""
+    """A capacity.json or a steps.csv that cannot be read."""
 
 
 def read(path: Path) -> Capacity:
@@ -153,3 +182,11 @@ def read(path: Path) -> Capacity:
         raise CapacityFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except msgspec.DecodeError as exc:
         raise CapacityFileError(f"{path}: not a capacity result ({exc})") from None
+
+
+def read_steps(path: Path) -> list[StepRow]:
+    """The rows of a steps.csv, each cell its column's type again (an empty cell: None)."""
+    try:
+        return [row for _, row in read_csv(path, StepRow, STEP_SCHEMA)]
+    except RecordFileError as exc:
+        raise CapacityFileError(str(exc)) from None

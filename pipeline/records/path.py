@@ -1,8 +1,11 @@
-"""paths.csv: each turn's two critical paths by segment kind, one typed record a turn (``PathRow``).
+"""The path record: paths.csv, each turn's two critical paths by segment kind, one typed record a turn
+(``PathRow``), with the segment kinds a path is split into (in the order a turn passes them, and what each
+one is), paths.csv's one writer and its one reader.
 
-``PathRow`` declares the file's columns once, as ``columns.TurnRow`` declares bench.csv's: the
-header (``PATH_COLUMNS``) and the README's table of them (``paths_table``) are generated from it.
-Written by ``python -m pipeline.whatif --paths-csv``.
+``PathRow`` declares the file's columns once, as ``turn.TurnRow`` declares bench.csv's: the header
+(``PATH_COLUMNS``) and the docs' table of them (``paths_table``) are generated from it. A turn's row is
+computed from its dependency graph by ``pipeline.analysis.path.critical.path_row``; the file is written by
+``python -m pipeline.whatif --paths-csv``. The report's stacked bars follow the kinds' order.
 """
 
 from __future__ import annotations
@@ -10,31 +13,47 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated, Final
 
 import msgspec
 from msgspec import Meta
 from msgspec.structs import astuple
 
-from pipeline.analysis.path.critical import critical_path
-from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.path.kinds import (
-    ASR,
-    DEVICE_BUFFER,
-    DOWNLINK,
-    ENDPOINTING,
-    HANDOFF,
-    LLM_FIRST_TOKEN,
-    LLM_GENERATION,
-    MEANINGS,
-    PLAYBACK,
-    QUEUE,
-    TOOL,
-    TTS,
-    TTS_FIRST_FRAME,
-    UPLINK,
-)
-from pipeline.analysis.schema import COUNT, MS, TEXT, meta, schema, table
+from pipeline.records.schema import COUNT, MS, TEXT, meta, read_csv, schema, table
+
+UPLINK = "uplink"
+ENDPOINTING = "endpointing"
+ASR = "asr"
+QUEUE = "queue"
+LLM_FIRST_TOKEN = "llm_first_token"
+LLM_GENERATION = "llm_generation"
+TOOL = "tool"
+TTS_FIRST_FRAME = "tts_first_frame"
+TTS = "tts"
+DOWNLINK = "downlink"
+DEVICE_BUFFER = "device_buffer"
+PLAYBACK = "playback"
+HANDOFF = "handoff"
+
+# each kind, in path order, with what its time is (a path's columns say it in the docs' table)
+MEANINGS = {
+    UPLINK: "a device's turn: its microphone captured the end of speech -> the server had that frame",
+    ENDPOINTING: "end of speech -> the VAD's end-point",
+    ASR: "the end-point reaches the ASR -> the transcript",
+    QUEUE: "a call waiting for the shared model's scheduler",
+    LLM_FIRST_TOKEN: "a call's request -> its first token (a remote LLM: the network too)",
+    LLM_GENERATION: "first token -> a sentence's cut (or the next cut, or the call's end)",
+    TOOL: "a tool's round trip between two calls",
+    TTS_FIRST_FRAME: "a sentence reaches the synthesiser -> its first audio frame",
+    TTS: "first frame -> the synthesiser done with the sentence (a later sentence may wait on it)",
+    DOWNLINK: "a device's turn: the server sent a frame -> the device had it",
+    DEVICE_BUFFER: "first frame -> it plays (in one process: handed to the player)",
+    PLAYBACK: "a sentence's audio playing (the next may wait for the speaker)",
+    HANDOFF: "one stage's output -> the next stage taking it up (queues, the event loop)",
+}
+SEGMENTS = tuple(MEANINGS)
+WORK = frozenset(SEGMENTS) - {HANDOFF}  # kinds that are work of their own (slack counts them)
 
 SILENCE, WHOLE = "silence", "whole"
 # each path's target, and the path as the columns' meanings name it
@@ -55,9 +74,9 @@ def _slack(target: str) -> Meta:
 
 
 class PathRow(msgspec.Struct, frozen=True, gc=False):
-    """One turn's two critical paths (``critical.critical_path``): the silence (to the first audible
-    sample) and the whole turn (to the last sample played), each by segment kind in path order, and the
-    slack beside each. Each path's segments sum exactly to its total."""
+    """One turn's two critical paths (``pipeline.analysis.path.critical.critical_path``): the silence (to
+    the first audible sample) and the whole turn (to the last sample played), each by segment kind in path
+    order, and the slack beside each. Each path's segments sum exactly to its total."""
 
     run_id: Annotated[str, meta(TEXT, "the run the turn belongs to")] = ""
     condition: Annotated[str, meta(TEXT, "the run's condition")] = ""
@@ -100,29 +119,21 @@ PATHS_SCHEMA: Final = schema(PathRow)
 PATH_COLUMNS: Final = tuple(c.name for c in PATHS_SCHEMA)  # paths.csv's header
 
 
-def path_row(graph: TurnGraph) -> PathRow:
-    """One turn's two critical paths by segment (ms), each summing exactly to its total, and the slack beside
-    each."""
-    values: dict[str, float] = {}
-    for target, point in ((SILENCE, graph.first_audible), (WHOLE, graph.last_played)):
-        path = critical_path(graph, point)
-        values[f"{target}_ms"] = path.total_ns / 1e6
-        for kind, ns in path.by_kind().items():
-            values[f"{target}_{kind}_ms"] = ns / 1e6
-        values[f"{target}_slack_ms"] = sum(path.slack_ns.values()) / 1e6
-    return PathRow(graph.run_id, graph.condition, graph.question_id, graph.round, graph.device, **values)
-
-
-def paths_csv(graphs: Iterable[TurnGraph]) -> str:
-    """Every turn's ``path_row`` as CSV text (ms to the microsecond, as bench.csv writes them)."""
+def paths_csv(rows: Iterable[PathRow]) -> str:
+    """paths.csv's text: the header, then each row (ms to the microsecond, as bench.csv writes them)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(PATH_COLUMNS)
-    for graph in graphs:
-        writer.writerow([round(v, 3) if isinstance(v, float) else v for v in astuple(path_row(graph))])
+    for row in rows:
+        writer.writerow([round(v, 3) if isinstance(v, float) else v for v in astuple(row)])
     return buffer.getvalue()
 
 
+def read_paths(path: Path) -> list[PathRow]:
+    """The rows of a paths.csv (``schema.RecordFileError`` for a file this version did not write)."""
+    return [row for _, row in read_csv(path, PathRow, PATHS_SCHEMA)]
+
+
 def paths_table() -> str:
-    """The README's table of paths.csv's columns."""
+    """The docs' table of paths.csv's columns."""
     return table(PATHS_SCHEMA)

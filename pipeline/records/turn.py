@@ -3,8 +3,9 @@
 ``TurnRow``'s fields are bench.csv's columns in the file's order, declared as every record is
 (``schema``). Everything else that names a column is generated from it: ``COLUMNS`` (the CSV
 header), the device's and the wire's column groups, the numeric columns, the texts many turns
-share (``REPEATED``), the README's column table (``columns_table``; kept equal by a test), and
-``column``, the one way generic code turns a column's name into its value.
+share (``REPEATED``), the docs' column table (``columns_table``; kept equal by a test), and
+``column``, the one way generic code turns a column's name into its value. bench.csv itself is
+written and read by ``bench_csv``.
 
 A row holds only text, integers, floats and None, so it never takes part in a reference cycle:
 ``gc=False`` keeps a fleet's million rows out of the garbage collector's walks. Frozen: once made
@@ -20,8 +21,8 @@ from typing import Annotated, Final
 
 import msgspec
 
-from pipeline.analysis.schema import CELSIUS, CORES, COUNT, FLAG, MS, NS, SHARE, TEXT, TOKENS, Cell, schema, table
-from pipeline.analysis.schema import meta as _m
+from pipeline.records.schema import CELSIUS, CORES, COUNT, FLAG, MS, NS, SHARE, TEXT, TOKENS, Cell, schema, table
+from pipeline.records.schema import meta as _m
 
 # column groups: the device's view across a transport, and the split of its first sound (``wire.py``)
 DEVICE, WIRE = "device", "wire"
@@ -320,7 +321,7 @@ def column(name: str) -> Callable[[TurnRow], Cell]:
 def checked(name: str) -> str:
     """``name``, if it is one of bench.csv's columns."""
     if name not in _BY_NAME:
-        raise UnknownColumn(f"{name!r} is not a bench.csv column (see pipeline/analysis/columns.py)")
+        raise UnknownColumn(f"{name!r} is not a bench.csv column (see pipeline/records/turn.py)")
     return name
 
 

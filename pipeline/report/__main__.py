@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from pipeline.analysis.read import cyclic_gc_paused
-from pipeline.report.acoustic import EMULATOR_TOLERANCE_MS, Acoustic, AcousticError
+from pipeline.records.acoustic import AcousticError
+from pipeline.report.acoustic import EMULATOR_TOLERANCE_MS, Acoustic
 from pipeline.report.acoustic import load as load_acoustic
 from pipeline.report.document import Document
 from pipeline.report.jaeger import JaegerQuery, load_jaeger

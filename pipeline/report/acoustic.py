@@ -1,63 +1,30 @@
 """Acoustic rows beside a run (``python -m pipeline.acoustic measure ... --out ROWS.csv``), matched to its turns.
 
 The rows are the turns measured from a recording alone (``measured_by`` = ``acoustic``), in the
-device columns' names. A row is matched to the trace turn of the same run (where the row names
-one), device, question and round. A recording's device is its file's stem: the number at its end
-is the device's index (``device-2`` -> 2); a stem without a number is device 0, the one device of
-a run without several. A row with an empty ``run_id`` is matched where exactly one run has that
-turn. Every silence compared is the trace's (``silence.silence_ms``) minus the recording's.
+device columns' names, read by their record's one reader (``pipeline.records.acoustic``). A row is
+matched to the trace turn of the same run (where the row names one), device, question and round. A
+recording's device is its file's stem: the number at its end is the device's index (``device-2`` -> 2);
+a stem without a number is device 0, the one device of a run without several. A row with an empty
+``run_id`` is matched where exactly one run has that turn. Every silence compared is the trace's
+(``silence.silence_ms``) minus the recording's.
 """
 
 from __future__ import annotations
 
-import csv
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.analysis.columns import TurnRow
+from pipeline.records.acoustic import AcousticError, AcousticRow, read_rows
+from pipeline.records.turn import TurnRow
 from pipeline.report.silence import silence_ms
 
-MEASURED_BY = "acoustic"
-REQUIRED = ("run_id", "device", "question_id", "round", "first_audible_ms", "measured_by", "ok")
-OPTIONAL_NUMBERS = ("speech_end_s", "first_audible_s", "last_audible_s", "whole_turn_ms")
 EMULATOR_TOLERANCE_MS = 5.0  # issue 33: the emulator's own recording; a room's is 20 ms
 # --config: the run's own; its VAD decides where each question's speech ends (another VAD's end differed from
 # the traces' by 60-120 ms on an emulator recording here, where the run's own agreed to 0.1 ms)
 MEASURE_COMMAND = (
     "python -m pipeline.acoustic measure RECORDING... --questions audio_fixtures/ --config RUN.toml --out ROWS.csv"
 )
-_TRAILING_NUMBER = re.compile(r"(\d+)$")
-
-
-class AcousticError(ValueError):
-    """Acoustic rows that cannot be read: the file, the line and the problem."""
-
-
-@dataclass(frozen=True, slots=True)
-class AcousticRow:
-    """One turn as measured from a recording."""
-
-    where: str  # file:line, for what the report says about it
-    run_id: str
-    device: str
-    question_id: str
-    round: int
-    first_audible_ms: float | None
-    ok: bool
-    error: str = ""
-    speech_end_s: float | None = None
-    first_audible_s: float | None = None
-    last_audible_s: float | None = None
-    whole_turn_ms: float | None = None
-    recording: str = ""  # the WAV it was measured from, where the rows name it
-
-    @property
-    def device_index(self) -> int:
-        found = _TRAILING_NUMBER.search(self.device.strip())
-        return int(found.group(1)) if found else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,56 +61,6 @@ class Match:
         return None if mine is None or theirs is None or not self.row.ok else mine - theirs
 
 
-def _number(text: str, where: str, name: str) -> float | None:
-    if not text.strip():
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise AcousticError(f"{where}: {name} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise AcousticError(f"{where}: {name} {text!r} is not a finite number")
-    return value
-
-
-def _row(line: dict[str, str], where: str) -> AcousticRow:
-    if line["measured_by"].strip() != MEASURED_BY:
-        raise AcousticError(f"{where}: measured_by is {line['measured_by']!r}, not {MEASURED_BY!r}")
-    ok = line["ok"].strip().lower()
-    if ok not in ("true", "false", "1", "0"):
-        raise AcousticError(f"{where}: ok {line['ok']!r} is neither true nor false")
-    try:  # a file that could not be measured at all is one failed row with no question and no round
-        rnd = int(line["round"]) if line["round"].strip() or ok not in ("false", "0") else 0
-    except ValueError:
-        raise AcousticError(f"{where}: round {line['round']!r} is not a whole number") from None
-    numbers = {name: _number(line.get(name) or "", where, name) for name in OPTIONAL_NUMBERS}
-    return AcousticRow(
-        where,
-        line["run_id"].strip(),
-        line["device"].strip(),
-        line["question_id"].strip(),
-        rnd,
-        _number(line["first_audible_ms"], where, "first_audible_ms"),
-        ok in ("true", "1"),
-        (line.get("error") or "").strip(),
-        recording=(line.get("recording") or "").strip(),
-        **numbers,
-    )
-
-
-def read_rows(path: Path) -> list[AcousticRow]:
-    """Every row of one acoustic CSV; an unreadable file or a bad value -> ``AcousticError`` naming it."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as f:  # a spreadsheet's BOM too
-            reader = csv.DictReader(f)
-            missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
-            if missing:
-                raise AcousticError(f"{path}: not acoustic rows: no column {', '.join(missing)}")
-            return [_row(line, f"{path}:{n}") for n, line in enumerate(reader, start=2)]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise AcousticError(f"{path}: cannot read acoustic rows: {exc}") from None
-
-
 def load(
     paths: Sequence[Path], tolerance_ms: float = EMULATOR_TOLERANCE_MS, recordings: Path | None = None
 ) -> Acoustic:
@@ -153,13 +70,13 @@ def load(
     return Acoustic(tuple(rows), tuple(map(str, paths)), tolerance_ms, recordings)
 
 
-def _key(row: TurnRow) -> tuple[int, str, int]:
+def _key(row: TurnRow) -> tuple[int, str, int | None]:
     return (row.device or 0, str(row.question_id), row.round)
 
 
 def match(trace: Sequence[TurnRow], rows: Sequence[AcousticRow]) -> tuple[list[Match], list[tuple[AcousticRow, str]]]:
     """Each acoustic row with its trace turn, and the rows left unmatched with the reason."""
-    index: dict[tuple[int, str, int], list[TurnRow]] = {}
+    index: dict[tuple[int, str, int | None], list[TurnRow]] = {}
     for t in trace:
         index.setdefault(_key(t), []).append(t)
     found: list[Match] = []

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured
+from pipeline.records.turn import TurnRow, column
 from pipeline.report.load import Dataset
 
 KNOWN = ("A", "B", "B'")

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured_ok, median
 from pipeline.analysis.stats import spearman
+from pipeline.records.turn import TurnRow, column
 from pipeline.report.conditions import number, rows_by_run
 
 MIN_TURNS = 6

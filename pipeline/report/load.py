@@ -17,14 +17,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import csv_line, read_bench_csv
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
 from pipeline.analysis.path.build import graph_if_any
 from pipeline.analysis.path.graph import TurnGraph
 from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_graph, reread_turn
 from pipeline.analysis.traces import ReadProblems, ReadSpan, trace_files
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
+from pipeline.records.bench_csv import csv_line, read_bench_csv
+from pipeline.records.turn import TurnRow
 
 
 class LoadError(ValueError):

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import BenchCsv
+from pipeline.records.bench_csv import BenchCsv
 from pipeline.report import html, markdown
 from pipeline.report.document import Document
 from pipeline.report.load import Dataset

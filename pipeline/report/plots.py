@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured
+from pipeline.records.turn import TurnRow, column
 from pipeline.report.conditions import Condition, number, title
 from pipeline.report.drift import Drift
 from pipeline.report.waterfall import Waterfall

@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured, median
+from pipeline.records.turn import TurnRow, column
 from pipeline.report.conditions import Condition, number, rows_by_run
 from pipeline.report.load import RunInfo
 

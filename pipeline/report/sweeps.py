@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.sweep_file import FILE, NotASweepRecord, recorded_sweeps
+from pipeline.records.turn import TurnRow
 from pipeline.report.load import RunInfo
 from pipeline.report.settings import differences
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
+from pipeline.records.turn import TurnRow
 from pipeline.report.conditions import Condition, number
 from pipeline.tracing import names
 

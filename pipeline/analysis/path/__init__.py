@@ -23,11 +23,12 @@ sentences' TTS) is slack: it ran beside the path and delayed nobody.
 
 Modules, in the order a graph is made and used:
 
-- ``kinds``: the segment kinds a path is split into, in the order a turn passes them, and what each is;
 - ``graph``: the graph's types (``Point``, ``Dep``, ``TurnGraph``) and ``PathError``;
 - ``build``: a turn's spans -> its graph (``graph_of``), the server's stages point by point, with
   ``builder`` (points added in time order) and ``playback`` (the answer played, in one process or
   over the wire);
-- ``critical``: the critical path to a target, and the slack beside it;
-- ``paths_csv``: ``PathRow``, a turn's two paths by segment as one typed record, and paths.csv.
+- ``critical``: the critical path to a target, and the slack beside it; a turn's two paths as its paths.csv row.
+
+The segment kinds a path is split into (in the order a turn passes them, and what each is) are paths.csv's
+vocabulary, so they are declared with its record, ``PathRow``, in ``pipeline.records.path``.
 """

@@ -14,7 +14,10 @@ from collections.abc import Sequence
 
 from pipeline.analysis.path.builder import Builder, SentenceTts, attr_int
 from pipeline.analysis.path.graph import PathError, TurnGraph
-from pipeline.analysis.path.kinds import (
+from pipeline.analysis.path.playback import over_the_wire, played
+from pipeline.analysis.traces import ReadSpan
+from pipeline.analysis.turns import TurnSpans
+from pipeline.records.path import (
     ASR,
     ENDPOINTING,
     HANDOFF,
@@ -26,9 +29,6 @@ from pipeline.analysis.path.kinds import (
     TTS_FIRST_FRAME,
     UPLINK,
 )
-from pipeline.analysis.path.playback import over_the_wire, played
-from pipeline.analysis.traces import ReadSpan
-from pipeline.analysis.turns import TurnSpans
 from pipeline.tracing import names
 
 

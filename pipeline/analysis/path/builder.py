@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import msgspec
 
 from pipeline.analysis.path.graph import Dep, Point
-from pipeline.analysis.path.kinds import HANDOFF
+from pipeline.records.path import HANDOFF
 
 
 def attr_int(value: object, default: int = 0) -> int:

@@ -1,5 +1,6 @@
 """The critical path to a target point (the first audible sample, the last sample played): the chain of
-waits that decided its time, split by segment kind, and the work that ran beside it (slack).
+waits that decided its time, split by segment kind, and the work that ran beside it (slack); a turn's two
+paths as its paths.csv row (``path_row``: the record is ``pipeline.records.path.PathRow``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 import msgspec
 
 from pipeline.analysis.path.graph import Dep, Point, TurnGraph
-from pipeline.analysis.path.kinds import SEGMENTS, WORK
+from pipeline.records.path import SEGMENTS, SILENCE, WHOLE, WORK, PathRow
 
 
 class Step(msgspec.Struct, frozen=True, gc=False):
@@ -75,3 +76,16 @@ def _slack(pts: Sequence[Point], t: Sequence[int], on_path: set[int], until: int
         if ran > 0:
             out[p.kind] = out.get(p.kind, 0) + ran
     return out
+
+
+def path_row(graph: TurnGraph) -> PathRow:
+    """One turn's two critical paths by segment (ms), each summing exactly to its total, and the slack beside
+    each."""
+    values: dict[str, float] = {}
+    for target, point in ((SILENCE, graph.first_audible), (WHOLE, graph.last_played)):
+        path = critical_path(graph, point)
+        values[f"{target}_ms"] = path.total_ns / 1e6
+        for kind, ns in path.by_kind().items():
+            values[f"{target}_{kind}_ms"] = ns / 1e6
+        values[f"{target}_slack_ms"] = sum(path.slack_ns.values()) / 1e6
+    return PathRow(graph.run_id, graph.condition, graph.question_id, graph.round, graph.device, **values)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from pipeline.analysis.path.kinds import HANDOFF
+from pipeline.records.path import HANDOFF
 
 
 class PathError(ValueError):

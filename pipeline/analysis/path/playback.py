@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from pipeline.analysis.path.builder import Builder, SentenceTts, attr_int
 from pipeline.analysis.path.graph import PathError
-from pipeline.analysis.path.kinds import DEVICE_BUFFER, DOWNLINK, HANDOFF, PLAYBACK
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.analysis.wire import buffered
+from pipeline.records.path import DEVICE_BUFFER, DOWNLINK, HANDOFF, PLAYBACK
 from pipeline.tracing import names
 
 

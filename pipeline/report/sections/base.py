@@ -10,10 +10,11 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.parallel import Aside
+from pipeline.records.acoustic import AcousticRow
+from pipeline.records.turn import TurnRow
 from pipeline.report import drift, settings
-from pipeline.report.acoustic import Acoustic, AcousticRow, Match, match
+from pipeline.report.acoustic import Acoustic, Match, match
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph

@@ -15,8 +15,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.capacity.crossover import CROSSES, ESTIMATED, NEVER_QUIETER, Crossing, Point, headcounts
-from pipeline.capacity.shared import Comparison, RecordError, Shared, compare, find_records
+from pipeline.analysis.crossover import (
+    CROSSES,
+    ESTIMATED,
+    NEVER_QUIETER,
+    Comparison,
+    Crossing,
+    Point,
+    Shared,
+    compare,
+    find_records,
+    headcounts,
+)
+from pipeline.records.crossover import RecordError
 from pipeline.report.document import WARNING, Block, Bullets, Heading, Paragraph, Table
 from pipeline.report.sections.base import Context
 from pipeline.report.sections.conclusion import CONCURRENCY_IN_WORDS

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
+from pipeline.records.turn import TurnRow
 from pipeline.report import cells
 from pipeline.report.conditions import title
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table

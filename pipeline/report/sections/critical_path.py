@@ -21,12 +21,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from pipeline.analysis.bootstrap import quantile_interval
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.path.critical import CriticalPath, critical_path
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.path.kinds import SEGMENTS
 from pipeline.analysis.whatif import Place, Prediction, WhatIfError, paired, place, predict, same_questions
+from pipeline.records.path import SEGMENTS
+from pipeline.records.turn import TurnRow
 from pipeline.report import cells, plots
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph, Table

@@ -14,8 +14,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.path.kinds import LLM_FIRST_TOKEN
 from pipeline.analysis.whatif import NETWORK_RTT, SETTABLE, Change, parse_change
+from pipeline.records.path import LLM_FIRST_TOKEN
 from pipeline.report.conditions import title
 
 RELATIVE_PERCENT = 25  # a change every measured segment can take (never shorter than nothing)
