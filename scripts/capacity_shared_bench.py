@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO
 
 from labtools.transport_skews import start_serve, stop_serve
-from pipeline.analysis.crossover import Comparison, compare, describe, headcounts
+from pipeline.analysis.crossing import Comparison, compare, describe, headcounts
 from pipeline.records.crossover import RECORD, Arm, Record, RecordError, write_record
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.analysis.crossover import (
+from pipeline.analysis.crossing import (
     CROSSES,
     ESTIMATED,
     MEASURED,

@@ -21,7 +21,7 @@ Modules, in the order data flows through them:
 - ``path/``: a turn's dependency graph, its critical paths and its paths.csv row (``PathRow``); ``whatif``:
   the graph re-timed with a change, ``read_graphs`` for ``pipeline.whatif``.
 - ``server_segments``: a real server's segments of first sound (``SegmentRow``, segments.csv).
-- ``crossover``: centralised against distributed (M21 (3)): the crossing of a shared LLM's silence curve
+- ``crossing``: centralised against distributed (M21 (3)): the crossing of a shared LLM's silence curve
   with a device's own, computed from the capacity ramps a crossover record names.
 - ``sweep_file``: sweep.json, read once for the sweep and the report.
 - ``recording_marks``: a device's traced moments placed in its ``--record-audio`` recording, beside what

@@ -11,7 +11,7 @@
 - ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
 - ``result``: the names of capacity.json and steps.csv the ramp still imports from here; the record itself
   (``Capacity``, ``Step``, ``StepRow``, their writer and readers) is ``pipeline.records.capacity``. Where one
-  shared LLM's silence reaches a device's own (M21 (3)) is ``pipeline.analysis.crossover``, its record
+  shared LLM's silence reaches a device's own (M21 (3)) is ``pipeline.analysis.crossing``, its record
   ``pipeline.records.crossover``.
 - ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).
 """

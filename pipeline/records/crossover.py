@@ -6,7 +6,7 @@ not say whether that server's LLM was one model shared by all of them or what a 
 would do. ``crossover.json``, beside those folders, says so: the distributed figure's folder (a ramp of
 one device against a server with a local LLM: what every device would have on its own hardware) and each
 shared LLM's folder, each with what it was in words. The figures themselves are always read from the
-capacity files (``pipeline.analysis.crossover`` computes the crossing), never from this record.
+capacity files (``pipeline.analysis.crossing`` computes the crossing), never from this record.
 """
 
 from __future__ import annotations

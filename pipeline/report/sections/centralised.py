@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.analysis.crossover import (
+from pipeline.analysis.crossing import (
     CROSSES,
     ESTIMATED,
     NEVER_QUIETER,
