@@ -4,6 +4,6 @@ sweep while they are being changed): import from ``pipeline.records.turn`` in ne
 
 from __future__ import annotations
 
-from pipeline.records.turn import COLUMNS, DEVICE_COLUMNS, NUMERIC, WIRE_COLUMNS, TurnRow, column, columns_table
+from pipeline.records.turn import COLUMNS, TurnRow, column
 
-__all__ = ["COLUMNS", "DEVICE_COLUMNS", "NUMERIC", "WIRE_COLUMNS", "TurnRow", "column", "columns_table"]
+__all__ = ["COLUMNS", "TurnRow", "column"]
