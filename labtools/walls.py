@@ -59,13 +59,19 @@ MAY_USE = {
     # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
     "capacity": {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names", "records"),
-        *("transport.device", "transport.wire", "transport.server", "entry"),
+        *("transport.device", "transport.wire", "transport.server", "entry", "plan"),
         "endpoints",  # a server process tree's CPU, read from /proc as the turn's load probe reads it (load)
     },
     # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the
     # run's own VAD (run), the contract's frame format; never a server, a trace or the report; plays and records
     # through the sound card (sound.py, run.py)
     "acoustic": {"contract", "settings", "run", "records"},
+    # a replay run's plan (what it is made from, typed and checked), its preparation and its making: what the
+    # replay does between its command line and its turns, for every command that starts a run
+    "plan": {
+        *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),
+        *("offline", "transport.device", "records"),
+    },
 }
 
 
@@ -82,7 +88,7 @@ ENTRY_MAY_USE = {
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
-    "pipeline.capacity.__main__": {"capacity"},
+    "pipeline.capacity.__main__": {"capacity", "entry"},  # entry: pipeline.cli's quiet_native_telemetry
     "pipeline.acoustic.__main__": {"acoustic", "settings", "records"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
@@ -95,7 +101,7 @@ ENTRY_MAY_USE = {
     },
     "pipeline.replay": {
         *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),
-        *("offline", "transport.device", "entry"),
+        *("offline", "transport.device", "entry", "plan", "records"),
     },
     "pipeline.serve": {
         "contract",
@@ -110,6 +116,7 @@ ENTRY_MAY_USE = {
         "transport.wire",
         "names",
         "entry",
+        "plan",  # a run id its output folder already holds is refused as the replay refuses it (plan.run_folder)
     },
 }
 

@@ -1,4 +1,4 @@
-"""What the entry points share: the replay's command line, OTLP from the environment, run ids and the model cache.
+"""What the entry points share: the replay's command line, run ids, the model cache and how they speak.
 
 The entry points (``pipeline.replay``, ``pipeline.serve``, the sweep, the speech services...) are commands,
 never libraries of one another: what two of them need lives here. Like them, this module may read the
@@ -16,9 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import bench_run_ids
 from pipeline.settings.models import default_cache
-from pipeline.tracing.export import OtlpSettings
 from pipeline.transport.device.settings import BARGE_IN_WAYS
 from pipeline.transport.wire.opus import PRESETS
 
@@ -165,41 +163,6 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         if given:
             out[section] = given
     return out
-
-
-def otlp_from_env(env: Mapping[str, str]) -> OtlpSettings | None:
-    """OTLP settings from the standard OTEL_* variables, or None when none is set."""
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
-    )
-    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if not traces and not base:
-        return None
-    if protocol not in ("http/protobuf", "grpc"):
-        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: this tool exports http/protobuf or grpc")
-    if traces:
-        endpoint = traces
-    elif protocol == "grpc":
-        endpoint = base or ""
-    else:
-        endpoint = (base or "").rstrip("/") + "/v1/traces"
-    timeout = float(env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")) / 1000
-    return OtlpSettings(endpoint=endpoint, protocol=protocol, timeout_s=min(timeout, 10.0))
-
-
-class RunExists(ValueError):
-    """The output folder already holds this run id; appending would merge two runs silently."""
-
-
-def refuse_existing_run(out: Path, run_id: str, append: bool) -> None:
-    trace = out / "traces" / f"{run_id}.jsonl"
-    found = trace.is_file() or run_id in bench_run_ids(out / "bench.csv")
-    if found and not append:
-        raise RunExists(
-            f"{out} already holds run {run_id!r} ({trace if trace.is_file() else out / 'bench.csv'}): "
-            "give another --run-id (or none for a fresh one), another --out, or --append to add turns to it"
-        )
 
 
 def new_run_id() -> str:

@@ -34,18 +34,10 @@ from typing import Any
 
 from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.sink import RowSink
-from pipeline.cli import (
-    RunExists,
-    model_cache,
-    new_run_id,
-    otlp_from_env,
-    quiet_native_telemetry,
-    refuse_existing_run,
-    say_nothing,
-    say_on_stderr,
-)
+from pipeline.cli import model_cache, new_run_id, quiet_native_telemetry, say_nothing, say_on_stderr
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.serving import until_signalled
+from pipeline.plan.run_folder import RunExists, refuse_existing_run
 from pipeline.run.assembly import SetupError, load_engines, open_chat
 from pipeline.run.served import ServedTurns
 from pipeline.run.session import Run, TraceSink, attach_scheduler, session_attributes
@@ -53,7 +45,7 @@ from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing import names
-from pipeline.tracing.export import Tracing
+from pipeline.tracing.export import Tracing, otlp_from_env
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
 from pipeline.transport.server.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
 from pipeline.transport.server.pacing import PACINGS

@@ -16,11 +16,11 @@ import pytest
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.bootstrap import Interval
 from pipeline.analysis.sink import RowSink
-from pipeline.cli import parse_replay_args
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import Event, SpeechEnd, Transcript
+from pipeline.plan.prepare import make_run, prepare
+from pipeline.plan.run_plan import RunPlan
 from pipeline.replay import main as replay_main
-from pipeline.replay import make_run, prepare
 from pipeline.report.build import build
 from pipeline.report.compare import Diff
 from pipeline.report.conditions import group
@@ -64,11 +64,9 @@ def runs(tmp_path: Path, clock: VirtualClock) -> list[tuple[Run, Tracing, RowSin
     out = tmp_path / "out"
     made = []
     for label in ("A", "B"):
-        base = [str(fixtures), "--config", str(ROOT / "configs" / "simulator.toml"), "--clock", "virtual", "--quiet"]
-        args = parse_replay_args(
-            [*base, "--rounds", "3", "--condition", label, "--run-id", f"x-{label}", "--out", str(out)]
-        )
-        p = prepare(args, {}, f"x-{label}")
+        settings = {"run": {"clock": "virtual", "rounds": 3, "condition": label}}
+        configs = (ROOT / "configs" / "simulator.toml",)
+        p = prepare(RunPlan(fixtures, f"x-{label}", configs, settings, out=out, quiet=True), {})
         run = dataclasses.replace(make_run(f"x-{label}", p, {}), clock=clock)
         tracing = Tracing(out / "traces" / f"x-{label}.jsonl", "test")
         made.append((run, tracing, RowSink(p.bench, 0, lambda _m: None)))

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.traces import ReadProblems, read_trace_file
-from pipeline.cli import otlp_from_env
 from pipeline.replay import main
-from pipeline.tracing.export import OtlpSettings
+from pipeline.tracing.export import OtlpSettings, otlp_from_env
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver, Received
 
 FIXTURES = Path(__file__).resolve().parent.parent / "audio_fixtures"

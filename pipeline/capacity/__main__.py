@@ -34,6 +34,7 @@ from pipeline.capacity.probe import ProbeError, check_pid
 from pipeline.capacity.profile import ProfileError, load_profile
 from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
 from pipeline.capacity.workers import on_ray
+from pipeline.cli import quiet_native_telemetry
 
 DESCRIPTION = (
     "Ramp emulated xiaozhi devices against a server, step by step, and say how many it holds: the last step "
@@ -146,6 +147,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         ramp.found.label = args.label
         ramp.check()
         reachable(target, env)
+        quiet_native_telemetry(env)  # before a step loads its VAD (and before Ray starts the workers that do)
         with contextlib.ExitStack() as stack:
             if args.workers is not None:
                 ramp.spread = stack.enter_context(on_ray(args.workers, args.ray_address, target, profile, plan, env))

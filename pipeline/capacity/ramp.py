@@ -20,23 +20,25 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import replay
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.sink import RowSink
 from pipeline.analysis.traces import trace_files
-from pipeline.capacity import result, verdict
+from pipeline.capacity import verdict
 from pipeline.capacity.plan import Plan
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile, ProfileError
-from pipeline.capacity.result import Capacity, Step
 from pipeline.capacity.users import Users
 from pipeline.cli import parse_replay_args, say_nothing
 from pipeline.clock import run_on_clock
+from pipeline.plan.prepare import Prepared, make_run, prepare
+from pipeline.records import capacity as result
+from pipeline.records.capacity import Capacity, Step
+from pipeline.records.turn import TurnRow
 from pipeline.run.session import Run, TraceSink
 from pipeline.settings.audio import BadAudio, load_audio
 from pipeline.settings.config import public_url
 from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
-from pipeline.tracing.export import Tracing
+from pipeline.tracing.export import SERVICE, Tracing
 from pipeline.transport.device.link import DeviceError
 from pipeline.transport.device.pacer import send_lateness
 
@@ -91,11 +93,11 @@ def replay_argv(target: Target, profile: LoadProfile, devices: int, folder: Path
 
 def prepare_step(
     target: Target, profile: LoadProfile, devices: int, folder: Path, run_id: str, env: Mapping[str, str]
-) -> replay.Prepared:
+) -> Prepared:
     """The step's run, prepared as the replay prepares one; its question set narrowed to the profile's ids,
     the profile and the poisson seed entered in its identity."""
     args = parse_replay_args(replay_argv(target, profile, devices, folder, run_id))
-    p = replay.prepare(args, env, run_id)
+    p = prepare(replay.plan_of(args, run_id), env)
     cfg = dataclasses.replace(p.cfg, fleet=dataclasses.replace(p.cfg.fleet, seed=profile.seed))
     questions = select(p.questions, profile)
     p.engines.identity["load_profile"] = profile.identity()
@@ -199,9 +201,9 @@ class Ramp:
             raise
         except Exception as exc:
             raise RampError(f"step of {n} device(s) could not start: {exc}") from None
-        run = replay.make_run(run_id, p, self.env)
+        run = make_run(run_id, p, self.env)
         trace_path = folder / "traces" / f"{run_id}.jsonl"
-        tracing = Tracing(trace_path, self.env.get("OTEL_SERVICE_NAME", replay.SERVICE), p.otlp)
+        tracing = Tracing(trace_path, self.env.get("OTEL_SERVICE_NAME", SERVICE), p.otlp)
         sink = RowSink(p.bench, 0, say_nothing)
         users = Users(run, self.profile, tracing, sink, self.plan.hold_s, self.plan.max_hold_s, self.plan.min_turns)
         probe = ServerProbe(self.target.server_pid)

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import replay
 from pipeline.capacity.plan import Plan
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile
@@ -43,10 +42,11 @@ from pipeline.capacity.ramp import RampError, Say, Target, prepare_step
 from pipeline.capacity.users import Users, Window
 from pipeline.clock import run_on_clock
 from pipeline.fleet.arrivals import rotated
+from pipeline.plan.prepare import make_run
 from pipeline.run.session import Run, TraceSink
 from pipeline.run.workers import DRAIN_S, hand_over, lost_turn, ray_started, reason, shares, take_all
 from pipeline.tracing import names
-from pipeline.tracing.export import Tracing
+from pipeline.tracing.export import SERVICE, Tracing
 from pipeline.transport.device.pacer import SendLateness, send_lateness
 
 GO_LEAD_S = 0.5  # from the driver's "go" to the fleet's start: every worker hears it before then
@@ -114,7 +114,7 @@ class ShareWorker:
         """The share, its own files (bench.csv, traces) in ``folder``: its driver keeps what counts."""
         s = self.spec
         p = prepare_step(s.target, s.profile, s.devices, folder, s.run_id, s.env)
-        run = dataclasses.replace(replay.make_run(s.run_id, p, s.env), only_devices=s.share)
+        run = dataclasses.replace(make_run(s.run_id, p, s.env), only_devices=s.share)
         tracing = Tracing(folder / "traces" / f"{s.run_id}.jsonl", s.service, p.otlp, tee=self.lines.append)
         window = partial(FleetWindow, ended=self.ended)
         users = Users(run, s.profile, tracing, _no_rows, s.plan.hold_s, s.plan.max_hold_s, s.plan.min_turns)
@@ -183,7 +183,7 @@ class RayFleet:
     ) -> tuple[float, np.ndarray]:
         """The step of ``run``: its hold (s) and the pooled lateness of every worker's sends (ms)."""
         plan = shares(run.config.fleet.devices, self.workers)
-        service = self.env.get("OTEL_SERVICE_NAME", replay.SERVICE)
+        service = self.env.get("OTEL_SERVICE_NAME", SERVICE)
         actor = self.ray.remote(num_cpus=0)(self.worker)
         devices, env = run.config.fleet.devices, dict(self.env)
         specs = [ShareSpec(self.target, self.profile, self.plan, devices, s, run.run_id, service, env) for s in plan]

@@ -9,7 +9,7 @@ or breaks a run.
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,15 +28,37 @@ from pipeline.tracing.spans import build_job_spans, build_turn_spans
 from pipeline.tracing.timeline import JobTimeline, TurnTimeline
 
 SCOPE = "voice-latency-lab"  # the instrumentation scope every span of the lab's is written under
+SERVICE = "voice-latency-lab"  # a run's OTLP service name unless OTEL_SERVICE_NAME names another
 
 
 @dataclass(frozen=True, slots=True)
 class OtlpSettings:
-    """Where to send spans over the wire; built by an entry point from OTEL_* variables."""
+    """Where to send spans over the wire; from the OTEL_* variables of the environment an entry point hands over."""
 
     endpoint: str  # full traces URL for http/protobuf, host:port or URL for grpc
     protocol: str = "http/protobuf"
     timeout_s: float = 2.0
+
+
+def otlp_from_env(env: Mapping[str, str]) -> OtlpSettings | None:
+    """OTLP settings from the standard OTEL_* variables, or None when none is set."""
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    )
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not traces and not base:
+        return None
+    if protocol not in ("http/protobuf", "grpc"):
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: this tool exports http/protobuf or grpc")
+    if traces:
+        endpoint = traces
+    elif protocol == "grpc":
+        endpoint = base or ""
+    else:
+        endpoint = (base or "").rstrip("/") + "/v1/traces"
+    timeout = float(env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")) / 1000
+    return OtlpSettings(endpoint=endpoint, protocol=protocol, timeout_s=min(timeout, 10.0))
 
 
 class CountingExporter(SpanExporter):

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipeline.cli import new_run_id, otlp_from_env
+from pipeline.cli import new_run_id
 from pipeline.clock import RealClock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
@@ -37,7 +37,7 @@ from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import CacheModels, ModelError, default_cache
 from pipeline.tracing import names
-from pipeline.tracing.export import OtlpSettings, Tracing
+from pipeline.tracing.export import OtlpSettings, Tracing, otlp_from_env
 
 
 async def serve(services: SpeechServices, run_id: str) -> None:
