@@ -56,10 +56,10 @@ MAY_USE = {
     "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names", "records"},
-    # ramps devices against a server step by step: each step a replay run (its preparation, its devices), read back
+    # ramps devices against a server step by step: each step a replay run (its plan, its devices), read back
     "capacity": {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names", "records"),
-        *("transport.device", "transport.wire", "transport.server", "entry", "plan"),
+        *("transport.device", "transport.wire", "transport.server", "plan"),
         "endpoints",  # a server process tree's CPU, read from /proc as the turn's load probe reads it (load)
     },
     # measures a recording from its sound alone: the questions' audio (settings), their end of speech by the

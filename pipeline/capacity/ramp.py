@@ -1,10 +1,11 @@
 """The ramp: step after step of N devices against one server, each step a run of its own, until one fails.
 
-Each step is prepared exactly as ``pipeline.replay FIXTURES --server URL --devices N`` prepares its run
-(``replay.prepare``: settings, questions, the VAD that marks each clip's end of speech, the run's
-identity), with the load profile entered into that identity, and runs into DIR/steps/<N>/ (traces/ and
-bench.csv, as every run's). Its figures are then read back from its trace file with the project's reader,
-judged (``verdict``) and appended to DIR/capacity.json and DIR/steps.csv before the next step starts.
+Each step is prepared exactly as ``pipeline.replay FIXTURES --server URL --devices N`` prepares its run:
+the step's ``RunPlan`` (``step_plan``), prepared by ``pipeline.plan`` (settings, questions, the VAD that
+marks each clip's end of speech, the run's identity), with the load profile entered into that identity,
+and runs into DIR/steps/<N>/ (traces/ and bench.csv, as every run's). Its figures are then read back from
+its trace file with the project's reader, judged (``verdict``) and appended to DIR/capacity.json and
+DIR/steps.csv before the next step starts.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from pipeline import replay
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.sink import RowSink
 from pipeline.analysis.traces import trace_files
@@ -28,9 +29,9 @@ from pipeline.capacity.plan import Plan
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile, ProfileError
 from pipeline.capacity.users import Users
-from pipeline.cli import parse_replay_args, say_nothing
 from pipeline.clock import run_on_clock
 from pipeline.plan.prepare import Prepared, make_run, prepare
+from pipeline.plan.run_plan import DeviceOptions, RunPlan
 from pipeline.records import capacity as result
 from pipeline.records.capacity import Capacity, Step
 from pipeline.records.turn import TurnRow
@@ -46,6 +47,10 @@ Say = Callable[[str], None]
 # a step's devices run elsewhere (``capacity.workers.RayFleet``): (run, tracing, sink, probe, arrival offsets in ms)
 # -> (the hold in s, the fleet's send lateness in ms)
 Spread = Callable[[Run, Tracing, TraceSink, ServerProbe, list[float]], tuple[float, np.ndarray]]
+
+
+def _say_nothing(_message: str) -> None:
+    """A step's rows are counted by the ramp, not said one by one."""
 
 
 class RampError(RuntimeError):
@@ -72,23 +77,26 @@ class Target:
         return "websocket" if self.url.startswith(("ws://", "wss://")) else "mqtt+udp"
 
 
-def replay_argv(target: Target, profile: LoadProfile, devices: int, folder: Path, run_id: str) -> list[str]:
-    """The step's run as ``pipeline.replay``'s command line."""
+def step_plan(target: Target, profile: LoadProfile, devices: int, folder: Path, run_id: str) -> RunPlan:
+    """The step's run as the plan ``pipeline.replay FIXTURES --server URL --devices N`` makes: the profile's
+    arrivals, listening mode and questions, the target's settings and device options, into ``folder``."""
     fleet = profile.arrival_settings(devices)
-    argv = [str(target.fixtures), "--server", target.url, "--devices", str(devices), "--arrival", fleet["arrival"]]
-    if "gap_ms" in fleet:
-        argv += ["--gap-ms", repr(fleet["gap_ms"])]
-    if "rate_per_s" in fleet:
-        argv += ["--rate", repr(fleet["rate_per_s"])]
-    argv += ["--listen-mode", profile.listen_mode, "--out", str(folder), "--run-id", run_id, "--quiet"]
-    argv += ["--token-env", target.token_env, "--mqtt-signature-key-env", target.mqtt_signature_key_env]
-    argv += ["--protocol-version", str(target.protocol_version), "--language", target.language]
-    argv += ["--limit", str(profile.limit)]
+    arrivals: dict[str, Any] = {"devices": devices, "arrival": fleet["arrival"]}
+    arrivals.update({key: float(fleet[key]) for key in ("gap_ms", "rate_per_s") if key in fleet})
+    run: dict[str, Any] = {"limit": profile.limit}
     if target.turn_timeout_s is not None:
-        argv += ["--timeout", repr(target.turn_timeout_s)]
-    for config in target.configs:
-        argv += ["--config", str(config)]
-    return argv
+        run["turn_timeout_s"] = float(target.turn_timeout_s)
+    device = DeviceOptions(
+        server=target.url,
+        token_env=target.token_env,
+        mqtt_signature_key_env=target.mqtt_signature_key_env,
+        protocol_version=target.protocol_version,
+        listen_mode=profile.listen_mode,
+    )
+    sections = {"run": run, "fleet": arrivals}
+    return RunPlan(
+        target.fixtures, run_id, target.configs, sections, target.language, folder, device=device, quiet=True
+    )
 
 
 def prepare_step(
@@ -96,8 +104,7 @@ def prepare_step(
 ) -> Prepared:
     """The step's run, prepared as the replay prepares one; its question set narrowed to the profile's ids,
     the profile and the poisson seed entered in its identity."""
-    args = parse_replay_args(replay_argv(target, profile, devices, folder, run_id))
-    p = prepare(replay.plan_of(args, run_id), env)
+    p = prepare(step_plan(target, profile, devices, folder, run_id), env)
     cfg = dataclasses.replace(p.cfg, fleet=dataclasses.replace(p.cfg.fleet, seed=profile.seed))
     questions = select(p.questions, profile)
     p.engines.identity["load_profile"] = profile.identity()
@@ -204,7 +211,7 @@ class Ramp:
         run = make_run(run_id, p, self.env)
         trace_path = folder / "traces" / f"{run_id}.jsonl"
         tracing = Tracing(trace_path, self.env.get("OTEL_SERVICE_NAME", SERVICE), p.otlp)
-        sink = RowSink(p.bench, 0, say_nothing)
+        sink = RowSink(p.bench, 0, _say_nothing)
         users = Users(run, self.profile, tracing, sink, self.plan.hold_s, self.plan.max_hold_s, self.plan.min_turns)
         probe = ServerProbe(self.target.server_pid)
         try:
