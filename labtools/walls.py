@@ -53,7 +53,8 @@ MAY_USE = {
     "transport.server": {"contract", "clock", "run", "tracing", "transport.wire"},
     # acoustic: its speaker and its user's voice into sound devices (transport/device/speaker.py)
     "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
-    "sweep": {"settings", "analysis"},  # plans points from the settings, reads each point's rows back
+    # plans points from the settings, runs each as a replay's plan written as its command line, reads its rows back
+    "sweep": {"settings", "analysis", "plan"},
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names", "records"},
     # ramps devices against a server step by step: each step a replay run (its plan, its devices), read back
@@ -84,10 +85,11 @@ ENTRY_MAY_USE = {
     "pipeline.whatif": {"analysis", "records"},  # re-timing and its intervals are statistics; paths.csv
     "pipeline.report.__main__": {"report", "analysis", "records"},
     "pipeline.offline.__main__": {"offline"},
-    "pipeline.experiment": {"analysis", "run"},  # run: the interleaving conductor (run.interleave)
+    # run: the interleaving conductor (run.interleave); plan: each condition's run as the replay's command line
+    "pipeline.experiment": {"analysis", "run", "plan"},
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
-    "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "entry"},
+    "pipeline.sweep.__main__": {"sweep", "settings", "analysis"},
     "pipeline.capacity.__main__": {"capacity", "entry"},  # entry: pipeline.cli's quiet_native_telemetry
     "pipeline.acoustic.__main__": {"acoustic", "settings", "records"},
     "pipeline.endpoints.speech.__main__": {

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import bench_run_ids
+from pipeline.plan.command_line import replay_argv
+from pipeline.plan.run_plan import RunPlan
 from pipeline.run.interleave import conduct, described
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,17 +56,31 @@ def existing_runs(args: argparse.Namespace, wanted: Sequence[str]) -> list[str]:
 
 
 def commands(args: argparse.Namespace) -> dict[str, list[str]]:
-    configs = [item for path in args.config for item in ("--config", str(path))]
-    common = [*configs, "--rounds", str(args.rounds), "--limit", str(args.limit), "--out", str(args.out)]
-    common += ["--quiet"] + (["--model-cache", str(args.model_cache)] if args.model_cache else [])
-    common += ["--append"] if args.append else []
+    """Each condition's command: its run's plan written as the replay's command line (B': the offline run's,
+    which passes it on to the replay it runs offline, with condition B')."""
     cloud = args.cloud or emulated_cloud(args.out, args.network, args.emulator)
-    replay = [sys.executable, "-m", "pipeline.replay", str(args.fixtures)]
-    offline = [sys.executable, "-m", "pipeline.offline", str(args.fixtures)]
+    ids = run_ids(args)
+
+    def argv(condition: str, configs: Sequence[Path], named: bool = True) -> list[str]:
+        run = {"rounds": args.rounds, "limit": args.limit, **({"condition": condition} if named else {})}
+        plan = RunPlan(
+            args.fixtures,
+            ids[condition],
+            tuple(configs),
+            {"run": run},
+            out=args.out,
+            append=args.append,
+            model_cache=args.model_cache,
+            quiet=True,
+        )
+        return replay_argv(plan)
+
+    replay = [sys.executable, "-m", "pipeline.replay"]
+    offline = [sys.executable, "-m", "pipeline.offline"]
     return {
-        "A": [*replay, *common, "--config", str(cloud), "--condition", "A", "--run-id", run_ids(args)["A"]],
-        "B": [*replay, *common, "--condition", "B", "--run-id", run_ids(args)["B"]],
-        "B'": [*offline, *common, "--run-id", run_ids(args)["B'"]],
+        "A": [*replay, *argv("A", [*args.config, cloud])],
+        "B": [*replay, *argv("B", args.config)],
+        "B'": [*offline, *argv("B'", args.config, named=False)],
     }
 
 

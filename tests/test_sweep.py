@@ -225,7 +225,7 @@ def test_a_point_that_fails_at_run_time_is_recorded_and_the_next_one_runs(tmp_pa
     good = make_plan("r", variable, values, Config()).points
     broken = Point(good[0].value, good[0].run_id, good[0].overrides, module="pipeline.no_such_module")
     plan = Plan("r", variable, (broken, good[1]))
-    options = RunOptions(ROOT, FIXTURES, (SIMULATOR,), tmp_path, 2, 1, ("--clock", "virtual"))
+    options = RunOptions(ROOT, FIXTURES, (SIMULATOR,), tmp_path, 2, 1, clock="virtual")
     record = new_record(plan, FIXTURES, [SIMULATOR], 2, 1, "now")
     first, second = run_sweep(plan, options, record)
     assert (first.status, first.exit_code, first.turns) == ("failed", 1, 0)

@@ -25,7 +25,8 @@ SERVER_SCHEMES = ("ws://", "wss://", "mqtt://", "http://", "https://")
 
 
 def _frozen(sections: Sections) -> Sections:
-    return MappingProxyType({name: MappingProxyType(dict(values)) for name, values in sections.items()})
+    """A read-only copy; an empty section (the same settings as none) left out, so equal plans compare equal."""
+    return MappingProxyType({name: MappingProxyType(dict(v)) for name, v in sections.items() if v})
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.analysis.bench_csv import bench_run_ids
-from pipeline.cli import overrides, parse_replay_args
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.sweep.plan import Plan, Point, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import FAILED, OK, PointRecord, SweepRecord, new_record, save
-from pipeline.sweep.runner import RunOptions, replay_args, run_point
+from pipeline.sweep.runner import RunOptions, point_plan, run_point
 from pipeline.sweep.variables import VARIABLES, SweepError, warnings
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -59,19 +58,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def passed_through(args: argparse.Namespace) -> tuple[str, ...]:
-    out = [*(("--clock", args.clock) if args.clock else ()), *(("--fast",) if args.fast else ())]
-    out += ["--timeout", str(args.timeout)] if args.timeout is not None else []
-    out += ["--model-cache", str(args.model_cache.resolve())] if args.model_cache else []
-    return tuple(out)
-
-
 def refused_settings(point: Point, options: RunOptions, settings: Path) -> str:
-    """The replay's own verdict on the point's settings, before anything runs ("" when accepted):
-    parsed exactly as the replay will parse them."""
-    ns = parse_replay_args(replay_args(point, options, settings))
+    """The replay's own verdict on the point's settings, before anything runs ("" when accepted): the point's
+    plan, its settings read exactly as the replay will read them."""
     try:
-        load_config(ns.config, overrides(ns))
+        point_plan(point, options, settings).config()
     except ConfigError as exc:
         return f"settings refused: {exc}"
     return ""
@@ -135,8 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for warning in warnings(variable, base):
         print(f"warning: {warning}", file=sys.stderr)
+    model_cache = args.model_cache.resolve() if args.model_cache else None
+    fixtures, configs = args.fixtures.resolve(), tuple(args.config)
     options = RunOptions(
-        ROOT, args.fixtures.resolve(), tuple(args.config), out, args.rounds, args.limit, passed_through(args)
+        ROOT, fixtures, configs, out, args.rounds, args.limit, args.clock, args.fast, args.timeout, model_cache
     )
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record = new_record(plan, options.fixtures, list(options.configs), args.rounds, args.limit, started)

@@ -16,9 +16,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
+from pipeline.plan.command_line import replay_argv
+from pipeline.plan.run_plan import RunPlan
 from pipeline.sweep.plan import OFFLINE, Point
 from pipeline.sweep.record import FAILED, OK, PointRecord
 
@@ -32,7 +35,7 @@ RAN = {
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """What every point shares: the same questions, base settings, rounds and replay flags (M9)."""
+    """What every point shares: the same questions, base settings, rounds and replay options (M9)."""
 
     root: Path  # the repository: where ``python -m pipeline.replay`` resolves
     fixtures: Path
@@ -40,19 +43,37 @@ class RunOptions:
     out: Path
     rounds: int
     limit: int
-    extra: tuple[str, ...] = ()  # replay flags passed through unchanged (--clock, --fast, --timeout...)
+    clock: str | None = None  # every point's [run] clock, when given
+    fast: bool = False  # every point's audio sent as fast as possible
+    timeout: float | None = None  # every point's turn time limit (s), when given
+    model_cache: Path | None = None
 
 
-def replay_args(point: Point, options: RunOptions, settings: Path) -> list[str]:
-    """The point's replay arguments (without the interpreter and module)."""
-    configs = [item for path in (*options.configs, settings) for item in ("--config", str(path))]
-    common = ["--rounds", str(options.rounds), "--limit", str(options.limit), "--out", str(options.out)]
-    return [str(options.fixtures), *configs, *common, "--run-id", point.run_id, "--quiet", *options.extra]
+def point_plan(point: Point, options: RunOptions, settings: Path) -> RunPlan:
+    """The point's run: the base settings, then the point's own file (``settings``), the questions, rounds and
+    options every point shares; its settings are refused as the replay would refuse them (``config()``)."""
+    run: dict[str, Any] = {"rounds": options.rounds, "limit": options.limit}
+    if options.clock is not None:
+        run["clock"] = options.clock
+    if options.timeout is not None:
+        run["turn_timeout_s"] = options.timeout
+    if options.fast:
+        run["pacing"] = "fast"
+    configs = (*options.configs, settings)
+    return RunPlan(
+        options.fixtures,
+        point.run_id,
+        configs,
+        {"run": run},
+        out=options.out,
+        model_cache=options.model_cache,
+        quiet=True,
+    )
 
 
 def run_point(point: Point, options: RunOptions, settings: Path, log: Path) -> PointRecord:
     """Run one point to its end and say what it left: ok with its config_id, or failed and why."""
-    cmd = [sys.executable, "-m", point.module, *replay_args(point, options, settings)]
+    cmd = [sys.executable, "-m", point.module, *replay_argv(point_plan(point, options, settings))]
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as sink:
         code = subprocess.run(cmd, cwd=options.root, stdout=sink, stderr=subprocess.STDOUT).returncode
