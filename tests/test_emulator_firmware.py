@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
@@ -25,6 +26,7 @@ from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.microphone import NOISE_FLOOR_DBFS, NoiseFloor
 from pipeline.transport.device.tools import EmulatedTools
+from pipeline.transport.wire import mcp as wire_mcp
 from pipeline.transport.wire.opus import OpusDecoder, OpusEncoder
 from tests.scenario import TONE, utterance
 from tests.test_transport_ws import real
@@ -264,21 +266,27 @@ def test_mcp_is_answered_as_the_firmware_does_before_and_during_a_turn() -> None
 
 
 def test_the_mcp_server_pages_and_refuses_as_the_firmware() -> None:
-    mcp = EmulatedTools()
-    assert mcp.handle({"jsonrpc": "1.0", "id": 1, "method": "initialize"}) is None
-    assert mcp.handle({"jsonrpc": "2.0", "id": "1", "method": "initialize"}) is None  # the id must be a number
-    assert mcp.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": []}) is None
+    tools = EmulatedTools()
+
+    def handle(payload: dict[str, Any]) -> Any:
+        """The device's answer to a payload as it arrives (decoded by the wire), as JSON."""
+        answer = tools.handle(wire_mcp.read(json.dumps(payload)))
+        return None if answer is None else msgspec.to_builtins(answer)
+
+    assert handle({"jsonrpc": "1.0", "id": 1, "method": "initialize"}) is None
+    assert handle({"jsonrpc": "2.0", "id": "1", "method": "initialize"}) is None  # the id must be a number
+    assert handle({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": []}) is None
     call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call"}
-    assert mcp.handle(call) == {"jsonrpc": "2.0", "id": 5, "error": {"message": "Missing params"}}
-    assert mcp.handle({**call, "params": {"name": 3}})["error"] == {"message": "Missing name"}  # type: ignore[index]
+    assert handle(call) == {"jsonrpc": "2.0", "id": 5, "error": {"message": "Missing params"}}
+    assert handle({**call, "params": {"name": 3}})["error"] == {"message": "Missing name"}
     bad = {**call, "params": {"name": "self.light.set_light", "arguments": []}}
-    assert mcp.handle(bad)["error"] == {"message": "Invalid arguments"}  # type: ignore[index]
+    assert handle(bad)["error"] == {"message": "Invalid arguments"}
     wrong = {**call, "params": {"name": "self.light.set_light", "arguments": {"room": "hall", "on": "yes"}}}
-    assert mcp.handle(wrong)["error"] == {"message": "Missing valid argument: on"}  # type: ignore[index]
+    assert handle(wrong)["error"] == {"message": "Missing valid argument: on"}
     low = {**call, "params": {"name": "self.audio_speaker.set_volume", "arguments": {"volume": -1}}}
-    assert mcp.handle(low)["error"] == {"message": "Value is below minimum allowed: 0"}  # type: ignore[index]
+    assert handle(low)["error"] == {"message": "Value is below minimum allowed: 0"}
     lost = {"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"cursor": "no.such.tool"}}
-    assert mcp.handle(lost)["error"] == {"message": "Failed to add tool  because of payload size limit"}  # type: ignore[index]
+    assert handle(lost)["error"] == {"message": "Failed to add tool  because of payload size limit"}
 
 
 @pytest.mark.transport

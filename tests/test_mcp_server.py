@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 from pipeline.analysis.columns import TurnRow
@@ -28,7 +29,8 @@ from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.server.device_tools import DeviceToolsClient, McpError, McpSettings
-from pipeline.transport.wire.messages import Mcp
+from pipeline.transport.wire import mcp
+from pipeline.transport.wire.messages import Mcp, decode, encode
 from tests.scenario import utterance
 
 SID = "s-1"
@@ -50,14 +52,18 @@ class FakeDevice:
 
     async def send(self, message: Mcp) -> None:
         assert message.session_id == SID
-        payload = message.payload
+        arrived = decode(encode(message))  # through the wire, as the device reads it
+        assert isinstance(arrived, Mcp)
+        payload = msgspec.to_builtins(message.payload)
         loop = asyncio.get_running_loop()
         self.sent.append((round(loop.time() * 1e6), payload))
         if self.silent and payload.get("method") == "tools/call":
             return
-        reply = self.firmware.handle(payload)
+        reply = self.firmware.handle(arrived.payload)
         if reply is not None:
-            loop.call_later(self.delay_s, self.client.handle, Mcp(payload=reply, session_id=SID))
+            answer = decode(encode(Mcp(payload=reply, session_id=SID)))
+            assert isinstance(answer, Mcp)
+            loop.call_later(self.delay_s, self.client.handle, answer)
 
     def methods(self) -> list[tuple[int, Any, str]]:
         """(virtual ms, id, method) of what the server sent."""
@@ -111,12 +117,12 @@ def test_a_paged_tool_list_is_asked_for_page_by_page_by_id_2_with_the_cursor() -
     }
 
     class Paging(EmulatedTools):
-        def handle(self, payload: object) -> dict[str, Any] | None:
-            assert isinstance(payload, dict)
-            if payload.get("method") != "tools/list":
+        def handle(self, payload: mcp.Payload) -> mcp.Result | mcp.Error | None:
+            assert isinstance(payload, mcp.Request)
+            if payload.method != "tools/list":
                 return super().handle(payload)
-            cursor = (payload.get("params") or {}).get("cursor", "")
-            return {"jsonrpc": "2.0", "id": payload["id"], "result": pages[cursor]}
+            cursor = payload.params.cursor if isinstance(payload.params, mcp.ListParams) else ""
+            return mcp.Result(id=payload.id, result=pages[str(cursor)])
 
     device = FakeDevice(firmware=Paging())
     client = virtual(listed(device))
@@ -127,10 +133,10 @@ def test_a_paged_tool_list_is_asked_for_page_by_page_by_id_2_with_the_cursor() -
 
 def test_a_failed_listing_leaves_the_device_without_tools() -> None:
     class Refusing(EmulatedTools):
-        def handle(self, payload: object) -> dict[str, Any] | None:
-            assert isinstance(payload, dict)
-            if payload.get("method") == "tools/list":
-                return {"jsonrpc": "2.0", "id": payload["id"], "error": {"message": "busy"}}
+        def handle(self, payload: mcp.Payload) -> mcp.Result | mcp.Error | None:
+            assert isinstance(payload, mcp.Request)
+            if payload.method == "tools/list":
+                return mcp.Error(id=payload.id, error=mcp.ErrorObject(message="busy"))
             return super().handle(payload)
 
     client = virtual(listed(FakeDevice(firmware=Refusing())))
@@ -340,7 +346,7 @@ def test_without_device_tools_the_turn_is_todays() -> None:
 def test_a_call_the_link_cannot_carry_fails_as_the_devices_own_failure() -> None:
     class Gone(FakeDevice):
         async def send(self, message: Mcp) -> None:
-            if message.payload.get("method") == "tools/call":
+            if isinstance(message.payload, mcp.Request) and message.payload.method == "tools/call":
                 raise ConnectionError("the device's link is closed")
             await super().send(message)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.events import FRAME_BYTES
-from pipeline.transport.wire import framing, messages
+from pipeline.transport.wire import framing, mcp, messages
 from pipeline.transport.wire.errors import ProtocolError
 from pipeline.transport.wire.messages import (
     AudioParams,
@@ -120,7 +120,8 @@ def test_a_servers_transcript_decodes_to_its_messages_and_unknown_types_are_tole
     assert decoded[1] == Stt(text="打开客厅的灯", session_id="abc")
     assert decoded[3] == Tts("start", session_id="abc")  # sample_rate: a field we do not use
     assert decoded[6] == Other("alert")
-    assert isinstance(decoded[4], Mcp) and decoded[4].payload["method"] == "tools/list"
+    assert isinstance(decoded[4], Mcp) and isinstance(decoded[4].payload, mcp.Request)
+    assert decoded[4].payload.method == "tools/list"
 
 
 def test_what_the_lab_sends_is_what_the_real_parts_send() -> None:

@@ -29,6 +29,7 @@ from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.device.turn import DeviceTurn, abandon, check_answered
 from pipeline.transport.device.uplink import NoiseLoop
+from pipeline.transport.wire import mcp
 from pipeline.transport.wire.errors import ChannelGone
 from pipeline.transport.wire.messages import LabTag, Listen, Mcp
 
@@ -134,7 +135,7 @@ class EmulatedDevice:
             return
         with contextlib.suppress(ChannelGone):
             await link.send(Mcp(payload=reply, session_id=link.session_id))
-        if isinstance(payload, dict) and payload.get("method") == "tools/list" and "result" in reply:
+        if isinstance(payload, mcp.Request) and payload.method == mcp.TOOLS_LIST and isinstance(reply, mcp.Result):
             self._listed.set()
 
     async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline:

@@ -14,6 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
+
+from pipeline.transport.wire import mcp
+
 PROTOCOL_VERSION = "2024-11-05"
 SERVER_NAME = "voice-latency-lab-emulator"  # the firmware sends its BOARD_NAME
 SERVER_VERSION = "1.0.0"  # the firmware sends its app version
@@ -36,15 +41,13 @@ class Prop:
     minimum: int | None = None
     maximum: int | None = None
 
-    def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.kind}
-        if self.default is not None:
-            out["default"] = self.default
-        if self.minimum is not None:
-            out["minimum"] = self.minimum
-        if self.maximum is not None:
-            out["maximum"] = self.maximum
-        return out
+    def schema(self) -> mcp.PropertySchema:
+        return mcp.PropertySchema(
+            type=self.kind,
+            default=UNSET if self.default is None else self.default,
+            minimum=UNSET if self.minimum is None else self.minimum,
+            maximum=UNSET if self.maximum is None else self.maximum,
+        )
 
     def take(self, value: object) -> bool | int | str | None:
         """The argument's value, or None when it is absent or of another type (mcp_server.cc DoToolCall)."""
@@ -74,12 +77,10 @@ class Tool:
     props: tuple[Prop, ...]
     run: Callable[[dict[str, Any]], Result]
 
-    def listing(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "properties": {p.name: p.schema() for p in self.props}}
+    def listing(self) -> mcp.Tool:
         required = [p.name for p in self.props if p.default is None]
-        if required:
-            schema["required"] = required
-        return {"name": self.name, "description": self.description, "inputSchema": schema}
+        schema = mcp.InputSchema(properties={p.name: p.schema() for p in self.props}, required=required or UNSET)
+        return mcp.Tool(name=self.name, description=self.description, inputSchema=schema)
 
 
 @dataclass(slots=True)
@@ -140,32 +141,26 @@ class EmulatedTools:
         self.state.lights[str(args["room"])] = bool(args["on"])
         return True
 
-    def handle(self, payload: object) -> dict[str, Any] | None:
+    def handle(self, payload: mcp.Payload) -> mcp.Result | mcp.Error | None:
         """The answer to a JSON-RPC request, or None where the firmware answers nothing (notifications,
-        a wrong ``jsonrpc``, no method, params that are not an object, an id that is not a number)."""
-        if not isinstance(payload, dict) or payload.get("jsonrpc") != "2.0":
+        a wrong ``jsonrpc``, params that are not an object, an id that is not a number, no JSON-RPC)."""
+        if not isinstance(payload, mcp.Request) or payload.jsonrpc != mcp.JSONRPC:
             return None
-        method, params, msg_id = payload.get("method"), payload.get("params"), payload.get("id")
-        if not isinstance(method, str) or method.startswith("notifications"):
+        if payload.method.startswith("notifications") or not isinstance(payload.id, int | float):
             return None
-        if params is not None and not isinstance(params, dict):
-            return None
-        if not isinstance(msg_id, int | float) or isinstance(msg_id, bool):
-            return None
-        number = int(msg_id)
-        if method == "initialize":
-            info = {"name": SERVER_NAME, "version": SERVER_VERSION}
-            return _result(
-                number, {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"tools": {}}, "serverInfo": info}
-            )
-        if method == "tools/list":
-            cursor = params.get("cursor") if isinstance(params, dict) else None
+        number, params = int(payload.id), payload.params
+        if payload.method == mcp.INITIALIZE:
+            info = mcp.Implementation(name=SERVER_NAME, version=SERVER_VERSION)
+            result = mcp.InitializeResult(protocolVersion=PROTOCOL_VERSION, capabilities={"tools": {}}, serverInfo=info)
+            return _result(number, result)
+        if payload.method == mcp.TOOLS_LIST:  # a cursor that is no string lists from the start, as the firmware
+            cursor = params.cursor if isinstance(params, mcp.ListParams) else UNSET
             return self._list(number, cursor if isinstance(cursor, str) else "")
-        if method == "tools/call":
+        if payload.method == mcp.TOOLS_CALL:
             return self._call(number, params)
-        return _error(number, f"Method not implemented: {method}")
+        return _error(number, f"Method not implemented: {payload.method}")
 
-    def _list(self, msg_id: int, cursor: str) -> dict[str, Any]:
+    def _list(self, msg_id: int, cursor: str) -> mcp.Result | mcp.Error:
         """Tools from the one named by ``cursor``, as many as fit the firmware's payload limit."""
         found, listed, next_cursor = not cursor, [], ""
         size = len('{"tools":[')
@@ -173,7 +168,7 @@ class EmulatedTools:
             found = found or tool.name == cursor
             if not found:
                 continue
-            entry = json.dumps(tool.listing(), ensure_ascii=False, separators=(",", ":")) + ","
+            entry = msgspec.json.encode(tool.listing()).decode("utf-8") + ","
             if size + len(entry) + 30 > MAX_LIST_PAYLOAD:
                 next_cursor = tool.name
                 break
@@ -181,32 +176,28 @@ class EmulatedTools:
             size += len(entry)
         if not listed and self.tools:  # the firmware's answer also when the cursor names no tool
             return _error(msg_id, f"Failed to add tool {next_cursor} because of payload size limit")
-        result: dict[str, Any] = {"tools": listed}
-        if next_cursor:
-            result["nextCursor"] = next_cursor
-        return _result(msg_id, result)
+        return _result(msg_id, mcp.ListResult(tools=listed, nextCursor=next_cursor or UNSET))
 
-    def _call(self, msg_id: int, params: object) -> dict[str, Any]:
-        if not isinstance(params, dict):
+    def _call(self, msg_id: int, params: object) -> mcp.Result | mcp.Error:
+        if isinstance(params, mcp.BadParams):  # the firmware's texts for what does not read
+            return _error(msg_id, "Invalid arguments" if params.field == "arguments" else "Missing name")
+        if not isinstance(params, mcp.CallParams):
             return _error(msg_id, "Missing params")
-        name, arguments = params.get("name"), params.get("arguments")
-        if not isinstance(name, str):
-            return _error(msg_id, "Missing name")
-        if arguments is not None and not isinstance(arguments, dict):
-            return _error(msg_id, "Invalid arguments")
-        tool = next((t for t in self.tools if t.name == name), None)
+        arguments = params.arguments
+        tool = next((t for t in self.tools if t.name == params.name), None)
         if tool is None:
-            return _error(msg_id, f"Unknown tool: {name}")
+            return _error(msg_id, f"Unknown tool: {params.name}")
         values: dict[str, Any] = {}
         try:
             for prop in tool.props:
-                value = prop.take(arguments.get(prop.name)) if isinstance(arguments, dict) else None
+                value = prop.take(arguments.get(prop.name)) if arguments is not None else None
                 if value is None and prop.default is None:
                     return _error(msg_id, f"Missing valid argument: {prop.name}")
                 values[prop.name] = prop.default if value is None else value
         except McpArgumentError as exc:
             return _error(msg_id, str(exc))
-        return _result(msg_id, {"content": [{"type": "text", "text": _text(tool.run(values))}], "isError": False})
+        content = [mcp.Content(type="text", text=_text(tool.run(values)))]
+        return _result(msg_id, mcp.CallResult(content=content, isError=False))
 
 
 def _text(value: Result) -> str:
@@ -220,9 +211,9 @@ def _text(value: Result) -> str:
     return value
 
 
-def _result(msg_id: int, result: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+def _result(msg_id: int, result: mcp.InitializeResult | mcp.ListResult | mcp.CallResult) -> mcp.Result:
+    return mcp.Result(id=msg_id, result=result)
 
 
-def _error(msg_id: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "error": {"message": message}}
+def _error(msg_id: int, message: str) -> mcp.Error:
+    return mcp.Error(id=msg_id, error=mcp.ErrorObject(message=message))

@@ -20,7 +20,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
+
 from pipeline.events import ToolFailed, ToolResult, ToolSpec
+from pipeline.transport.wire import mcp
 from pipeline.transport.wire.messages import Mcp
 
 __all__ = ["DeviceToolsClient", "McpError", "McpSettings", "llm_name"]
@@ -72,7 +76,7 @@ class DeviceToolsClient:
         self._originals: dict[str, str] = {}  # the LLM's name -> the device's
         self._tools: tuple[ToolSpec, ...] = ()  # once the last page has come
         self._cursors: set[str] = set()
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[int, asyncio.Future[mcp.Result | mcp.Error]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_call = FIRST_CALL_ID
         self.ready = asyncio.Event()  # the device's tool list is complete (or it will never be)
@@ -83,31 +87,31 @@ class DeviceToolsClient:
 
     async def start(self) -> None:
         """After a hello with ``features.mcp``: ``initialize``; its answer brings ``tools/list``."""
-        vision = {"url": self.settings.vision_url, "token": self.settings.vision_token}
-        params = {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {"roots": {"listChanged": True}, "sampling": {}, "vision": vision},
-            "clientInfo": {"name": "xiaozhi-lab", "version": "1.0.0"},  # the real server: XiaozhiClient
-        }
-        await self._rpc({"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize", "params": params})
+        vision = mcp.Vision(url=self.settings.vision_url, token=self.settings.vision_token)
+        params = mcp.InitializeParams(
+            protocolVersion=PROTOCOL_VERSION,
+            capabilities=mcp.ClientCapabilities(roots=mcp.Roots(listChanged=True), sampling={}, vision=vision),
+            clientInfo=mcp.Implementation(name="xiaozhi-lab", version="1.0.0"),  # the real server: XiaozhiClient
+        )
+        await self._rpc(mcp.Request(id=INITIALIZE_ID, method=mcp.INITIALIZE, params=params))
 
     def handle(self, message: Mcp) -> None:
         """One ``mcp`` message from the device: an answer to what we asked, or something we ignore."""
-        payload = message.payload
-        rid = payload.get("id") if isinstance(payload, dict) else None
-        if not isinstance(payload, dict) or not isinstance(rid, int) or isinstance(rid, bool):
+        answer = message.payload
+        if not isinstance(answer, mcp.Result | mcp.Error) or not isinstance(answer.id, int):
             return  # a request or notification from the device, or no JSON-RPC: the real server logs it
+        rid = answer.id
         if rid in self._pending:
             future = self._pending.pop(rid)
             if not future.done():
-                future.set_result(payload)
+                future.set_result(answer)
         elif rid == INITIALIZE_ID:
-            if "result" in payload:
+            if isinstance(answer, mcp.Result):
                 self._spawn(self._list_later())
             else:
-                self._give_up(f"initialize failed: {_error_text(payload)}")
+                self._give_up(f"initialize failed: {answer.error.message}")
         elif rid == TOOLS_LIST_ID:
-            self._listed(payload)
+            self._listed(answer)
 
     def tools(self) -> tuple[ToolSpec, ...]:
         """The device's tools as the LLM is offered them; none until the whole list has come."""
@@ -150,10 +154,10 @@ class DeviceToolsClient:
         answer = await self._call(rid, device_name, args)
         return ToolResult(device_name, _result_text(device_name, rid, answer), where=WHERE, call_id=str(rid))
 
-    async def _call(self, rid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    async def _call(self, rid: int, name: str, args: dict[str, Any]) -> mcp.Result | mcp.Error:
+        future: asyncio.Future[mcp.Result | mcp.Error] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        call = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}}
+        call = mcp.Request(id=rid, method=mcp.TOOLS_CALL, params=mcp.CallParams(name=name, arguments=args))
         timeout = self.settings.call_timeout_s
         try:
             try:
@@ -178,21 +182,19 @@ class DeviceToolsClient:
         await self._list()
 
     async def _list(self, cursor: str = "") -> None:
-        payload: dict[str, Any] = {"jsonrpc": "2.0", "id": TOOLS_LIST_ID, "method": "tools/list"}
-        if cursor:
-            payload["params"] = {"cursor": cursor}
-        await self._rpc(payload)
+        params = mcp.ListParams(cursor=cursor) if cursor else UNSET
+        await self._rpc(mcp.Request(id=TOOLS_LIST_ID, method=mcp.TOOLS_LIST, params=params))
 
-    def _listed(self, payload: dict[str, Any]) -> None:
-        result = payload.get("result")
-        if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
-            self._give_up(f"tools/list failed: {_error_text(payload)}")
+    def _listed(self, answer: mcp.Result | mcp.Error) -> None:
+        page = mcp.list_result(answer) if isinstance(answer, mcp.Result) else None
+        if not isinstance(page, mcp.ListResult):
+            self._give_up(f"tools/list failed: {_error_text(answer)}")
             return
-        for tool in result["tools"]:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool["name"]:
+        for tool in page.tools:
+            if tool.name:
                 self._add(tool)
-        cursor = result.get("nextCursor")
-        if isinstance(cursor, str) and cursor and cursor not in self._cursors:
+        cursor = page.nextCursor
+        if isinstance(cursor, str) and cursor not in self._cursors:
             self._cursors.add(cursor)
             self._spawn(self._list(cursor))
             return
@@ -201,21 +203,14 @@ class DeviceToolsClient:
         self._tools = tuple(self._renamed(spec) for spec in self._listing.values())
         self.ready.set()
 
-    def _add(self, tool: dict[str, Any]) -> None:
+    def _add(self, tool: mcp.Tool) -> None:
         """One listed tool, its schema cut to what the real server keeps (type, properties, required)."""
-        schema = _dict(tool.get("inputSchema"))
-        required = schema.get("required")
-        parameters = {
-            "type": schema.get("type", "object"),
-            "properties": schema.get("properties", {}),
-            "required": [r for r in required if isinstance(r, str)] if isinstance(required, list) else [],
-        }
-        name = llm_name(tool["name"])
-        self._originals[name] = tool["name"]
-        description = tool.get("description")
-        self._listing[name] = ToolSpec(
-            name, description if isinstance(description, str) else "", json.dumps(parameters, ensure_ascii=False)
-        )
+        schema = tool.inputSchema
+        required = schema.required if isinstance(schema.required, list) else []
+        parameters = mcp.InputSchema(type=schema.type, properties=schema.properties, required=required)
+        name = llm_name(tool.name)
+        self._originals[name] = tool.name
+        self._listing[name] = ToolSpec(name, tool.description, _json(parameters))
 
     def _renamed(self, spec: ToolSpec) -> ToolSpec:
         """A description that names other tools names them as the LLM is offered them (as the real server)."""
@@ -231,7 +226,7 @@ class DeviceToolsClient:
 
     # --- the link --------------------------------------------------------------
 
-    async def _rpc(self, payload: dict[str, Any]) -> None:
+    async def _rpc(self, payload: mcp.Request) -> None:
         await self._send(Mcp(payload=payload, session_id=self.session_id))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -246,28 +241,28 @@ class DeviceToolsClient:
                 self._give_up(f"the tool list could not be asked for: {task.exception()}")
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _json(value: object) -> str:
+    """JSON as ``json.dumps(..., ensure_ascii=False)`` writes it (what the LLM is shown)."""
+    return json.dumps(msgspec.to_builtins(value), ensure_ascii=False)
 
 
-def _error_text(payload: dict[str, Any]) -> str:
-    error = payload.get("error")
-    if isinstance(error, dict):
-        return str(error.get("message", error))
-    return f"an answer without a usable result: {json.dumps(payload, ensure_ascii=False)[:200]}"
+def _error_text(answer: mcp.Result | mcp.Error) -> str:
+    if isinstance(answer, mcp.Error):
+        return answer.error.message
+    return f"an answer without a usable result: {_json(answer.result)[:200]}"
 
 
-def _result_text(name: str, rid: int, answer: dict[str, Any]) -> str:
+def _result_text(name: str, rid: int, answer: mcp.Result | mcp.Error) -> str:
     """The text of a ``tools/call`` answer as mcp_handler.py takes it; an error answer is ``McpError``."""
-    result = answer.get("result")
-    failed = "error" in answer or (isinstance(result, dict) and result.get("isError") is True)
-    content = result.get("content") if isinstance(result, dict) else None
-    texts = (
-        [str(c["text"]) for c in content if isinstance(c, dict) and "text" in c] if isinstance(content, list) else []
-    )
-    if failed:
-        why = _error_text(answer) if "error" in answer else " ".join(texts) or "isError without a text"
+    if isinstance(answer, mcp.Error):
+        raise McpError(f"device tool {name!r} (id {rid}) failed: {answer.error.message}", WHERE, str(rid))
+    result = mcp.call_result(answer)
+    if isinstance(result, mcp.NotJsonRpc):  # as the real server, whatever else came is passed on whole
+        return _json(answer.result)
+    texts = [c.text for c in result.content if isinstance(c.text, str)]
+    if result.isError:
+        why = " ".join(texts) or "isError without a text"
         raise McpError(f"device tool {name!r} (id {rid}) failed: {why}", WHERE, str(rid))
     if texts:
         return texts[0]
-    return json.dumps(result, ensure_ascii=False)  # as the real server, whatever else came is passed on whole
+    return _json(answer.result)

@@ -20,6 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from pipeline.events import FRAME_MS, SAMPLE_RATE
+from pipeline.transport.wire import mcp
 from pipeline.transport.wire.errors import ProtocolError
 
 FRAME_DURATIONS = (20, 40, 60)  # uplink packet sizes a device may announce; the server re-frames to 60
@@ -108,9 +109,17 @@ class Abort(_Message, tag="abort", frozen=True):
 
 
 class Mcp(_Message, tag="mcp", frozen=True):
-    """Both ways: a JSON-RPC 2.0 ``payload`` of the device's MCP tools (the server asks, the device answers)."""
+    """Both ways: a JSON-RPC 2.0 ``payload`` of the device's MCP tools (the server asks, the device answers),
+    typed by ``wire.mcp`` when the message is decoded (``NotJsonRpc`` for a payload that is none)."""
 
-    payload: Any = None
+    payload: mcp.Payload = mcp.NotJsonRpc(reason="no payload")
+    session_id: str | None = None
+
+
+class _McpIn(_Message, tag="mcp", frozen=True):
+    """An ``mcp`` message as it arrives: its payload kept as JSON for ``wire.mcp.read``, typed in ``decode``."""
+
+    payload: msgspec.Raw = msgspec.Raw()
     session_id: str | None = None
 
 
@@ -160,6 +169,7 @@ class ServerError(_Message, tag="error", frozen=True):
 
 Message = Hello | Listen | Lab | Abort | Mcp | Goodbye | UdpTimeout | Stt | Llm | Tts | ServerError
 KNOWN_TYPES: Final = frozenset(str(cls.__struct_config__.tag) for cls in Message.__args__)
+_Incoming = Hello | Listen | Lab | Abort | _McpIn | Goodbye | UdpTimeout | Stt | Llm | Tts | ServerError
 
 
 class Other(msgspec.Struct, frozen=True):
@@ -187,7 +197,7 @@ class _Envelope(msgspec.Struct):
     state: Any = None
 
 
-_DECODE: Final = msgspec.json.Decoder(Message)
+_DECODE: Final = msgspec.json.Decoder(_Incoming)
 _ENVELOPE: Final = msgspec.json.Decoder(_Envelope)
 
 
@@ -199,7 +209,7 @@ def decode(data: str | bytes) -> Message | Other:
     """The message ``data`` holds; ``ProtocolError`` when it holds none (``NotAMessage``) or a known type
     does not read (see the module's rules)."""
     try:
-        return _DECODE.decode(data)
+        message = _DECODE.decode(data)
     except msgspec.ValidationError as exc:
         envelope = _envelope(data)
         if envelope.type in KNOWN_TYPES:
@@ -207,6 +217,9 @@ def decode(data: str | bytes) -> Message | Other:
         return Other(envelope.type, envelope.state if isinstance(envelope.state, str) else None)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
         raise NotAMessage(f"malformed JSON: {_short(exc)}") from None
+    if isinstance(message, _McpIn):  # the payload typed here, once: JSON-RPC has no tag a decoder could follow
+        return Mcp(payload=mcp.read(bytes(message.payload)), session_id=message.session_id)
+    return message
 
 
 def _envelope(data: str | bytes) -> _Envelope:
