@@ -22,7 +22,7 @@ ENTRY_POINTS = {
     "pipeline.capacity.__main__",
     "pipeline.acoustic.__main__",
     "pipeline.acoustic.run",  # `python -m pipeline.acoustic run`: its arguments, the sound devices, the measurement
-    "pipeline.cli",  # the entry points' shared helpers (OTLP from the environment, run ids, the replay's arguments)
+    "pipeline.cli",  # the entry points' shared helpers (run ids, the model cache, quiet native telemetry, saying)
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
@@ -88,7 +88,7 @@ ENTRY_MAY_USE = {
     # run: the interleaving conductor (run.interleave); plan: each condition's run as the replay's command line
     "pipeline.experiment": {"analysis", "run", "plan"},
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
-    "pipeline.cli": {"settings", "tracing", "analysis", "transport.device", "transport.wire"},  # the choices only
+    "pipeline.cli": {"settings"},  # the default model cache
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis"},
     "pipeline.capacity.__main__": {"capacity", "entry"},  # entry: pipeline.cli's quiet_native_telemetry
     "pipeline.acoustic.__main__": {"acoustic", "settings", "records"},
@@ -104,6 +104,7 @@ ENTRY_MAY_USE = {
     "pipeline.replay": {
         *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),
         *("offline", "transport.device", "entry", "plan", "records"),
+        "transport.wire",  # its options' choices: the listen modes and the Opus encoder presets
     },
     "pipeline.serve": {
         "contract",

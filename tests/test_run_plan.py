@@ -11,10 +11,9 @@ import pytest
 
 from pipeline.capacity.profile import load_profile
 from pipeline.capacity.ramp import Target, step_plan
-from pipeline.cli import parse_replay_args
 from pipeline.plan.command_line import replay_argv
 from pipeline.plan.run_plan import DeviceOptions, RunPlan
-from pipeline.replay import plan_of
+from pipeline.replay import parse_args, plan_of
 from pipeline.settings.config import ConfigError
 from pipeline.sweep.plan import Point
 from pipeline.sweep.runner import RunOptions, point_plan
@@ -26,7 +25,7 @@ SIMULATOR = ROOT / "configs" / "simulator.toml"
 
 def parsed(plan: RunPlan) -> RunPlan:
     """The plan the replay makes of ``plan`` written as its command line."""
-    args = parse_replay_args(replay_argv(plan))
+    args = parse_args(replay_argv(plan))
     return plan_of(args, args.run_id)
 
 
