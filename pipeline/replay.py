@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.sink import RowSink
+from pipeline.analysis.row_sink import RowSink
 from pipeline.analysis.summary import summary_table
 from pipeline.cli import new_run_id, quiet_native_telemetry, say_nothing, say_on_stderr
 from pipeline.clock import run_on_clock
@@ -30,8 +30,8 @@ from pipeline.plan.run_plan import DeviceOptions, RunPlan
 from pipeline.records.bench_csv import BenchCsvError
 from pipeline.run.assembly import SetupError
 from pipeline.run.gate import GateClosed
+from pipeline.run.ray_workers import WorkerSpec, run_on_ray
 from pipeline.run.session import Run, run_session
-from pipeline.run.workers import WorkerSpec, run_on_ray
 from pipeline.settings.config import ConfigError, choices
 from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import ModelError

@@ -21,8 +21,7 @@ from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.path.critical import critical_path, path_row
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.traces import trace_files
-from pipeline.analysis.whatif import (
+from pipeline.analysis.retiming import (
     Change,
     Graphs,
     Prediction,
@@ -35,6 +34,7 @@ from pipeline.analysis.whatif import (
     read_graphs,
     same_questions,
 )
+from pipeline.analysis.traces import trace_files
 from pipeline.records.path import SEGMENTS, paths_csv
 
 LABEL = "predicted from measured traces, not measured"

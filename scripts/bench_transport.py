@@ -37,7 +37,7 @@ from labtools.transport_skews import SkewArgs, skews
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.events import FRAME_BYTES, FRAME_MS, AudioFrame
 from pipeline.run.assembly import Engines, build_stages, load_engines
-from pipeline.run.device import Ask, speech_end_ms
+from pipeline.run.device_side import Ask, speech_end_ms
 from pipeline.run.turn import ServerStages, run_turn
 from pipeline.settings.audio import load_audio
 from pipeline.settings.config import Config, load_config

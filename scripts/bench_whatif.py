@@ -56,8 +56,7 @@ from pipeline.analysis.bootstrap import Interval, quantile_interval
 from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.path.critical import critical_path
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.traces import trace_files
-from pipeline.analysis.whatif import (
+from pipeline.analysis.retiming import (
     WhatIfError,
     carries_neighbours,
     partners,
@@ -65,6 +64,7 @@ from pipeline.analysis.whatif import (
     read_graphs,
     swapped,
 )
+from pipeline.analysis.traces import trace_files
 from pipeline.endpoints.cloud.answers import tokens_of
 from pipeline.endpoints.link.profiles import PROFILES
 from pipeline.records.path import SEGMENTS

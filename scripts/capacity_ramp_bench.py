@@ -45,10 +45,10 @@ from pathlib import Path
 from labtools.git_worktree import checkout_at
 from labtools.pyspy_top import summarise, top_lines
 from labtools.report_bench.machine import load_text
-from pipeline.capacity.plan import Plan
+from pipeline.capacity.ramp_plan import Plan
 from pipeline.capacity.verdict import baseline_p90
-from pipeline.interop.processes import InteropError, Processes, free_ports
-from pipeline.interop.ramp import RampSettings, RampTarget, ramp_argv
+from pipeline.interop.process_group import InteropError, Processes, free_ports
+from pipeline.interop.server_ramps import RampSettings, RampTarget, ramp_argv
 from pipeline.records.capacity import Capacity, CapacityFileError, Step, read
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -81,10 +81,10 @@ class Fleet:
 def serve_process(argv: list[str], out: Any, commands: Any) -> None:
     """``pipeline.serve`` with a loop-lateness probe and the askers' uplink lateness, answered on request."""
     from pipeline import serve
-    from pipeline.analysis.sink import RowSink
+    from pipeline.analysis.row_sink import RowSink
     from pipeline.cli import new_run_id, say_nothing
     from pipeline.clock import run_on_clock
-    from pipeline.run.served import ServedRequest, ServedTurns
+    from pipeline.run.server_run import ServedRequest, ServedTurns
     from pipeline.run.session import attach_scheduler
     from pipeline.tracing.export import Tracing
     from pipeline.tracing.timeline import TurnTimeline

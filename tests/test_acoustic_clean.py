@@ -17,7 +17,7 @@ from pipeline.acoustic.questions import load_questions
 from pipeline.events import FRAME_MS
 from pipeline.records.acoustic import COLUMNS, read_rows, write_rows
 from pipeline.run.assembly import Engines, build_vad
-from pipeline.run.device import speech_end_ms
+from pipeline.run.device_side import speech_end_ms
 from pipeline.settings.audio import load_audio
 from pipeline.settings.fixtures import load_questions as load_fixtures
 from tests.acoustic_synth import ENERGY, FIXTURES, Built, build, fixture_questions, of_language

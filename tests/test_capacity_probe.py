@@ -17,7 +17,7 @@ from pipeline.capacity.probe import (
     tree_cpu_seconds,
 )
 from pipeline.clock import RealClock, run_on_clock
-from pipeline.endpoints.load import tree_pids
+from pipeline.endpoints.machine_load import tree_pids
 
 
 def fake_proc(

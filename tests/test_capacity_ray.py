@@ -26,8 +26,8 @@ from pipeline.capacity.ramp import Ramp, Target
 from pipeline.capacity.users import Users, Window
 from pipeline.capacity.workers import RayFleet, ShareWorker, Tally
 from pipeline.records.capacity import Capacity
+from pipeline.run.ray_workers import WORKER_LOST
 from pipeline.run.session import TraceSink
-from pipeline.run.workers import WORKER_LOST
 from pipeline.tracing.export import Tracing
 from pipeline.transport.device.pacer import send_lateness
 from tests.test_capacity_e2e import FIXTURES, SIMULATOR, start_server

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.capacity import verdict
-from pipeline.capacity.plan import Plan
 from pipeline.capacity.profile import LoadProfile
+from pipeline.capacity.ramp_plan import Plan
 from pipeline.records.capacity import Capacity, Step, write
 from pipeline.report.build import build
 from pipeline.report.load import load_paths

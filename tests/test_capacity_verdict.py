@@ -8,7 +8,7 @@ import pytest
 from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.columns import TurnRow
 from pipeline.capacity import verdict
-from pipeline.capacity.plan import Plan, PlanError, parse_duration, parse_margin, parse_steps
+from pipeline.capacity.ramp_plan import Plan, PlanError, parse_duration, parse_margin, parse_steps
 from pipeline.capacity.verdict import Figures, failure_kind, figures, judge, knee
 from pipeline.records.capacity import Quantiles, Step
 

@@ -15,13 +15,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pipeline.analysis.path.build import graph_of
 from pipeline.analysis.path.critical import critical_path, path_row
 from pipeline.analysis.path.graph import PathError, TurnGraph
-from pipeline.analysis.rows import turn_row
-from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
-from pipeline.analysis.turns import TurnSpans, group_turns
-from pipeline.analysis.whatif import (
+from pipeline.analysis.path.graph_of import graph_of
+from pipeline.analysis.retiming import (
     NEIGHBOURS,
     SETTABLE,
     SWAPPED,
@@ -33,6 +30,9 @@ from pipeline.analysis.whatif import (
     read_graphs,
     swapped,
 )
+from pipeline.analysis.rows import turn_row
+from pipeline.analysis.traces import ReadProblems, read_trace_file, spans_from_traces_data
+from pipeline.analysis.turns import TurnSpans, group_turns
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import FRAME_MS, LatencyProfile
 from pipeline.fleet.scheduled import ScheduledBackend

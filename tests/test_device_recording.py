@@ -27,7 +27,7 @@ from pipeline.analysis.recording_marks import (
 from pipeline.analysis.traces import ReadSpan, spans_from_traces_data
 from pipeline.clock import VIRTUAL_EPOCH_NS, VirtualClock, run_on_clock
 from pipeline.events import FRAME_SAMPLES, AudioFrame, AudioOut
-from pipeline.run.device import Ask, close
+from pipeline.run.device_side import Ask, close
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline

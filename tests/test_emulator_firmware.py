@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from pipeline.clock import RealClock
 from pipeline.events import AudioFrame
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.microphone import NOISE_FLOOR_DBFS, NoiseFloor

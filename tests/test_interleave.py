@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.bootstrap import Interval
-from pipeline.analysis.sink import RowSink
+from pipeline.analysis.row_sink import RowSink
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import Event, SpeechEnd, Transcript
 from pipeline.plan.prepare import make_run, prepare

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.interop.capacity_mode import fixtures_without
-from pipeline.interop.processes import InteropError
-from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
+from pipeline.interop.process_group import InteropError
 from pipeline.interop.ramp_table import SHOWN, ramp_markdown, step_table
+from pipeline.interop.server_ramps import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
 from pipeline.records.capacity import STEP_COLUMNS, Capacity, Quantiles, Step, write
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,11 +24,11 @@ from aiohttp import web
 
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import Clock, RealClock
+from pipeline.endpoints.cloud.chat_server import EmulatedCloud
 from pipeline.endpoints.cloud.compute import ComputeProfile
-from pipeline.endpoints.cloud.server import EmulatedCloud
 from pipeline.endpoints.speech import SpeechServices, SpeechStages
 from pipeline.endpoints.speech.relay import EV_CHUNK, LlmRelay
-from pipeline.endpoints.speech.served import Role
+from pipeline.endpoints.speech.speech_stages import Role
 from pipeline.settings.config import AsrConfig, TtsConfig
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.endpoints.load import LoadProbe
+from pipeline.endpoints.machine_load import LoadProbe
 from pipeline.replay import main
 from pipeline.report.build import build
 from pipeline.report.load import load_paths

@@ -19,7 +19,7 @@ import aiomqtt
 import pytest
 
 from pipeline.clock import RealClock
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
 from pipeline.transport.device.mqtt_udp_link import MqttUdpLink
 from pipeline.transport.device.settings import LinkSettings, stable_client_id

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.offline.run import TRACED
+from pipeline.offline.isolated_run import TRACED
 from pipeline.offline.verdict import NATIVE, STARTUP, Attempt, parse_strace, verdict
 
 DATA = Path(__file__).resolve().parent / "data" / "offline"

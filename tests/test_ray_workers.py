@@ -15,8 +15,8 @@ import pytest
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
 from pipeline.replay import main
-from pipeline.run.device import Ask
-from pipeline.run.workers import WORKER_LOST, WorkerSpec, run_on_ray, shares
+from pipeline.run.device_side import Ask
+from pipeline.run.ray_workers import WORKER_LOST, WorkerSpec, run_on_ray, shares
 from pipeline.settings.config import load_config
 from pipeline.settings.fixtures import load_questions
 from pipeline.tracing.export import Tracing

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.analysis.path.critical import path_row
+from pipeline.analysis.retiming import read_graphs
 from pipeline.analysis.traces import trace_files
-from pipeline.analysis.whatif import read_graphs
 from pipeline.records.acoustic import COLUMNS as ACOUSTIC_COLUMNS
 from pipeline.records.acoustic import AcousticRow, failed_row, read_rows, write_rows
 from pipeline.records.capacity import (

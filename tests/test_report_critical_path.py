@@ -12,7 +12,7 @@ import pytest
 from pipeline.analysis.numbers import median
 from pipeline.analysis.path.critical import critical_path
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.whatif import WhatIfError, parse_change, partners, predict, read_graphs
+from pipeline.analysis.retiming import WhatIfError, parse_change, partners, predict, read_graphs
 from pipeline.records.path import SEGMENTS
 from pipeline.report.build import build
 from pipeline.report.document import Document, Figure, Heading, Paragraph, Table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.analysis.columns import TurnRow
-from pipeline.analysis.sink import progress_line
+from pipeline.analysis.row_sink import progress_line
 
 
 def test_a_device_turn_says_where_its_whole_turn_is_measured() -> None:

@@ -15,7 +15,7 @@ from pipeline.plan.command_line import replay_argv
 from pipeline.plan.run_plan import DeviceOptions, RunPlan
 from pipeline.replay import parse_args, plan_of
 from pipeline.settings.config import ConfigError
-from pipeline.sweep.plan import Point
+from pipeline.sweep.points import Point
 from pipeline.sweep.runner import RunOptions, point_plan
 
 ROOT = Path(__file__).resolve().parent.parent

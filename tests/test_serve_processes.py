@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.capacity.__main__ import main
-from pipeline.endpoints.load import PROC, tree_pids
+from pipeline.endpoints.machine_load import PROC, tree_pids
 from pipeline.records.capacity import read
 from pipeline.transport.server.processes import parse_process, process_argv, refusal
 

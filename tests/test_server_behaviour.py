@@ -262,7 +262,7 @@ def test_a_turn_that_told_the_device_nothing_ends_with_nothing_not_a_tts_stop() 
 def test_a_turns_scripted_draws_are_its_questions_not_the_count_of_listeners_built_before_it() -> None:
     """Continuous listening builds a listener after every end-point; the scripted stages' seeded jitter must not
     move with how many were built (it moved the skews bench's medians by 29 and 82 ms, the same profiles)."""
-    from pipeline.run.served import ServedTurns
+    from pipeline.run.server_run import ServedTurns
 
     turns = ServedTurns.__new__(ServedTurns)
     turns.count = 0

@@ -127,7 +127,7 @@ def test_a_datagram_from_anyone_but_the_sessions_peer_does_not_take_its_downlink
 @pytest.mark.transport
 def test_a_forged_datagram_mid_turn_leaves_the_device_its_turn_and_its_answer() -> None:
     """The same attack against the MQTT front end over loopback, while the emulator asks a question."""
-    from pipeline.run.device import Ask
+    from pipeline.run.device_side import Ask
     from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
     from tests.test_transport_ws import SPEECH_END_MS, clip
 

@@ -28,7 +28,7 @@ from aiohttp import web
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.speech import SPEECH, TRANSCRIPTIONS, SpeechServices, SpeechStages
-from pipeline.endpoints.speech.served import Role
+from pipeline.endpoints.speech.speech_stages import Role
 from pipeline.events import (
     FRAME_BYTES,
     FRAME_SAMPLES,

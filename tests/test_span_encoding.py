@@ -26,7 +26,7 @@ from pipeline.events import StageInfo
 from pipeline.tracing import names
 from pipeline.tracing import timeline as tl
 from pipeline.tracing.export import Tracing
-from pipeline.tracing.requests import RequestTiming
+from pipeline.tracing.service_spans import RequestTiming
 
 REMOTE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 S = 1_767_225_600_000_000_000

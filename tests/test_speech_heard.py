@@ -18,7 +18,7 @@ import soundfile
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.speech import TRANSCRIPTIONS, SpeechServices
-from pipeline.endpoints.speech.heard import FixtureEars
+from pipeline.endpoints.speech.question_match import FixtureEars
 from pipeline.settings.audio import load_audio
 from pipeline.settings.fixtures import load_questions
 from pipeline.tracing import names

@@ -31,7 +31,7 @@ from pipeline.report.sweeps import read_sweeps
 from pipeline.settings.config import Config, LlmConfig, load_config
 from pipeline.settings.models import REGISTRY
 from pipeline.sweep.__main__ import main, run_sweep
-from pipeline.sweep.plan import Plan, Point, make_plan, parse_vary, slug, toml_text
+from pipeline.sweep.points import Plan, Point, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import SweepRecord, new_record, save
 from pipeline.sweep.runner import RunOptions
 from pipeline.sweep.variables import MODEL_SIZES, SweepError, get_variable, overrides, warnings

@@ -19,7 +19,7 @@ from websockets.protocol import State
 
 from pipeline import serve
 from pipeline.clock import RealClock
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.settings.fixtures import Question, QuestionSet
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.websocket_link import WebSocketLink

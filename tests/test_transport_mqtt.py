@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.link.profiles import NetProfile
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.mqtt_udp_link import MqttUdpLink

@@ -22,7 +22,7 @@ from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.events import AudioFrame
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline

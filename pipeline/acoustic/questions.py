@@ -2,7 +2,7 @@
 
 A question's audio is its fixture file read as a replay reads it (``pipeline.settings.audio``: 16 kHz mono,
 padded to whole 60 ms frames), because that is what the emulator's microphone channel holds and what a
-speaker in a room plays. Its end of speech is the lab's own definition (``pipeline.run.device.speech_end_ms``:
+speaker in a room plays. Its end of speech is the lab's own definition (``pipeline.run.device_side.speech_end_ms``:
 the run's VAD over the clip, built from the run's configuration as the replay builds it), so the acoustic
 figures and the trace figures start their silence at the same moment. A clip whose VAD finds no end ends
 its speech at the clip's end, as the emulated device does.
@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline.events import FRAME_MS, SAMPLE_RATE, AudioFrame
 from pipeline.run.assembly import Engines, build_vad, load_engines
-from pipeline.run.device import speech_end_ms
+from pipeline.run.device_side import speech_end_ms
 from pipeline.settings.audio import BadAudio, load_audio
 from pipeline.settings.config import Config
 from pipeline.settings.fixtures import Question as Fixture

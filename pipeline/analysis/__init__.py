@@ -5,20 +5,20 @@ Modules, in the order data flows through them:
 
 - ``traces``: trace files (OTLP JSON lines) or a decoded line -> what was read (``ReadSpan``).
 - ``turns``: spans -> turns (a turn span and its children), a device's turn joined to its server's.
-- ``rows``: one turn -> its row; ``wire``: the split of a device's first sound (and the device's buffer,
+- ``rows``: one turn -> its row; ``wire_segment``: the split of a device's first sound (and the device's buffer,
   derived once); ``textmetrics``: ASR error rate, answer keywords.
 - ``facts``: turns -> each turn's facts (its row and what the report keeps beside it; on request its
   dependency graph).
 - ``read``: the one way in: ``read_traces`` (trace files -> every turn's facts, read by a forked
   process per core for a large read, ``parallel``), ``rows_from_spans`` for spans in memory, a turn's
   spans read again from its lines, ``read_spans`` for spans that are no turn's.
-- ``sink``: a run's rows written to bench.csv as each turn finishes. (``columns`` and ``bench_csv`` only
+- ``row_sink``: a run's rows written to bench.csv as each turn finishes. (``columns`` and ``bench_csv`` only
   re-export the turn record's names, ``pipeline.records.turn`` and ``pipeline.records.bench_csv``, for the
   modules that still import them from here.)
 - ``numbers``, ``stats``, ``summary``, ``bootstrap``: the one quantile, "measured turn" and ns -> ms,
   statistics, the end-of-run table, bootstrap intervals (M8); ``shared_stages``: a stage two runs share,
   run against run, and the machine's speed followed over interleaved runs (M15).
-- ``path/``: a turn's dependency graph, its critical paths and its paths.csv row (``PathRow``); ``whatif``:
+- ``path/``: a turn's dependency graph, its critical paths and its paths.csv row (``PathRow``); ``retiming``:
   the graph re-timed with a change, ``read_graphs`` for ``pipeline.whatif``.
 - ``server_segments``: a real server's segments of first sound (``SegmentRow``, segments.csv).
 - ``crossing``: centralised against distributed (M21 (3)): the crossing of a shared LLM's silence curve

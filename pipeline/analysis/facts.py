@@ -19,8 +19,8 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from pipeline.analysis.numbers import measured_ok
-from pipeline.analysis.path.build import graph_of
 from pipeline.analysis.path.graph import PathError, TurnGraph
+from pipeline.analysis.path.graph_of import graph_of
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans, servers_of

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 from pipeline.analysis import parallel
 from pipeline.analysis.facts import PLAIN, LineRef, Making, TurnFacts, facts_of
 from pipeline.analysis.parallel import Piece, ShareResult
-from pipeline.analysis.path.build import graph_if_any
 from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.path.graph_of import graph_if_any
 from pipeline.analysis.traces import (
     ReadProblems,
     ReadSpan,

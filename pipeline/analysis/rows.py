@@ -15,7 +15,7 @@ from pipeline.analysis import textmetrics
 from pipeline.analysis.numbers import median, ms
 from pipeline.analysis.traces import AttrValue, ReadSpan
 from pipeline.analysis.turns import TurnSpans
-from pipeline.analysis.wire import wire_split
+from pipeline.analysis.wire_segment import wire_split
 from pipeline.records.turn import TurnRow
 from pipeline.tracing import names
 

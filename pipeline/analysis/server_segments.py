@@ -44,7 +44,7 @@ from pipeline.analysis.numbers import median, ms, quantile
 from pipeline.analysis.read import read_spans, read_traces, reread_turn
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
-from pipeline.analysis.wire import device_buffer_ms
+from pipeline.analysis.wire_segment import device_buffer_ms
 from pipeline.records.segment import MEASURED, SUMMARIZED, SegmentRow
 from pipeline.tracing import names
 

@@ -2,7 +2,7 @@
 
 ``python -m pipeline.capacity FIXTURES --server URL --steps 1,2,5 --hold 60s --out DIR`` (``__main__``).
 
-- ``plan``: the ramp's steps, hold and margin (what "holds" means), parsed and checked.
+- ``ramp_plan``: the ramp's steps, hold and margin (what "holds" means), parsed and checked.
 - ``profile``: what the emulated users do (the ``[load]`` table): listen mode, think time, sessions, arrivals.
 - ``users``: one step's devices asking questions until the hold is over, traced as every run's turns.
 - ``ramp``: step after step, each a replay run of its own, read back, judged and written.

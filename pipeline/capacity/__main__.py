@@ -19,7 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.capacity.plan import (
+from pipeline.capacity.probe import ProbeError, check_pid
+from pipeline.capacity.profile import ProfileError, load_profile
+from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
+from pipeline.capacity.ramp_plan import (
     DEFAULT_MARGIN_FLOOR_MS,
     DEFAULT_MARGIN_PCT,
     DEFAULT_MIN_TURNS,
@@ -30,9 +33,6 @@ from pipeline.capacity.plan import (
     parse_margin,
     parse_steps,
 )
-from pipeline.capacity.probe import ProbeError, check_pid
-from pipeline.capacity.profile import ProfileError, load_profile
-from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
 from pipeline.capacity.workers import on_ray
 from pipeline.cli import quiet_native_telemetry
 

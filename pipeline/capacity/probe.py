@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from pipeline.endpoints.load import PROC, tree_pids, tree_ticks
+from pipeline.endpoints.machine_load import PROC, tree_pids, tree_ticks
 
 PERIOD_S = 0.5
 

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.analysis.read import read_traces
-from pipeline.analysis.sink import RowSink
+from pipeline.analysis.row_sink import RowSink
 from pipeline.analysis.traces import trace_files
 from pipeline.capacity import verdict
-from pipeline.capacity.plan import Plan
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile, ProfileError
+from pipeline.capacity.ramp_plan import Plan
 from pipeline.capacity.users import Users
 from pipeline.clock import run_on_clock
 from pipeline.plan.prepare import Prepared, make_run, prepare

@@ -20,7 +20,7 @@ from pipeline.capacity.verdict import REFUSED
 from pipeline.clock import Clock
 from pipeline.fleet.arrivals import rotated, start_offsets_ms
 from pipeline.run.assembly import build_vad
-from pipeline.run.device import Ask, speech_end_ms
+from pipeline.run.device_side import Ask, speech_end_ms
 from pipeline.run.session import RemoteTurns, Run, TraceSink, session_attributes, turn_attributes
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
 from pipeline.settings.fixtures import Question

@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.analysis.bootstrap import difference_interval, quantile_interval
 from pipeline.analysis.numbers import quantile
-from pipeline.capacity.plan import Plan
+from pipeline.capacity.ramp_plan import Plan
 from pipeline.records.capacity import FAILURE_KINDS, Quantiles, Step
 from pipeline.records.turn import TurnRow
 

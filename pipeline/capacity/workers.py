@@ -1,6 +1,6 @@
 """A capacity step's devices spread over Ray workers (``--workers W``), when one process cannot hold the fleet.
 
-Device ``i`` of a step runs on worker ``i mod W`` (``pipeline.run.workers.shares``), as ``Users`` with the
+Device ``i`` of a step runs on worker ``i mod W`` (``pipeline.run.ray_workers.shares``), as ``Users`` with the
 step's profile, arrival offsets and question orders exactly as a one-process step gives them: each worker
 prepares the step as the ramp does (``prepare_step``, into a folder of its own) and runs only its share.
 
@@ -12,7 +12,7 @@ last arrival once the whole fleet's measured turns (drained so far) reach ``min_
 for each device to start a turn; a one-process step checks its window the same way, only sooner).
 
 Every ``DRAIN_S`` the driver drains each worker's finished trace lines into the step's one trace file and
-bench.csv (``pipeline.run.workers.hand_over``) and its paced sends' lateness values (each worker's event
+bench.csv (``pipeline.run.ray_workers.hand_over``) and its paced sends' lateness values (each worker's event
 loop keeps its own record), pooled so the step's generator lateness P99 covers the whole fleet. A worker
 that dies is said once; each of its devices gets one failed turn (``worker_lost``), the turn it was in
 (METHOD M7): a step of open-ended asking has no list of turns it would have finished. The step then has
@@ -35,16 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.capacity.plan import Plan
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile
 from pipeline.capacity.ramp import RampError, Say, Target, prepare_step
+from pipeline.capacity.ramp_plan import Plan
 from pipeline.capacity.users import Users, Window
 from pipeline.clock import run_on_clock
 from pipeline.fleet.arrivals import rotated
 from pipeline.plan.prepare import make_run
+from pipeline.run.ray_workers import DRAIN_S, hand_over, lost_turn, ray_started, reason, shares, take_all
 from pipeline.run.session import Run, TraceSink
-from pipeline.run.workers import DRAIN_S, hand_over, lost_turn, ray_started, reason, shares, take_all
 from pipeline.tracing import names
 from pipeline.tracing.export import SERVICE, Tracing
 from pipeline.transport.device.pacer import SendLateness, send_lateness

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.processes import InteropError
+from pipeline.interop.process_group import InteropError
 
 
 @dataclass(frozen=True, slots=True)

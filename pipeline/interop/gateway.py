@@ -19,7 +19,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.processes import InteropError, Processes, StartedProcess
+from pipeline.interop.process_group import InteropError, Processes, StartedProcess
 
 
 @dataclass(frozen=True, slots=True)

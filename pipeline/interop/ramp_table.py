@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.interop.ramp import Ramp, cpu_cells
+from pipeline.interop.server_ramps import Ramp, cpu_cells
 from pipeline.records.capacity import CapacityFileError, StepRow, read_steps
 
 METERED = ("server", "gateway", "services", "cloud")

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.processes import InteropError, Processes, StartedProcess
+from pipeline.interop.process_group import InteropError, Processes, StartedProcess
 
 # what app.py and the selected providers import (the checkout's pin is used where it has one)
 PACKAGES = (

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.offline.run import missing_tools, run_offline
+from pipeline.offline.isolated_run import missing_tools, run_offline
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

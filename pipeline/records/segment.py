@@ -4,7 +4,7 @@ turn (``SegmentRow``), with segments.csv's one writer and its one reader.
 ``SegmentRow`` declares the file's columns once, as ``turn.TurnRow`` declares bench.csv's: the header
 (``SEGMENT_COLUMNS``, after the run's label), the summary's columns and the docs' table of them
 (``segments_table``) are generated from it. The rows are computed from spans by
-``pipeline.analysis.server_segments``; the interop runs write them (``pipeline.interop.compare``).
+``pipeline.analysis.server_segments``; the interop runs write them (``pipeline.interop.side_by_side``).
 """
 
 from __future__ import annotations

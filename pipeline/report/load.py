@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.facts import TurnFacts, facts_of, facts_of_rows, queue_places
-from pipeline.analysis.path.build import graph_if_any
 from pipeline.analysis.path.graph import TurnGraph
+from pipeline.analysis.path.graph_of import graph_if_any
 from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_graph, reread_turn
 from pipeline.analysis.traces import ReadProblems, ReadSpan, trace_files
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.endpoints.load import machine_ticks
+from pipeline.endpoints.machine_load import machine_ticks
 from pipeline.tracing.timeline import StageCpu
 
 PROC_STAT = Path("/proc/stat")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from pipeline.endpoints.load import PROC, tree_ticks
+from pipeline.endpoints.machine_load import PROC, tree_ticks
 from pipeline.run.gate import DONE, GO, READY, interleaved
 
 GATE_FLAG = "--turn-gate"

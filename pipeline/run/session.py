@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.clock import Clock
-from pipeline.endpoints.load import LoadProbe, TurnLoad
+from pipeline.endpoints.machine_load import LoadProbe, TurnLoad
 from pipeline.endpoints.thermometer import Thermometer
 from pipeline.fleet.arrivals import rotated, start_offsets_ms
 from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduler import BACKGROUND, Scheduler
 from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
 from pipeline.run.cpu import CpuMeter
-from pipeline.run.device import Ask, speech_end_ms
+from pipeline.run.device_side import Ask, speech_end_ms
 from pipeline.run.gate import OPEN, TurnGate
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pipeline.clock import Clock
 from pipeline.events import AudioFrame, Event, Stage, TurnEnd
 from pipeline.run.cpu import CpuMeter
-from pipeline.run.device import InProcessLink, Link, Player, ServerSide, close, drain, stream_audio
+from pipeline.run.device_side import InProcessLink, Link, Player, ServerSide, close, drain, stream_audio
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import TurnTimeline
 

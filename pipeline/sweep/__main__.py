@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipeline.analysis.bench_csv import bench_run_ids
 from pipeline.settings.config import ConfigError, load_config
-from pipeline.sweep.plan import Plan, Point, make_plan, parse_vary, slug, toml_text
+from pipeline.sweep.points import Plan, Point, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import FAILED, OK, PointRecord, SweepRecord, new_record, save
 from pipeline.sweep.runner import RunOptions, point_plan, run_point
 from pipeline.sweep.variables import VARIABLES, SweepError, warnings

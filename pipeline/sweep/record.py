@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.sweep_file import FILE, FORMAT, recorded_sweeps
-from pipeline.sweep.plan import Plan
+from pipeline.sweep.points import Plan
 
 PENDING, OK, FAILED = "pending", "ok", "failed"
 

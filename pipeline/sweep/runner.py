@@ -22,7 +22,7 @@ from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
 from pipeline.plan.command_line import replay_argv
 from pipeline.plan.run_plan import RunPlan
-from pipeline.sweep.plan import OFFLINE, Point
+from pipeline.sweep.points import OFFLINE, Point
 from pipeline.sweep.record import FAILED, OK, PointRecord
 
 # pipeline.offline's exit statuses for a run that did run: 3 = something reached out, 4 = check incomplete

@@ -22,8 +22,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from pipeline.tracing import names
 from pipeline.tracing.otlp_json import dumps_line, encode_line, traces_data
 from pipeline.tracing.records import Attributes, SpanIds, SpanRecord
-from pipeline.tracing.requests import RequestTiming, build_request_span, remote_parent
 from pipeline.tracing.sdk_spans import readable_span, within_limits
+from pipeline.tracing.service_spans import RequestTiming, build_request_span, remote_parent
 from pipeline.tracing.spans import build_job_spans, build_turn_spans
 from pipeline.tracing.timeline import JobTimeline, TurnTimeline
 

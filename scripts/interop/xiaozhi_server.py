@@ -43,11 +43,11 @@ from pipeline.endpoints.llama_server import LlamaServer, ServerError
 from pipeline.interop import gateway as real_gateway
 from pipeline.interop import real_server
 from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without
-from pipeline.interop.compare import RunResult, markdown
 from pipeline.interop.lab_server import lab_config
-from pipeline.interop.processes import InteropError, Processes, StartedProcess, free_ports
-from pipeline.interop.ramp import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv
+from pipeline.interop.process_group import InteropError, Processes, StartedProcess, free_ports
 from pipeline.interop.ramp_table import ramp_markdown
+from pipeline.interop.server_ramps import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv
+from pipeline.interop.side_by_side import RunResult, markdown
 from pipeline.records.segment import write_segments
 from pipeline.settings.models import ModelError, default_cache, resolve
 

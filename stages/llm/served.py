@@ -1,7 +1,7 @@
 """LLMs behind an OpenAI-compatible endpoint that the run starts and opens.
 
 ``server`` is llama.cpp's own ``llama-server`` as a local process, on llama.cpp's settings and its
-``parallel`` slots (``stages.llm.llama.settings``); ``openai`` is a cloud endpoint (or the emulated cloud). Either
+``parallel`` slots (``stages.llm.llama.llama_settings``); ``openai`` is a cloud endpoint (or the emulated cloud). Either
 way the stage talks to it through the OpenAI-compatible client (``stages.llm.openai``), which this
 module opens, once per run, on the endpoint the run started (``Served``: where it is, and the
 client's settings from ``[cloud]``); starting the endpoint belongs to the run.
@@ -16,7 +16,7 @@ from typing import Any
 
 from stages.llm.backend import ChatBackend
 from stages.llm.llama.engine import check_chat_model
-from stages.llm.llama.settings import LlamaServerSettings, LlamaSettings
+from stages.llm.llama.llama_settings import LlamaServerSettings, LlamaSettings
 from stages.llm.prompts import ASSISTANT_LANGUAGES
 from stages.registry import ConfigError, Implementation, Loaded, Models, Served, TurnInputs
 

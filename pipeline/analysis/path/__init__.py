@@ -1,5 +1,5 @@
 """A turn's dependency graph, rebuilt from its spans: the critical path of its silence and of the
-whole turn, and the same graph re-timed (what-if: ``pipeline.analysis.whatif``).
+whole turn, and the same graph re-timed (what-if: ``pipeline.analysis.retiming``).
 
 Every moment a turn's spans record (the end-point, the transcript, each call's first token, each
 sentence's cut, each TTS first frame, each sentence's audio starting to play) is a ``Point``:

@@ -14,7 +14,7 @@ from pipeline.analysis.path.builder import Builder, SentenceTts, attr_int
 from pipeline.analysis.path.graph import PathError
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
-from pipeline.analysis.wire import buffered
+from pipeline.analysis.wire_segment import buffered
 from pipeline.records.path import DEVICE_BUFFER, DOWNLINK, HANDOFF, PLAYBACK
 from pipeline.tracing import names
 

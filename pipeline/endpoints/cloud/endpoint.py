@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from pipeline.endpoints.cloud.chat_server import EmulatedCloud
 from pipeline.endpoints.cloud.compute import get_compute_profile
-from pipeline.endpoints.cloud.server import EmulatedCloud
 from pipeline.endpoints.link import LinkEmulator, get_profile
 
 

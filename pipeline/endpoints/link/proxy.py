@@ -35,7 +35,7 @@ import contextlib
 import random
 from dataclasses import dataclass
 
-from pipeline.endpoints.link.link import SPIN_MS, DirectionStats, LinkDirection, sleep_until
+from pipeline.endpoints.link.direction import SPIN_MS, DirectionStats, LinkDirection, sleep_until
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.endpoints.serving import Started
 

@@ -5,8 +5,8 @@ any OpenAI audio client) is pointed at these, so the lab gets per-stage spans fr
 it did not write. Entry point: ``python -m pipeline.endpoints.speech``.
 """
 
-from pipeline.endpoints.speech.errors import ApiError
-from pipeline.endpoints.speech.served import Role, SpeechStages
+from pipeline.endpoints.speech.api_errors import ApiError
 from pipeline.endpoints.speech.server import DEFAULT_MAX_BODY, SPEECH, TRANSCRIPTIONS, SpeechServices
+from pipeline.endpoints.speech.speech_stages import Role, SpeechStages
 
 __all__ = ["DEFAULT_MAX_BODY", "SPEECH", "TRANSCRIPTIONS", "ApiError", "Role", "SpeechServices", "SpeechStages"]

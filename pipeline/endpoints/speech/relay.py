@@ -26,7 +26,7 @@ from aiohttp import web
 
 from pipeline.clock import Clock
 from pipeline.tracing import names
-from pipeline.tracing.requests import RequestTiming
+from pipeline.tracing.service_spans import RequestTiming
 
 Record = Callable[[RequestTiming, str], Any]  # the request's timing and the caller's traceparent
 EV_CHUNK = "chunk"  # a streamed chunk with content, after the first

@@ -30,14 +30,14 @@ from aiohttp import web
 from pipeline.clock import Clock
 from pipeline.endpoints.serving import HttpApp
 from pipeline.endpoints.speech import audio, forms
-from pipeline.endpoints.speech.errors import ApiError
-from pipeline.endpoints.speech.heard import FixtureEars
+from pipeline.endpoints.speech.api_errors import ApiError
+from pipeline.endpoints.speech.question_match import FixtureEars
 from pipeline.endpoints.speech.relay import LlmRelay
-from pipeline.endpoints.speech.served import SpeechStages, asr_events, run_stage, tts_events
+from pipeline.endpoints.speech.speech_stages import SpeechStages, asr_events, run_stage, tts_events
 from pipeline.events import AudioOut, Event, Stage, Transcript
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
-from pipeline.tracing.requests import Attributes, RequestTiming
+from pipeline.tracing.service_spans import Attributes, RequestTiming
 
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 SPEECH = "/v1/audio/speech"

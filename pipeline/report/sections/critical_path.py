@@ -4,7 +4,7 @@ The silence (end of speech -> first audible sample) is split at the points its c
 passed (``pipeline.analysis.path``): per segment kind, its median and P90 over a condition's
 measured successful turns, and its share of the silence summed over them. Work that ran beside
 the path (slack) delayed nobody. Then each turn re-timed along its own graph
-(``pipeline.analysis.whatif``) for the changes a reader asks first, chosen so the run can answer
+(``pipeline.analysis.retiming``) for the changes a reader asks first, chosen so the run can answer
 them (``whatif_defaults``): a first token 25 % sooner, the largest segment 25 % shorter, a round
 trip more where there is a network, the other condition's LLM where it was measured. Those
 figures are predicted from the measured traces, never measured (M12); what a graph cannot know is
@@ -24,7 +24,7 @@ from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.path.critical import CriticalPath, critical_path
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.whatif import Place, Prediction, WhatIfError, paired, place, predict, same_questions
+from pipeline.analysis.retiming import Place, Prediction, WhatIfError, paired, place, predict, same_questions
 from pipeline.records.path import SEGMENTS
 from pipeline.records.turn import TurnRow
 from pipeline.report import cells, plots

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.analysis.path.graph import TurnGraph
-from pipeline.analysis.whatif import NETWORK_RTT, SETTABLE, Change, parse_change
+from pipeline.analysis.retiming import NETWORK_RTT, SETTABLE, Change, parse_change
 from pipeline.records.path import LLM_FIRST_TOKEN
 from pipeline.report.conditions import title
 

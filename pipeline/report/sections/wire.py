@@ -7,7 +7,7 @@ buffer, start of playback); on a lossy transport the packets lost and late; with
 fast the answer stopped. The network's own share is not separable from the device alone; with
 our server's traces read beside the device's (the server's turn span is a child of the device's),
 the first sound splits into uplink, server, downlink and the device's own part
-(``pipeline.analysis.wire``).
+(``pipeline.analysis.wire_segment``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 
 from pipeline.clock import Clock
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.dial import open_link

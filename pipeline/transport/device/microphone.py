@@ -15,7 +15,7 @@ from typing import Protocol
 
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, AudioFrame
-from pipeline.run.device import Ask
+from pipeline.run.device_side import Ask
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.pacer import Capture, pacer, send_lateness
 from pipeline.transport.device.recording import AudioRecording

@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, SAMPLE_RATE, AudioFrame, AudioOut, Event
-from pipeline.run.device import Ask, Player, close, drain
+from pipeline.run.device_side import Ask, Player, close, drain
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.link import DeviceLink

@@ -28,7 +28,7 @@ from pipeline.events import (
     Transcript,
     TurnEnd,
 )
-from pipeline.run.device import close, drain
+from pipeline.run.device_side import close, drain
 from pipeline.run.recorder import TurnRecorder
 from pipeline.run.turn import ServerStages, check_complete, serve_turn, supervise
 from pipeline.tracing.timeline import PacketCounts, TurnTimeline

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from stages.llm.backend import ChatRequest, Chunk
 from stages.llm.llama.cache import PROMPT_CACHES
 from stages.llm.llama.engine import LlamaEngine, check_chat_model
-from stages.llm.llama.settings import LlamaSettings
+from stages.llm.llama.llama_settings import LlamaSettings
 from stages.llm.llama.stream import Item, shape
 from stages.llm.prompts import ASSISTANT_LANGUAGES
 from stages.registry import Implementation, Loaded, Models, TurnInputs

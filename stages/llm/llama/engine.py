@@ -22,7 +22,7 @@ from typing import Any
 from stages.llm.backend import ChatRequest, Message
 from stages.llm.llama.cache import KvCache, common_prefix
 from stages.llm.llama.gguf import GgufInfo, read_gguf
-from stages.llm.llama.settings import LlamaSettings
+from stages.llm.llama.llama_settings import LlamaSettings
 
 STOP_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
 GREEDY = 0.0  # a call that asks no temperature is decoded greedily: a lab run must repeat
