@@ -16,6 +16,7 @@ MAPS = {
     "pipeline/analysis": ("pipeline/analysis",),
     "pipeline/analysis/path": ("pipeline/analysis/path",),
     "pipeline/capacity": ("pipeline/capacity",),
+    "pipeline/plan": ("pipeline/plan",),
     "pipeline/report": ("pipeline/report", "pipeline/report/sections"),
     "pipeline/sweep": ("pipeline/sweep",),
     "pipeline/transport/wire": ("pipeline/transport/wire",),
