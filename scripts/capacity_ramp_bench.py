@@ -46,10 +46,10 @@ from labtools.git_worktree import checkout_at
 from labtools.pyspy_top import summarise, top_lines
 from labtools.report_bench.machine import load_text
 from pipeline.capacity.ramp_plan import Plan
-from pipeline.capacity.verdict import baseline_p90
+from pipeline.capacity.step_verdict import baseline_p90
 from pipeline.interop.process_group import InteropError, Processes, free_ports
 from pipeline.interop.server_ramps import RampSettings, RampTarget, ramp_argv
-from pipeline.records.capacity import Capacity, CapacityFileError, Step, read
+from pipeline.records.ramp_result import Capacity, CapacityFileError, Step, read
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipeline.records.path import paths_table
 from pipeline.records.segment import segments_table
-from pipeline.records.turn import columns_table
+from pipeline.records.turn_row import columns_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,7 @@ DOCS = ROOT / "docs"
 # a table's name in its markers -> the module that declares its record, the page that shows it (under
 # docs/), and the table generated from the record
 TABLES: dict[str, tuple[str, str, Callable[[], str]]] = {
-    "columns": ("pipeline/records/turn.py", "reference/measures.md", columns_table),
+    "columns": ("pipeline/records/turn_row.py", "reference/measures.md", columns_table),
     "segments": ("pipeline/records/segment.py", "tasks/your-server.md", segments_table),
     "paths": ("pipeline/records/path.py", "tasks/critical-path.md", paths_table),
 }

@@ -16,7 +16,7 @@ from pipeline.capacity import ramp as ramp_module
 from pipeline.capacity.__main__ import main
 from pipeline.capacity.users import Window
 from pipeline.clock import VirtualClock, run_on_clock
-from pipeline.records.capacity import Quantiles, Step, read
+from pipeline.records.ramp_result import Quantiles, Step, read
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "audio_fixtures"

@@ -14,7 +14,7 @@ import pytest
 
 from labtools import pyspy_top
 from labtools.script_module import load_script
-from pipeline.records.capacity import Capacity, read
+from pipeline.records.ramp_result import Capacity, read
 
 bench = load_script("capacity_ramp_bench")  # the script's own logic, loaded from its file
 
@@ -143,7 +143,7 @@ RAW = [
     f'{SERVE};process 11:"python -m pipeline.serve";Thread._bootstrap (threading.py:995);Thread.run (threading.py:982);'
     "SileroBatcher.run (stages/vad/silero_batch.py:70);"
     "Session.run (onnxruntime/capi/onnxruntime_inference_collection.py:220) 10",
-    "drain (pipeline/run/device.py:79) 2",  # a partial stack (--nonblocking): counted whole
+    "drain (pipeline/run/device_side.py:79) 2",  # a partial stack (--nonblocking): counted whole
     "",
     "not a stack line",
 ]
@@ -162,7 +162,7 @@ def test_a_raw_profile_counts_every_process_and_thread_and_leaves_the_loops_scaf
         "DeviceSession._audio (session.py)": 6,
         "OpusDecoder.decode (opus.py)": 6,
         "FineTimerSelector.select (clock.py)": 2,
-        "drain (device.py)": 2,
+        "drain (device_side.py)": 2,
     }
     assert pyspy_top.top_lines(found, 1) == [
         "20 samples of running threads; by process: 11 50%, 10 40%",

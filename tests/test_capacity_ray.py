@@ -19,13 +19,13 @@ from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
-from pipeline.capacity import verdict
+from pipeline.capacity import step_verdict
 from pipeline.capacity.__main__ import main, parse_args, plan_of, profile_overrides
 from pipeline.capacity.profile import load_profile
 from pipeline.capacity.ramp import Ramp, Target
 from pipeline.capacity.users import Users, Window
 from pipeline.capacity.workers import RayFleet, ShareWorker, Tally
-from pipeline.records.capacity import Capacity
+from pipeline.records.ramp_result import Capacity
 from pipeline.run.ray_workers import WORKER_LOST
 from pipeline.run.session import TraceSink
 from pipeline.tracing.export import Tracing
@@ -143,7 +143,7 @@ def test_a_step_over_two_workers_reads_back_what_they_finished(server: tuple[str
     late = fleet.late_by_worker
     assert 1.0 in late[0] and 2.0 in late[1]  # worker 0 runs devices 0 and 2, worker 1 device 1
     assert s.lateness_sends == len(late[0]) + len(late[1])
-    assert (s.lateness_p50_ms, s.lateness_p99_ms) == verdict.lateness(np.array(late[0] + late[1]))
+    assert (s.lateness_p50_ms, s.lateness_p99_ms) == step_verdict.lateness(np.array(late[0] + late[1]))
     assert s.held_s >= 3 and fleet.lost == [] and not any(line.startswith("error") for line in said)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.capacity import verdict
+from pipeline.capacity import step_verdict
 from pipeline.capacity.profile import LoadProfile
 from pipeline.capacity.ramp_plan import Plan
-from pipeline.records.capacity import Capacity, Step, write
+from pipeline.records.ramp_result import Capacity, Step, write
 from pipeline.report.build import build
 from pipeline.report.load import load_paths
 from tests.test_capacity_users import step as fake_step
@@ -23,7 +23,7 @@ def ramp(folder: Path, label: str, second: str) -> None:
     for n, kind in ((1, "holds"), (2, second)):
         run_id = f"{label}-{n}d"
         _w, rows, _t = fake_step(folder / "steps" / str(n), profile, devices=n, run_id=run_id)
-        fig = verdict.figures(rows)
+        fig = step_verdict.figures(rows)
         found.steps.append(
             Step(
                 n,
@@ -45,7 +45,7 @@ def ramp(folder: Path, label: str, second: str) -> None:
                 f"{kind} because",
             )
         )
-    found.knee, found.none_failed = verdict.knee(found.steps)
+    found.knee, found.none_failed = step_verdict.knee(found.steps)
     found.devices_held = found.knee
     found.stopped = "test"
     write(folder, found)

@@ -9,7 +9,7 @@ import pytest
 
 from labtools.script_module import load_script
 from pipeline.analysis.crossing import CROSSES, ESTIMATED, MEASURED, Point, compare, curve_of, find_records
-from pipeline.records import capacity as result
+from pipeline.records import ramp_result as result
 from pipeline.records.crossover import RECORD, Arm, Record, RecordError, write_record
 from pipeline.report.build import build
 from pipeline.report.load import load_paths

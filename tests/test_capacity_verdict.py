@@ -7,10 +7,10 @@ import pytest
 
 from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.analysis.columns import TurnRow
-from pipeline.capacity import verdict
+from pipeline.capacity import step_verdict
 from pipeline.capacity.ramp_plan import Plan, PlanError, parse_duration, parse_margin, parse_steps
-from pipeline.capacity.verdict import Figures, failure_kind, figures, judge, knee
-from pipeline.records.capacity import Quantiles, Step
+from pipeline.capacity.step_verdict import Figures, failure_kind, figures, judge, knee
+from pipeline.records.ramp_result import Quantiles, Step
 
 PLAN = Plan(steps=(1, 2, 5), hold_s=10, max_hold_s=50, margin_pct=10, margin_floor_ms=50, min_turns=4)
 
@@ -113,8 +113,8 @@ def test_a_late_generator_voids_the_step_whatever_else_it_shows() -> None:
 
 
 def test_lateness_of_nothing_is_not_measured() -> None:
-    assert verdict.lateness(np.array([])) == (None, None)
-    assert verdict.lateness(np.arange(101, dtype=np.float64)) == (50.0, 99.0)
+    assert step_verdict.lateness(np.array([])) == (None, None)
+    assert step_verdict.lateness(np.arange(101, dtype=np.float64)) == (50.0, 99.0)
 
 
 def test_the_knee_is_the_last_held_step_before_the_first_failure() -> None:
@@ -127,13 +127,15 @@ def test_the_knee_is_the_last_held_step_before_the_first_failure() -> None:
 
 
 def test_the_ramp_stops_after_a_failing_or_void_step_or_without_a_baseline() -> None:
-    assert verdict.ends_ramp(step(2, "holds"), first=False) == ""
-    assert verdict.ends_ramp(step(2, "too_few"), first=False) == ""
-    assert verdict.ends_ramp(step(5, "fails"), first=False).startswith("5 device(s) failed")
-    assert verdict.ends_ramp(step(5, "void"), first=False).startswith("5 device(s) void")
-    assert verdict.ends_ramp(step(1, "too_few"), first=True).startswith("the first step (1 device(s)) gave no baseline")
-    assert verdict.baseline_p90([step(1, "holds")]) == 1.0
-    assert verdict.baseline_p90([step(1, "too_few")]) is None
+    assert step_verdict.ends_ramp(step(2, "holds"), first=False) == ""
+    assert step_verdict.ends_ramp(step(2, "too_few"), first=False) == ""
+    assert step_verdict.ends_ramp(step(5, "fails"), first=False).startswith("5 device(s) failed")
+    assert step_verdict.ends_ramp(step(5, "void"), first=False).startswith("5 device(s) void")
+    assert step_verdict.ends_ramp(step(1, "too_few"), first=True).startswith(
+        "the first step (1 device(s)) gave no baseline"
+    )
+    assert step_verdict.baseline_p90([step(1, "holds")]) == 1.0
+    assert step_verdict.baseline_p90([step(1, "too_few")]) is None
 
 
 def test_plan_values_are_parsed_and_impossible_ones_refused() -> None:
@@ -165,8 +167,8 @@ def test_the_segment_that_grew_first_is_the_one_whose_interval_left_zero() -> No
         return [TurnRow(ok=1, server_first_audio_ms=v, uplink_ms=uplink + i % 2) for i, v in enumerate(server)]
 
     base = rows([100.0 + i for i in range(30)], 1.0)
-    assert verdict.grown(base, rows([100.0 + i for i in range(30)], 1.0), "same") == []  # nothing moved
-    grew = verdict.grown(base, rows([180.0 + i for i in range(30)], 1.0), "slow")
+    assert step_verdict.grown(base, rows([100.0 + i for i in range(30)], 1.0), "same") == []  # nothing moved
+    grew = step_verdict.grown(base, rows([180.0 + i for i in range(30)], 1.0), "slow")
     assert len(grew) == 1 and grew[0].startswith("server_first_audio_ms median +80.0 ms [")
-    both = verdict.grown(base, rows([180.0 + i for i in range(30)], 300.0), "both")
+    both = step_verdict.grown(base, rows([180.0 + i for i in range(30)], 300.0), "both")
     assert [g.split()[0] for g in both] == ["uplink_ms", "server_first_audio_ms"]  # the largest growth first

@@ -13,11 +13,11 @@ from labtools.script_module import load_script
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.stats import summarize
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
-from pipeline.records import turn
+from pipeline.records import turn_row
 from pipeline.records.bench_csv import BenchCsv, BenchCsvError, csv_line, read_bench_csv
 from pipeline.records.path import PATH_COLUMNS, SEGMENTS, PathRow, paths_table
 from pipeline.records.segment import segments_table
-from pipeline.records.turn import COLUMNS, DEVICE_COLUMNS, NUMERIC, WIRE_COLUMNS, TurnRow, column, columns_table
+from pipeline.records.turn_row import COLUMNS, DEVICE_COLUMNS, NUMERIC, WIRE_COLUMNS, TurnRow, column, columns_table
 from pipeline.report.conditions import group
 from pipeline.report.load import Dataset
 
@@ -75,8 +75,8 @@ def test_the_column_groups_and_numeric_columns_follow_the_declared_types() -> No
 
 
 def test_every_column_has_a_unit_entry_and_a_meaning() -> None:
-    assert all(c.meaning and "|" not in c.meaning for c in turn.SCHEMA)
-    assert {c.unit for c in turn.SCHEMA if c.name.endswith("_ms") and c.kind is float} == {"ms"}
+    assert all(c.meaning and "|" not in c.meaning for c in turn_row.SCHEMA)
+    assert {c.unit for c in turn_row.SCHEMA if c.name.endswith("_ms") and c.kind is float} == {"ms"}
 
 
 @pytest.mark.parametrize("name", sorted(table_script.TABLES))
@@ -107,8 +107,8 @@ def test_the_texts_a_reader_keeps_once_are_those_the_schema_marks_repeated() -> 
     assert (
         *("run_id", "condition", "config_id", "question_id", "error", "note", "llm_model", "llm_endpoint"),
         *("asr_error_metric", "language", "category", "scripted", "clock", "transport", "turn_temperature"),
-    ) == turn.REPEATED
-    assert all(c.kind is str for c in turn.SCHEMA if c.repeated)
+    ) == turn_row.REPEATED
+    assert all(c.kind is str for c in turn_row.SCHEMA if c.repeated)
 
 
 def test_a_row_once_made_is_never_changed() -> None:
@@ -120,14 +120,14 @@ def test_a_row_once_made_is_never_changed() -> None:
 def test_an_unknown_column_is_refused_where_it_is_named() -> None:
     row = TurnRow(whole_turn_ms=1.0)
     assert column("whole_turn_ms")(row) == 1.0
-    with pytest.raises(turn.UnknownColumn, match=r"'whole_turn' is not a bench\.csv column"):
+    with pytest.raises(turn_row.UnknownColumn, match=r"'whole_turn' is not a bench\.csv column"):
         column("whole_turn")
-    with pytest.raises(turn.UnknownColumn):
+    with pytest.raises(turn_row.UnknownColumn):
         summarize([row], "whole_turn_ms ")
     row = TurnRow(condition="A", ok=1, round=2, whole_turn_ms=1.0)
     cond = group(Dataset.of_rows([row], "test"))["A"]
     assert list(cond.values("whole_turn_ms")) == [1.0]
-    with pytest.raises(turn.UnknownColumn):
+    with pytest.raises(turn_row.UnknownColumn):
         cond.values("first_tokn_ms")
 
 

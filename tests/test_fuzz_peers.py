@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from pipeline.clock import VirtualClock
-from pipeline.endpoints.speech import audio, forms
-from pipeline.endpoints.speech.errors import ApiError
+from pipeline.endpoints.speech import bodies, forms
+from pipeline.endpoints.speech.api_errors import ApiError
 from pipeline.endpoints.speech.relay import _request_attributes
 from pipeline.transport.server.flood import Flooded, FloodGuard
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
@@ -362,8 +362,8 @@ def test_any_transcription_form_is_a_request_or_an_api_error(fields: dict[str, A
 @FUZZ
 @given(st.binary(max_size=300) | st.builds(lambda tail: b"RIFF" + tail, st.binary(max_size=200)))
 def test_any_upload_decodes_to_audio_or_is_refused_as_not_audio(data: bytes) -> None:
-    with contextlib.suppress(audio.NotAudio, audio.NoSamples):
-        audio.decode(data)
+    with contextlib.suppress(bodies.NotAudio, bodies.NoSamples):
+        bodies.decode(data)
 
 
 def test_the_fuzzers_reach_what_they_claim() -> None:

@@ -12,7 +12,7 @@ from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.process_group import InteropError
 from pipeline.interop.ramp_table import SHOWN, ramp_markdown, step_table
 from pipeline.interop.server_ramps import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
-from pipeline.records.capacity import STEP_COLUMNS, Capacity, Quantiles, Step, write
+from pipeline.records.ramp_result import STEP_COLUMNS, Capacity, Quantiles, Step, write
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.analysis.turns import group_turns, servers_of
-from pipeline.records.turn import REPEATED
+from pipeline.records.turn_row import REPEATED
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
 
 DATA = Path(__file__).resolve().parent / "data" / "report"

@@ -11,7 +11,8 @@ from pipeline.analysis.retiming import read_graphs
 from pipeline.analysis.traces import trace_files
 from pipeline.records.acoustic import COLUMNS as ACOUSTIC_COLUMNS
 from pipeline.records.acoustic import AcousticRow, failed_row, read_rows, write_rows
-from pipeline.records.capacity import (
+from pipeline.records.path import PATHS_SCHEMA, paths_csv, read_paths
+from pipeline.records.ramp_result import (
     FAILURE_KINDS,
     STEP_COLUMNS,
     STEP_SCHEMA,
@@ -24,7 +25,6 @@ from pipeline.records.capacity import (
     step_row,
     write,
 )
-from pipeline.records.path import PATHS_SCHEMA, paths_csv, read_paths
 from pipeline.records.schema import SECONDS, schema
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pipeline.events import AudioOut, CallEnd, Event, Sentence, StageInfo, TokenDelta, Transcript
-from pipeline.report.settings import HELD_ACROSS_CONDITIONS, condition_defining, flatten
+from pipeline.report.identity import HELD_ACROSS_CONDITIONS, condition_defining, flatten
 from pipeline.run import assembly
 from pipeline.settings import config as settings_config
 from pipeline.settings.config import ConfigError, load_config

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from pipeline.records.acoustic import AcousticError, AcousticRow, read_rows
-from pipeline.records.turn import TurnRow
-from pipeline.report import acoustic
+from pipeline.records.turn_row import TurnRow
+from pipeline.report import acoustic_match
 from pipeline.report.__main__ import main
 from pipeline.report.build import build
 from pipeline.report.document import Document, Figure
 from pipeline.report.load import Dataset
-from pipeline.report.sections import recording
+from pipeline.report.sections import recording_check
 
 EXPERIMENT = Path(__file__).resolve().parent / "data" / "report" / "experiment"
 FIELDS = (
@@ -101,13 +101,13 @@ def write_wav(path: Path) -> Path:
 @pytest.fixture
 def doc(tmp_path: Path) -> Document:
     write_wav(tmp_path / "device-0.wav")
-    given = acoustic.load([rows_csv(tmp_path)], recordings=tmp_path)
+    given = acoustic_match.load([rows_csv(tmp_path)], recordings=tmp_path)
     return build(Dataset.of_rows(TRACES, "test"), draw=True, acoustic=given)
 
 
 def test_per_run_median_worst_and_the_turns_beyond_the_tolerance(doc: Document, tmp_path: Path) -> None:
     assert doc.table("recording-runs").rows == (
-        ("r1", "2/3", "1250.0", "1244.0", "+6.0", "+10.0 (q2 round 2)", "1/2", recording.ATTRIBUTION),
+        ("r1", "2/3", "1250.0", "1244.0", "+6.0", "+10.0 (q2 round 2)", "1/2", recording_check.ATTRIBUTION),
     )
     assert doc.table("recording-runs").headers[6] == "beyond ±5 ms"
     assert doc.table("recording-turns").rows == (
@@ -144,7 +144,7 @@ def test_the_waveform_of_the_turn_that_disagrees_most_is_drawn(doc: Document) ->
 
 
 def test_a_wider_tolerance_agrees(tmp_path: Path) -> None:
-    given = acoustic.load([rows_csv(tmp_path)], tolerance_ms=20.0)
+    given = acoustic_match.load([rows_csv(tmp_path)], tolerance_ms=20.0)
     doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=given)
     assert doc.table("recording-runs").rows[0][6] == "0/2"
     assert "recording-disagree" not in doc.table_keys()
@@ -154,8 +154,8 @@ def test_a_wider_tolerance_agrees(tmp_path: Path) -> None:
 
 def test_without_acoustic_rows_the_section_says_how_to_get_them() -> None:
     doc = build(Dataset.of_rows(TRACES, "test"), draw=False)
-    assert recording.HEADING in doc.text()
-    assert "--acoustic ROWS.csv" in doc.text() and acoustic.MEASURE_COMMAND in doc.text()
+    assert recording_check.HEADING in doc.text()
+    assert "--acoustic ROWS.csv" in doc.text() and acoustic_match.MEASURE_COMMAND in doc.text()
     assert [r[0] for r in doc.table("result").rows][:3] == [
         "silence median (ms)",
         "silence P90 (ms)",
@@ -167,9 +167,14 @@ def test_a_row_without_a_run_is_matched_where_one_run_has_the_turn_and_not_where
     row = AcousticRow("", "device3", "q1", 2, None, None, None, 10.0, None, "acoustic", True, "", where="f:2")
     one = [TurnRow(run_id="r1", question_id="q1", round=2, device=3)]
     two = [*one, TurnRow(run_id="r2", question_id="q1", round=2, device=3)]
-    assert [m.row for m in acoustic.match(one, [row])[0]] == [row]
-    assert acoustic.match(two, [row]) == ([], [(row, "several runs have that turn (r1, r2) and the row names none")])
-    assert acoustic.match([trace("q1", 12.0)], [row])[1] == [(row, "no trace turn of that device, question and round")]
+    assert [m.row for m in acoustic_match.match(one, [row])[0]] == [row]
+    assert acoustic_match.match(two, [row]) == (
+        [],
+        [(row, "several runs have that turn (r1, r2) and the row names none")],
+    )
+    assert acoustic_match.match([trace("q1", 12.0)], [row])[1] == [
+        (row, "no trace turn of that device, question and round")
+    ]
 
 
 def test_bad_acoustic_rows_are_refused_naming_the_file_and_line(tmp_path: Path) -> None:
@@ -207,8 +212,8 @@ def test_the_command_takes_acoustic_rows(tmp_path: Path, capsys: pytest.CaptureF
 def test_past_its_most_only_the_turns_beyond_the_tolerance_are_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(recording, "MOST_TURNS", 1)
-    doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic.load([rows_csv(tmp_path)]))
+    monkeypatch.setattr(recording_check, "MOST_TURNS", 1)
+    doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic_match.load([rows_csv(tmp_path)]))
     assert "recording-turns" not in doc.table_keys() and len(doc.table("recording-disagree").rows) == 1
     assert "2 turns compared: past 1, only those beyond the tolerance are listed." in doc.text()
 
@@ -217,7 +222,7 @@ def test_a_difference_that_rounds_to_nothing_reads_plus_zero(tmp_path: Path) -> 
     rows = write_rows(
         tmp_path / "r.csv", [{"device": "0", "question_id": "q1", "round": "2", "first_audible_ms": "1000.04"}]
     )
-    doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic.load([rows]))
+    doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic_match.load([rows]))
     assert doc.table("recording-turns").rows == (("r1 device 0, q1 round 2", "1000.0", "1000.0", "+0.0", "yes"),)
     assert {r[0]: r[2] for r in doc.table("result").rows}["silence: trace - recording, median / worst (ms)"] == (
         "+0.0 / +0.0 · ⚠ 1/3"

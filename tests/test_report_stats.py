@@ -13,7 +13,7 @@ from pipeline.analysis import bootstrap
 from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
 from pipeline.analysis.stats import ranks, spearman
-from pipeline.report import compare, drift, settings
+from pipeline.report import compare, drift, identity
 from pipeline.report.conditions import Condition, group, per_call
 from pipeline.report.load import Dataset, RunInfo
 from pipeline.report.sections import amplification, outcomes
@@ -201,14 +201,14 @@ BASE = {"run": {"condition": "A", "rounds": 3, "clock": "real"}, "llm": {"model"
 
 def test_settings_that_define_the_condition_may_differ() -> None:
     b = {"run": {"condition": "B", "rounds": 5, "clock": "real"}, "llm": {"model": "small", "max_tokens": 96}}
-    check = settings.check([info("a", "A", BASE), info("b", "B", b)], [])
+    check = identity.check([info("a", "A", BASE), info("b", "B", b)], [])
     assert check.comparable, check.reasons
     assert [(d.setting, d.allowed) for d in check.differences] == [("llm.model", True), ("run.condition", True)]
 
 
 def test_other_settings_block_the_comparison_and_are_named() -> None:
     b = {"run": {"condition": "B", "rounds": 3, "clock": "virtual"}, "llm": {"model": "small", "max_tokens": 64}}
-    check = settings.check([info("a", "A", BASE), info("b", "B", b)], [])
+    check = identity.check([info("a", "A", BASE), info("b", "B", b)], [])
     assert not check.comparable
     assert check.reasons == ("settings other than the condition differ: llm.max_tokens, run.clock",)
     blocking = {d.setting: d.values for d in check.differences if not d.allowed}
@@ -220,13 +220,13 @@ def test_other_settings_block_the_comparison_and_are_named() -> None:
 
 def test_runs_of_one_condition_must_agree_even_on_the_backend() -> None:
     other = {**BASE, "llm": {"model": "other", "max_tokens": 96}}
-    check = settings.check([info("a1", "A", BASE), info("a2", "A", other)], [])
+    check = identity.check([info("a1", "A", BASE), info("a2", "A", other)], [])
     assert not check.comparable
     assert check.reasons == ("settings other than the condition differ: llm.model",)
 
 
 def test_unrecorded_settings_cannot_be_compared() -> None:
-    check = settings.check([info("a", "A", BASE), info("old", "B", None)], [])
+    check = identity.check([info("a", "A", BASE), info("old", "B", None)], [])
     assert not check.comparable
     assert "run old does not record its settings" in check.reasons[0]
 

@@ -17,7 +17,7 @@ import pytest
 from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.capacity.__main__ import main
 from pipeline.endpoints.machine_load import PROC, tree_pids
-from pipeline.records.capacity import read
+from pipeline.records.ramp_result import read
 from pipeline.transport.server.processes import parse_process, process_argv, refusal
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -47,7 +47,7 @@ from pipeline.events import (
 from pipeline.settings.config import AsrConfig, ConfigError, TtsConfig, load_config
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
-from stages.asr.service import ServiceAsr, ServiceAsrSettings
+from stages.asr.transcriptions import ServiceAsr, ServiceAsrSettings
 from stages.catalog import registry
 from stages.http import ServiceError
 from stages.registry import Implementation, TurnInputs

@@ -23,10 +23,10 @@ from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.report.build import build
 from pipeline.report.document import Document, Paragraph
+from pipeline.report.identity import _question_orders
 from pipeline.report.load import Dataset, RunInfo, load_paths
 from pipeline.report.sections import segments
 from pipeline.report.sections.base import Context
-from pipeline.report.settings import _question_orders
 from pipeline.report.sweeps import read_sweeps
 from pipeline.settings.config import Config, LlmConfig, load_config
 from pipeline.settings.models import REGISTRY

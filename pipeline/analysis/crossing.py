@@ -25,9 +25,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.records.capacity import Capacity, CapacityFileError
-from pipeline.records.capacity import read as read_capacity
 from pipeline.records.crossover import RECORD, Arm, RecordError, read_record
+from pipeline.records.ramp_result import Capacity, CapacityFileError
+from pipeline.records.ramp_result import read as read_capacity
 
 MEASURED = "measured"
 ESTIMATED = "estimated"

@@ -25,7 +25,7 @@ from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans, servers_of
 from pipeline.records.bench_csv import csv_line
-from pipeline.records.turn import REPEATED, TurnRow
+from pipeline.records.turn_row import REPEATED, TurnRow
 from pipeline.tracing import names
 
 T = TypeVar("T")

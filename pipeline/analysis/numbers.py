@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 
 
 def measured(row: TurnRow) -> bool:

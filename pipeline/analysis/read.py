@@ -31,7 +31,7 @@ from pipeline.analysis.traces import (
     unreadable_message,
 )
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.tracing import names
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from pipeline.analysis.read import facts_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.records.bench_csv import BenchCsv
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 
 
 class RowSink:

@@ -16,7 +16,7 @@ from pipeline.analysis.numbers import median, ms
 from pipeline.analysis.traces import AttrValue, ReadSpan
 from pipeline.analysis.turns import TurnSpans
 from pipeline.analysis.wire_segment import wire_split
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.tracing import names
 
 # The same question is asked round after round (M5) and by every device of a fleet, and the ASR

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.analysis.bootstrap import Interval, difference_interval
 from pipeline.analysis.numbers import measured, quantile
 from pipeline.analysis.stats import spearman
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 
 STAGES = {"VAD": "vad_endpoint_ms", "ASR": "asr_ms", "TTS": "tts_first_frame_ms"}
 # the same stages' CPU time (``pipeline.run.cpu``): the same work on the same audio, so a wall-time difference

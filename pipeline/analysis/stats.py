@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.analysis.numbers import measured, quantile
-from pipeline.records.turn import TurnRow, column
+from pipeline.records.turn_row import TurnRow, column
 
 HEADLINE_METRICS = (
     "whole_turn_ms",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from pipeline.analysis.numbers import measured
 from pipeline.analysis.stats import HEADLINE_METRICS, group_rows, success_rate, summaries, summarize
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 
 
 def _fmt(value: float | None, metric: str) -> str:

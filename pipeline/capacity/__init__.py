@@ -7,10 +7,10 @@
 - ``users``: one step's devices asking questions until the hold is over, traced as every run's turns.
 - ``ramp``: step after step, each a replay run of its own, read back, judged and written.
 - ``workers``: a step's devices spread over Ray workers (``--workers``), one hold, one trace file, lateness pooled.
-- ``verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
+- ``step_verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
 - ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
 - ``result``: the names of capacity.json and steps.csv the ramp still imports from here; the record itself
-  (``Capacity``, ``Step``, ``StepRow``, their writer and readers) is ``pipeline.records.capacity``. Where one
+  (``Capacity``, ``Step``, ``StepRow``, their writer and readers) is ``pipeline.records.ramp_result``. Where one
   shared LLM's silence reaches a device's own (M21 (3)) is ``pipeline.analysis.crossing``, its record
   ``pipeline.records.crossover``.
 - ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).

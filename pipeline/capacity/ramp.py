@@ -24,7 +24,7 @@ import numpy as np
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.row_sink import RowSink
 from pipeline.analysis.traces import trace_files
-from pipeline.capacity import verdict
+from pipeline.capacity import step_verdict
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile, ProfileError
 from pipeline.capacity.ramp_plan import Plan
@@ -32,9 +32,9 @@ from pipeline.capacity.users import Users
 from pipeline.clock import run_on_clock
 from pipeline.plan.prepare import Prepared, make_run, prepare
 from pipeline.plan.run_plan import DeviceOptions, RunPlan
-from pipeline.records import capacity as result
-from pipeline.records.capacity import Capacity, Step
-from pipeline.records.turn import TurnRow
+from pipeline.records import ramp_result as result
+from pipeline.records.ramp_result import Capacity, Step
+from pipeline.records.turn_row import TurnRow
 from pipeline.run.session import Run, TraceSink
 from pipeline.settings.audio import BadAudio, load_audio
 from pipeline.settings.config import public_url
@@ -186,7 +186,7 @@ class Ramp:
             if len(self.found.steps) == 1 and step.turns and sum(step.failures.values()) == step.turns:
                 self.stop(f"the first step answered no turn: {step.reason}")
                 raise RampError(f"{step.devices} device(s): no turn was answered ({step.reason})")
-            stop = verdict.ends_ramp(step, first=len(self.found.steps) == 1)
+            stop = step_verdict.ends_ramp(step, first=len(self.found.steps) == 1)
             if stop:
                 self.found.stopped = stop
                 break
@@ -196,7 +196,7 @@ class Ramp:
         return self.found
 
     def conclude(self) -> None:
-        self.found.knee, self.found.none_failed = verdict.knee(self.found.steps)
+        self.found.knee, self.found.none_failed = step_verdict.knee(self.found.steps)
         self.found.devices_held = self.found.knee
 
     def step(self, n: int) -> Step:
@@ -225,10 +225,10 @@ class Ramp:
             tracing.shutdown()
             p.engines.close()
         rows = self.rows(trace_path, run_id)
-        fig = verdict.figures(rows, name=f"{self.ramp_id}|{n}")
+        fig = step_verdict.figures(rows, name=f"{self.ramp_id}|{n}")
         self.segments(n, rows)
-        p50, p99 = verdict.lateness(late)
-        kind, reason = verdict.judge(fig, p99, verdict.baseline_p90(self.found.steps), self.plan)
+        p50, p99 = step_verdict.lateness(late)
+        kind, reason = step_verdict.judge(fig, p99, step_verdict.baseline_p90(self.found.steps), self.plan)
         return Step(
             devices=n,
             run_id=run_id,
@@ -263,7 +263,7 @@ class Ramp:
         if not self.base_rows:
             self.base_rows = rows
             return
-        grew = verdict.grown(self.base_rows, rows, f"{self.ramp_id}|{n}")
+        grew = step_verdict.grown(self.base_rows, rows, f"{self.ramp_id}|{n}")
         if grew:
             self.found.grew_first = f"{grew[0]} at {n} device(s)"
 

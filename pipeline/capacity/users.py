@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.capacity.profile import LoadProfile
-from pipeline.capacity.verdict import REFUSED
+from pipeline.capacity.step_verdict import REFUSED
 from pipeline.clock import Clock
 from pipeline.fleet.arrivals import rotated, start_offsets_ms
 from pipeline.run.assembly import build_vad

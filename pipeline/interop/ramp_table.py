@@ -1,7 +1,7 @@
 """The side-by-side table of a capacity-mode run: each server's devices held, then each ramp's step table.
 
 Each ramp's folder is ``pipeline.capacity``'s own; its steps are read back from the CSV it writes
-(``steps.csv``) by the capacity record's reader (``pipeline.records.capacity.read_steps``: each cell its
+(``steps.csv``) by the capacity record's reader (``pipeline.records.ramp_result.read_steps``: each cell its
 column's type again) and shown as written, in the columns ``SHOWN`` names (the rest stay in the file),
 so that this table says no more and no less than the ramp measured. A second table puts every
 server's P90 silence and verdict side by side, a row per device count.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.interop.server_ramps import Ramp, cpu_cells
-from pipeline.records.capacity import CapacityFileError, StepRow, read_steps
+from pipeline.records.ramp_result import CapacityFileError, StepRow, read_steps
 
 METERED = ("server", "gateway", "services", "cloud")
 STEPS_CSV = "steps.csv"

@@ -14,7 +14,7 @@ from pathlib import Path
 from msgspec.structs import astuple
 
 from pipeline.records.schema import Cell, Column
-from pipeline.records.turn import COLUMNS, SCHEMA, TurnRow
+from pipeline.records.turn_row import COLUMNS, SCHEMA, TurnRow
 
 
 class BenchCsvError(ValueError):

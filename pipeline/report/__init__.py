@@ -6,9 +6,9 @@ Modules, in the order data flows through them:
   each turn's facts (its row, per-sentence times, failed stages, what it says of its run) as
   ``pipeline.analysis.read`` makes them from the spans alone, and each run's recorded settings.
 - ``sweeps``: sweeps recorded beside the traces (``sweep.json``), held against the runs' own spans.
-- ``acoustic``: turns measured from recordings (``--acoustic ROWS.csv``), matched to the traces' turns.
+- ``acoustic_match``: turns measured from recordings (``--acoustic ROWS.csv``), matched to the traces' turns.
 - ``conditions``: rows grouped by condition (A, B, B', then any other label).
-- ``compare``, ``runs``, ``drift``, ``settings``, ``waterfall``: figures several sections share
+- ``compare``, ``runs``, ``drift``, ``identity``, ``waterfall``: figures several sections share
   (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks), ``confound``
   (the stages two conditions share, watched: M15), ``silence``
   (end of speech -> first audible sound, one rule for every section); the

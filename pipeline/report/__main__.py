@@ -22,8 +22,8 @@ from typing import NoReturn
 
 from pipeline.analysis.read import cyclic_gc_paused
 from pipeline.records.acoustic import AcousticError
-from pipeline.report.acoustic import EMULATOR_TOLERANCE_MS, Acoustic
-from pipeline.report.acoustic import load as load_acoustic
+from pipeline.report.acoustic_match import EMULATOR_TOLERANCE_MS, Acoustic
+from pipeline.report.acoustic_match import load as load_acoustic
 from pipeline.report.document import Document
 from pipeline.report.jaeger import JaegerQuery, load_jaeger
 from pipeline.report.load import Dataset, LoadError, load_paths

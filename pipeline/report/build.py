@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.report import apart
-from pipeline.report.acoustic import Acoustic
+from pipeline.report.acoustic_match import Acoustic
 from pipeline.report.document import WARNING, Document, Paragraph
 from pipeline.report.load import Dataset
 from pipeline.report.sections import (
@@ -24,7 +24,7 @@ from pipeline.report.sections import (
     header,
     integrity,
     outcomes,
-    recording,
+    recording_check,
     reference,
     result,
     segments,
@@ -42,7 +42,7 @@ SECTIONS: tuple[Section, ...] = (
     result.section,
     confounding.section,
     cold_warm.section,
-    recording.section,
+    recording_check.section,
     segments.section,
     wire.section,
     critical_path.section,  # after the segments (and 2b, the wire, shown only over a transport)

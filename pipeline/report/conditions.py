@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.analysis.numbers import measured
-from pipeline.records.turn import TurnRow, column
+from pipeline.records.turn_row import TurnRow, column
 from pipeline.report.load import Dataset
 
 KNOWN = ("A", "B", "B'")

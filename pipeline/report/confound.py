@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from pipeline.report.compare import Diff, diff
 from pipeline.report.conditions import Condition
+from pipeline.report.identity import flatten
 from pipeline.report.load import RunInfo
-from pipeline.report.settings import flatten
 
 WATCHED = {"vad": "vad_endpoint_ms", "asr": "asr_ms"}  # stage -> the column timing it on the same audio
 CPU = {"asr": "asr_cpu_ms"}  # stage -> the column of its CPU time (the VAD's runs inline, per frame: none)

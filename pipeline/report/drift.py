@@ -26,7 +26,7 @@ import numpy as np
 
 from pipeline.analysis.numbers import measured_ok, median
 from pipeline.analysis.stats import spearman
-from pipeline.records.turn import TurnRow, column
+from pipeline.records.turn_row import TurnRow, column
 from pipeline.report.conditions import number, rows_by_run
 
 MIN_TURNS = 6

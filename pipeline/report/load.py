@@ -24,7 +24,7 @@ from pipeline.analysis.read import cyclic_gc_paused, read_traces, reread_graph, 
 from pipeline.analysis.traces import ReadProblems, ReadSpan, trace_files
 from pipeline.analysis.turns import TurnSpans, group_turns, servers_of
 from pipeline.records.bench_csv import csv_line, read_bench_csv
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 
 
 class LoadError(ValueError):

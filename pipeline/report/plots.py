@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from pipeline.analysis.numbers import measured
-from pipeline.records.turn import TurnRow, column
+from pipeline.records.turn_row import TurnRow, column
 from pipeline.report.conditions import Condition, number, title
 from pipeline.report.drift import Drift
 from pipeline.report.waterfall import Waterfall

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.analysis.numbers import measured, median
-from pipeline.records.turn import TurnRow, column
+from pipeline.records.turn_row import TurnRow, column
 from pipeline.report.conditions import Condition, number, rows_by_run
 from pipeline.report.load import RunInfo
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.conditions import number
 
 COLUMN_NOTE = (

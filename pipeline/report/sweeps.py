@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.sweep_file import FILE, NotASweepRecord, recorded_sweeps
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
+from pipeline.report.identity import differences
 from pipeline.report.load import RunInfo
-from pipeline.report.settings import differences
 
 OK = "ok"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pipeline.analysis.numbers import quantile
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.conditions import Condition, number
 from pipeline.tracing import names
 

@@ -4,9 +4,9 @@
 typed rather than spoken (xiaozhi's ``listen detect``).
 """
 
-from stages.asr import funasr, oracle, service, whisper
+from stages.asr import funasr, oracle, transcriptions, whisper
 from stages.asr.typed import NoAudio, TypedText
 
-IMPLEMENTATIONS = (whisper.IMPLEMENTATION, funasr.IMPLEMENTATION, oracle.IMPLEMENTATION, service.IMPLEMENTATION)
+IMPLEMENTATIONS = (whisper.IMPLEMENTATION, funasr.IMPLEMENTATION, oracle.IMPLEMENTATION, transcriptions.IMPLEMENTATION)
 
 __all__ = ["IMPLEMENTATIONS", "NoAudio", "TypedText"]

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.endpoints.speech.api_errors import ApiError, bad_field, missing
-from pipeline.endpoints.speech.audio import OUTPUT_FORMATS
+from pipeline.endpoints.speech.bodies import OUTPUT_FORMATS
 
 TRANSCRIPTION_FORMATS = ("json", "text", "verbose_json")
 SPEECH_FORMATS = tuple(OUTPUT_FORMATS)

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from pipeline.clock import Clock
 from pipeline.endpoints.serving import HttpApp
-from pipeline.endpoints.speech import audio, forms
+from pipeline.endpoints.speech import bodies, forms
 from pipeline.endpoints.speech.api_errors import ApiError
 from pipeline.endpoints.speech.question_match import FixtureEars
 from pipeline.endpoints.speech.relay import LlmRelay
@@ -247,10 +247,10 @@ class SpeechServices(HttpApp):
         pcm = b"".join(f.pcm for f in frames)
         if not pcm:
             raise ApiError(500, "no_audio", f"the {stage.info.impl} TTS produced no audio for this input")
-        body_bytes = await asyncio.to_thread(audio.encode, pcm, spoken.response_format)
+        body_bytes = await asyncio.to_thread(bodies.encode, pcm, spoken.response_format)
         timing.attributes[names.SERVICE_ENCODE_MS] = _ms(computed, self.clock.now_ns())
         timing.attributes[names.SERVICE_OUTPUT_BYTES] = len(body_bytes)
-        content_type = audio.OUTPUT_FORMATS[spoken.response_format].content_type
+        content_type = bodies.OUTPUT_FORMATS[spoken.response_format].content_type
         return web.Response(body=body_bytes, headers={"Content-Type": content_type})
 
     # --- the rest ------------------------------------------------------------------------------
@@ -270,12 +270,12 @@ class SpeechServices(HttpApp):
         return web.json_response({"status": "ok", "asr": self.stages.asr.impl.name, "tts": self.stages.tts.impl.name})
 
 
-def _decode(data: bytes) -> audio.Upload:
+def _decode(data: bytes) -> bodies.Upload:
     try:
-        return audio.decode(data)
-    except audio.NoSamples as exc:
+        return bodies.decode(data)
+    except bodies.NoSamples as exc:
         raise ApiError(400, "empty_file", f"the uploaded audio is empty: {exc}", "file") from None
-    except audio.NotAudio as exc:
+    except bodies.NotAudio as exc:
         raise ApiError(415, "invalid_file_format", str(exc), "file") from None
 
 

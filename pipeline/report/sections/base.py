@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from pipeline.analysis.parallel import Aside
 from pipeline.records.acoustic import AcousticRow
-from pipeline.records.turn import TurnRow
-from pipeline.report import drift, settings
-from pipeline.report.acoustic import Acoustic, Match, match
+from pipeline.records.turn_row import TurnRow
+from pipeline.report import drift, identity
+from pipeline.report.acoustic_match import Acoustic, Match, match
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.conditions import Condition, group, ordered_labels, title
 from pipeline.report.document import WARNING, Block, Paragraph
@@ -52,7 +52,7 @@ class Context:
     conds: Conditions = field(init=False)
     labels: list[str] = field(init=False)
     run_summaries: list[RunSummary] = field(init=False)
-    check: settings.SettingsCheck = field(init=False)
+    check: identity.SettingsCheck = field(init=False)
     drifts: list[drift.Drift] = field(init=False)
     pairs: list[Pair] = field(init=False)
     sweeps: list[Sweep] = field(init=False)  # recorded beside the traces (``sweep.json``)
@@ -107,9 +107,9 @@ CHECKS_FORK_ROWS = 5_000
 
 def _checks(
     rows: Sequence[TurnRow], runs: dict[str, RunInfo]
-) -> tuple[settings.SettingsCheck, list[RunSummary], list[drift.Drift]]:
+) -> tuple[identity.SettingsCheck, list[RunSummary], list[drift.Drift]]:
     """The runs' settings compared (M11), each run summed up, and its drift checked (M20)."""
-    return settings.check(list(runs.values()), rows), run_summaries(rows, runs), drift.check_runs(rows)
+    return identity.check(list(runs.values()), rows), run_summaries(rows, runs), drift.check_runs(rows)
 
 
 def row(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from pipeline.records.capacity import FAILURE_KINDS, Capacity, CapacityFileError, Step, read
+from pipeline.records.ramp_result import FAILURE_KINDS, Capacity, CapacityFileError, Step, read
 from pipeline.report import plots
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.document import NOTE, WARNING, Block, Figure, Heading, Paragraph, Table

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipeline.analysis.numbers import quantile
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report import cells
 from pipeline.report.conditions import title
 from pipeline.report.document import NOTE, Block, Heading, Paragraph, Table

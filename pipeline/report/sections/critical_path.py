@@ -26,7 +26,7 @@ from pipeline.analysis.path.critical import CriticalPath, critical_path
 from pipeline.analysis.path.graph import TurnGraph
 from pipeline.analysis.retiming import Place, Prediction, WhatIfError, paired, place, predict, same_questions
 from pipeline.records.path import SEGMENTS
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report import cells, plots
 from pipeline.report.conditions import Condition, title
 from pipeline.report.document import NOTE, Block, Figure, Heading, Paragraph, Table

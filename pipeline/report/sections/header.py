@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipeline.report.conditions import KNOWN, title
 from pipeline.report.document import NOTE, WARNING, Block, Heading, Paragraph
-from pipeline.report.sections import capacity, recording, sweep
+from pipeline.report.sections import capacity, recording_check, sweep
 from pipeline.report.sections.base import Context
 
 TITLE = "Voice pipeline latency report"
@@ -46,13 +46,13 @@ def section(ctx: Context) -> list[Block]:
                 WARNING,
             )
         )
-    disagree = recording.beyond(ctx)
+    disagree = recording_check.beyond(ctx)
     if disagree:
         tolerance = ctx.acoustic.tolerance_ms if ctx.acoustic else 0.0
         out.append(
             Paragraph(
                 f"The recording disagrees with the traces on {disagree} turn(s) by more than ±{tolerance:g} ms: "
-                f"see {recording.HEADING}.",
+                f"see {recording_check.HEADING}.",
                 WARNING,
             )
         )

@@ -9,6 +9,7 @@ from pipeline.report import cells
 from pipeline.report.conditions import title
 from pipeline.report.document import NOTE, WARNING, Block, Bullets, Heading, Paragraph, Table
 from pipeline.report.drift import Drift
+from pipeline.report.identity import SettingsCheck
 from pipeline.report.runs import (
     BUSY_SHARE,
     RunLoad,
@@ -20,7 +21,6 @@ from pipeline.report.runs import (
 )
 from pipeline.report.sections.base import Conditions, Context
 from pipeline.report.sections.result import temperature_cell
-from pipeline.report.settings import SettingsCheck
 
 MAX_PROBLEMS = 20
 SLOW_WARMUP = 1.5  # a warm-up median this many times the measured median gets a remark

@@ -6,9 +6,9 @@ from pipeline.analysis import bootstrap
 from pipeline.report import cited, drift
 from pipeline.report.cited import CAVEAT
 from pipeline.report.document import NOTE, Block, Bullets, Heading, Paragraph, Table
+from pipeline.report.identity import CONDITION_DEFINING, HELD_ACROSS_CONDITIONS
 from pipeline.report.sections.base import CITED, Context
 from pipeline.report.sections.outcomes import OUTCOME_RULES
-from pipeline.report.settings import CONDITION_DEFINING, HELD_ACROSS_CONDITIONS
 
 
 def cited_table() -> Table:

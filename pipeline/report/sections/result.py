@@ -13,7 +13,7 @@ import numpy as np
 
 from pipeline.analysis.numbers import median
 from pipeline.report import cells, compare
-from pipeline.report.acoustic import Match
+from pipeline.report.acoustic_match import Match
 from pipeline.report.conditions import Condition, group, number
 from pipeline.report.document import WARNING, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset

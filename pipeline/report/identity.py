@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.load import RunInfo
 
 IGNORED = ("run.rounds", "run.limit")

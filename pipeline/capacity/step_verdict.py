@@ -23,8 +23,8 @@ import numpy as np
 from pipeline.analysis.bootstrap import difference_interval, quantile_interval
 from pipeline.analysis.numbers import quantile
 from pipeline.capacity.ramp_plan import Plan
-from pipeline.records.capacity import FAILURE_KINDS, Quantiles, Step
-from pipeline.records.turn import TurnRow
+from pipeline.records.ramp_result import FAILURE_KINDS, Quantiles, Step
+from pipeline.records.turn_row import TurnRow
 
 VOID_LATENESS_MS = 5.0  # the uplink lateness goal (issue #32): a generator later than this measures itself
 REFUSED = "refused"  # a device that could not open its session (written by the ramp's devices)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeline.analysis.numbers import median
 from pipeline.report import cells
-from pipeline.report.acoustic import MEASURE_COMMAND, Acoustic, Match
+from pipeline.report.acoustic_match import MEASURE_COMMAND, Acoustic, Match
 from pipeline.report.document import NOTE, WARNING, Block, Bullets, Figure, Heading, Paragraph, Table
 from pipeline.report.sections.base import Context
 from pipeline.report.waveform import Mark, WaveformError, read_wav, waveform_plot

@@ -321,7 +321,7 @@ def column(name: str) -> Callable[[TurnRow], Cell]:
 def checked(name: str) -> str:
     """``name``, if it is one of bench.csv's columns."""
     if name not in _BY_NAME:
-        raise UnknownColumn(f"{name!r} is not a bench.csv column (see pipeline/records/turn.py)")
+        raise UnknownColumn(f"{name!r} is not a bench.csv column (see pipeline/records/turn_row.py)")
     return name
 
 

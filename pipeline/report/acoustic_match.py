@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.records.acoustic import AcousticError, AcousticRow, read_rows
-from pipeline.records.turn import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.silence import silence_ms
 
 EMULATOR_TOLERANCE_MS = 5.0  # issue 33: the emulator's own recording; a room's is 20 ms
