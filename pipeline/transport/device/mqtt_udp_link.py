@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import aiomqtt
+from msgspec import UnsetType
 
 from pipeline.clock import Clock
 from pipeline.endpoints.link.datagrams import UdpRelay
@@ -30,7 +31,7 @@ from pipeline.transport.device.link import (
     next_control,
 )
 from pipeline.transport.device.settings import LinkSettings
-from pipeline.transport.wire import mqtt_identity
+from pipeline.transport.wire import mqtt_identity, ota
 from pipeline.transport.wire.errors import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
@@ -132,20 +133,17 @@ class MqttUdpLink:
         """The ``mqtt`` section of the OTA's answer to this device (firmware ``ota.cc`` ``CheckVersion``)."""
         s = self.settings
         headers = {"Device-Id": s.device_id, "Client-Id": s.client_id, "Content-Type": "application/json"}
-        body = {"application": {"name": "xiaozhi", "version": OTA_APP_VERSION}, "mac_address": s.device_id}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(s.url, json={**body, "uuid": s.client_id}, headers=headers) as response,
-        ):
+        application = ota.Application(name="xiaozhi", version=OTA_APP_VERSION)
+        body = ota.encode(ota.OtaRequest(application=application, mac_address=s.device_id, uuid=s.client_id))
+        async with aiohttp.ClientSession() as http, http.post(s.url, data=body, headers=headers) as response:
             if response.status != 200:
                 raise DeviceError(f"{s.url}: the OTA answered HTTP {response.status}")
-            answer = await response.json(content_type=None)
-        section = answer.get("mqtt") if isinstance(answer, dict) else None
-        if not isinstance(section, dict):
-            told = answer.get("websocket", {}).get("url", "") if isinstance(answer, dict) else ""
+            answer = ota.read_answer(await response.read())
+        if isinstance(answer.mqtt, UnsetType):
+            told = answer.websocket.url if isinstance(answer.websocket, ota.WebsocketSection) else ""
             hint = f"; it offers WebSocket: --server {told}" if told else ""
             raise DeviceError(f"{s.url}: the OTA's answer has no mqtt section{hint}")
-        return MqttConfig.of(section)
+        return MqttConfig.of(answer.mqtt)
 
     async def _open_udp(self, udp: UdpParams | None) -> None:
         if udp is None:

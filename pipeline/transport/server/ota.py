@@ -23,16 +23,15 @@ WebSocket port: websockets' HTTP parser takes only GET requests without a body.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
 
 from aiohttp import web
+from msgspec import UNSET
 
 from pipeline.clock import Clock
-from pipeline.transport.wire import mqtt_identity
+from pipeline.transport.wire import mqtt_identity, ota
 
 OTA_PATH = "/xiaozhi/ota/"
 UNKNOWN_VERSION = "0.0.0"  # what the real server echoes when a device names no version
@@ -111,7 +110,7 @@ class OtaServer:
         device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
         told = f"mqtt {self.settings.mqtt_endpoint}" if self.mqtt else self.settings.websocket_url
         self.note(f"OTA: {device} is told {told}")
-        return self._answer(_version(body), self._mqtt_section(request))
+        return self._answer(body.application.version or UNKNOWN_VERSION, self._mqtt_section(request))
 
     async def _get(self, request: web.Request) -> web.Response:
         """A person checking the endpoint: a line of text as the real server's (ota_handler.py handle_get),
@@ -123,7 +122,7 @@ class OtaServer:
     def mqtt(self) -> bool:
         return bool(self.settings.mqtt_endpoint)
 
-    def _mqtt_section(self, request: web.Request) -> dict[str, Any] | None:
+    def _mqtt_section(self, request: web.Request) -> ota.MqttSection | None:
         """The device's MQTT credentials, from its Device-Id and Client-Id headers; none without them."""
         mac, uuid = request.headers.get("Device-Id", ""), request.headers.get("Client-Id", "")
         if not self.mqtt or not mac or not uuid:
@@ -137,36 +136,32 @@ class OtaServer:
         methods = {"Access-Control-Allow-Methods": "GET, POST, OPTIONS"} if self.cors else {}
         return web.Response(headers={**self.cors, **methods})
 
-    def _answer(self, version: str, mqtt: dict[str, Any] | None = None) -> web.Response:
+    def _answer(self, version: str, mqtt: ota.MqttSection | None = None) -> web.Response:
         s = self.settings
-        answer: dict[str, Any] = {
-            "server_time": {"timestamp": self.clock.now_ns() // 1_000_000, "timezone_offset": s.timezone_offset_min},
-            "firmware": {"version": version, "url": ""},  # the device's own version: no update offered
-        }
-        if mqtt is not None:  # one protocol or the other, as the real server (ota_handler.py handle_post)
-            answer["mqtt"] = mqtt
-        else:
-            answer["websocket"] = {"url": s.websocket_url, "token": s.token}
-        return web.json_response(answer, headers=self.cors, dumps=_compact)
+        answer = ota.OtaAnswer(
+            server_time=ota.ServerTime(
+                timestamp=self.clock.now_ns() // 1_000_000, timezone_offset=s.timezone_offset_min
+            ),
+            firmware=ota.Firmware(version=version, url=""),  # the device's own version: no update offered
+            # one protocol or the other, as the real server (ota_handler.py handle_post)
+            mqtt=UNSET if mqtt is None else mqtt,
+            websocket=ota.WebsocketSection(url=s.websocket_url, token=s.token) if mqtt is None else UNSET,
+        )
+        return self._json(answer)
 
     def _refusal(self, message: str) -> web.Response:
-        body = {"success": False, "message": message}
-        return web.json_response(body, status=HTTPStatus.BAD_REQUEST, headers=self.cors, dumps=_compact)
+        return self._json(ota.OtaRefusal(message=message), HTTPStatus.BAD_REQUEST)
+
+    def _json(self, value: ota.OtaAnswer | ota.OtaRefusal, status: int = HTTPStatus.OK) -> web.Response:
+        body = ota.encode(value)
+        return web.Response(
+            body=body, status=status, content_type="application/json", charset="utf-8", headers=self.cors
+        )
 
 
-def system_info(raw: bytes) -> dict[str, Any] | str:
+def system_info(raw: bytes) -> ota.OtaRequest | str:
     """A device's system information (its POST body), or what is wrong with it; an empty body is none."""
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (ValueError, RecursionError):  # nesting deeper than the decoder follows is no JSON either
-        return "the body is not JSON (a device sends its system information as a JSON object)"
-    return body if isinstance(body, dict) else "the body is not a JSON object"
-
-
-def _version(body: dict[str, Any]) -> str:
-    application = body.get("application")
-    version = application.get("version") if isinstance(application, dict) else None
-    return version if isinstance(version, str) and version else UNKNOWN_VERSION
+    return ota.read_request(raw)
 
 
 def _cors(origin: str) -> dict[str, str]:
@@ -179,7 +174,3 @@ def _cors(origin: str) -> dict[str, str]:
         "Access-Control-Allow-Origin": origin,
         "Vary": "Origin",
     }
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

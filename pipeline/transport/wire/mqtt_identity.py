@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.transport.wire import mqtt_packets
+from pipeline.transport.wire.ota import MqttSection
 
 GROUP = "GID_test"  # the gateway's own example group (mqtt_config_v2.js); the gateway accepts any
 PUBLISH_TOPIC = "device-server"
@@ -113,33 +114,29 @@ class MqttConfig:
     publish_topic: str = PUBLISH_TOPIC
     keepalive_s: int = KEEPALIVE_S
 
-    def section(self, port: int) -> dict[str, Any]:
+    def section(self, port: int) -> MqttSection:
         """The section as the gateway's generateMqttConfig writes it; ``port`` is where MQTT really listens
         (the gateway writes a fixed 8883, which firmware ignores: it reads the endpoint's port)."""
-        return {
-            "endpoint": self.endpoint,
-            "port": port,
-            "client_id": self.client_id,
-            "username": self.username,
-            "password": self.password,
-            "publish_topic": self.publish_topic,
-            "subscribe_topic": SUBSCRIBE_TOPIC,
-        }
+        return MqttSection(
+            endpoint=self.endpoint,
+            port=port,
+            client_id=self.client_id,
+            username=self.username,
+            password=self.password,
+            publish_topic=self.publish_topic,
+            subscribe_topic=SUBSCRIBE_TOPIC,
+        )
 
     @classmethod
-    def of(cls, section: dict[str, Any]) -> MqttConfig:
-        """A section as an OTA server answered it (``ValueError`` when it lacks what a device needs)."""
-        try:
-            endpoint, client = str(section["endpoint"]), str(section["client_id"])
-        except KeyError as exc:
-            raise ValueError(f"the OTA's mqtt section has no {exc.args[0]!r}") from None
-        keepalive = section.get("keepalive", KEEPALIVE_S)
+    def of(cls, section: MqttSection) -> MqttConfig:
+        """A section as an OTA server answered it (``wire.ota.read_answer`` checked its fields' types)."""
+        keepalive = section.keepalive
         return cls(
-            endpoint,
-            client,
-            str(section.get("username", "")),
-            str(section.get("password", "")),
-            str(section.get("publish_topic") or PUBLISH_TOPIC),
+            section.endpoint,
+            section.client_id,
+            section.username,
+            section.password,
+            section.publish_topic or PUBLISH_TOPIC,
             keepalive if isinstance(keepalive, int) and keepalive >= 0 else KEEPALIVE_S,
         )
 
