@@ -16,6 +16,7 @@ import io
 import json
 from typing import Any
 
+import msgspec
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,17 +26,18 @@ from pipeline.clock import VirtualClock
 from pipeline.endpoints.speech import bodies, forms
 from pipeline.endpoints.speech.api_errors import ApiError
 from pipeline.endpoints.speech.relay import _request_attributes
+from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.server.flood import Flooded, FloodGuard
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import Hangup, MqttConnection
 from pipeline.transport.server.ota import system_info
 from pipeline.transport.server.settings import DoorSettings, FloodSettings, SessionSettings
-from pipeline.transport.wire import framing, mqtt_identity
+from pipeline.transport.wire import framing, mcp, mqtt_identity, ota
 from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.errors import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import from_websocket
-from pipeline.transport.wire.messages import KNOWN_TYPES, Malformed, Message, Other, decode, read
+from pipeline.transport.wire.messages import KNOWN_TYPES, Malformed, Mcp, Message, Other, decode, encode, read
 from pipeline.transport.wire.udp import HEADER, WINDOW, PacketCrypto, PacketError, SequenceCheck
 from tests.scenario import TONE
 from tests.server_harness import FakeChannel, Turns, session, virtual
@@ -334,7 +336,73 @@ def test_a_sessions_channel_takes_any_datagrams_and_holds_at_most_its_queue(
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()) | st.just(b"[" * 5000))
 def test_any_ota_body_is_system_information_or_a_refusal(raw: bytes) -> None:
-    assert isinstance(system_info(raw), dict | str)
+    assert isinstance(system_info(raw), ota.OtaRequest | str)
+
+
+# --- MCP payloads and OTA answers ---------------------------------------------------------------------------
+
+MCP_KEYS = ("jsonrpc", "id", "method", "params", "result", "error")
+PARAM_KEYS = ("name", "arguments", "cursor")
+RESULT_KEYS = ("tools", "nextCursor", "content", "isError", "protocolVersion")
+OTA_KEYS = (
+    "endpoint",
+    "client_id",
+    "username",
+    "password",
+    "port",
+    "keepalive",
+    "url",
+    "token",
+    "timestamp",
+    "version",
+)
+mcp_shaped = st.dictionaries(st.sampled_from(MCP_KEYS), json_values, max_size=5) | st.builds(
+    lambda method, fields: {"jsonrpc": "2.0", "id": 1, "method": method, **fields},
+    st.sampled_from((mcp.INITIALIZE, mcp.TOOLS_LIST, mcp.TOOLS_CALL)) | st.text(max_size=10),
+    st.dictionaries(st.just("params"), json_values | st.dictionaries(st.sampled_from(PARAM_KEYS), json_values)),
+)  # fmt: skip
+mcp_results = st.builds(
+    lambda result: {"jsonrpc": "2.0", "id": 1, "result": result},
+    json_values | st.dictionaries(st.sampled_from(RESULT_KEYS), json_values),
+)  # fmt: skip
+
+
+@FUZZ
+@given(json_values | mcp_shaped | mcp_results)
+def test_any_json_as_an_mcp_payload_is_typed_or_not_json_rpc_at_both_ends(value: Any) -> None:
+    message = decode(msgspec.json.encode({"type": "mcp", "payload": value}))  # JSON: an infinity is null
+    assert isinstance(message, Mcp)
+    payload = message.payload
+    assert isinstance(payload, mcp.Request | mcp.Notification | mcp.Result | mcp.Error | mcp.NotJsonRpc)
+    if isinstance(payload, mcp.Result):  # what the server reads of an answer, as each method it asked
+        for read_as in (mcp.initialize_result, mcp.list_result, mcp.call_result):
+            assert isinstance(read_as(payload), mcp.InitializeResult | mcp.ListResult | mcp.CallResult | mcp.NotJsonRpc)
+    answer = EmulatedTools().handle(payload)  # the device answers it, or answers nothing
+    if answer is not None:
+        assert isinstance(decode(encode(Mcp(payload=answer))), Mcp)
+
+
+ota_sections = st.dictionaries(
+    st.sampled_from(("server_time", "firmware", "activation", "mqtt", "websocket")),
+    json_values
+    | st.dictionaries(
+        st.sampled_from(OTA_KEYS),
+        json_values,
+    ),
+)  # fmt: skip
+
+
+@FUZZ
+@given(json_values | ota_sections)
+def test_any_json_as_an_ota_answer_is_an_answer_or_a_refusal_naming_what(value: Any) -> None:
+    try:
+        answer = ota.read_answer(msgspec.json.encode(value))
+    except ota.OtaAnswerError as exc:
+        assert "the OTA's answer" in str(exc)
+        return
+    assert isinstance(answer, ota.OtaAnswer)
+    if isinstance(answer.mqtt, ota.MqttSection):
+        mqtt_identity.MqttConfig.of(answer.mqtt).host_port()
 
 
 @FUZZ
@@ -371,3 +439,7 @@ def test_the_fuzzers_reach_what_they_claim() -> None:
     assert isinstance(read(dump(hello())), Message)
     assert isinstance(read("{"), Malformed)
     assert isinstance(from_websocket(3, framing.pack(3, b"\xf8\xff\xfe")), Audio)
+    tools_list = decode(dump({"type": "mcp", "payload": {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}}))
+    assert isinstance(tools_list, Mcp) and isinstance(EmulatedTools().handle(tools_list.payload), mcp.Result)
+    assert isinstance(mcp.read(b"[]"), mcp.NotJsonRpc)
+    assert isinstance(ota.read_answer('{"websocket": {"url": "ws://h/"}}').websocket, ota.WebsocketSection)
