@@ -17,11 +17,11 @@ from array import array
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock
 from pipeline.events import FRAME_SAMPLES, AudioFrame, AudioOut, Event, LatencyProfile, StageInfo
+from pipeline.records.turn_row import TurnRow
 from pipeline.run.turn import ServerStages, run_turn
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing

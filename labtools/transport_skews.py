@@ -28,8 +28,8 @@ from typing import IO
 
 import numpy as np
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import column
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import column
 
 ROOT = Path(__file__).resolve().parent.parent
 

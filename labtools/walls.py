@@ -54,7 +54,7 @@ MAY_USE = {
     # acoustic: its speaker and its user's voice into sound devices (transport/device/speaker.py)
     "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
     # plans points from the settings, runs each as a replay's plan written as its command line, reads its rows back
-    "sweep": {"settings", "analysis", "plan"},
+    "sweep": {"settings", "analysis", "plan", "records"},
     # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
     "interop": {"settings", "endpoints", "analysis", "names", "records"},
     # ramps devices against a server step by step: each step a replay run (its plan, its devices), read back
@@ -86,10 +86,10 @@ ENTRY_MAY_USE = {
     "pipeline.report.__main__": {"report", "analysis", "records"},
     "pipeline.offline.__main__": {"offline"},
     # run: the interleaving conductor (run.interleave); plan: each condition's run as the replay's command line
-    "pipeline.experiment": {"analysis", "run", "plan"},
+    "pipeline.experiment": {"analysis", "run", "plan", "records"},
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
     "pipeline.cli": {"settings"},  # the default model cache
-    "pipeline.sweep.__main__": {"sweep", "settings", "analysis"},
+    "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "records"},
     "pipeline.capacity.__main__": {"capacity", "entry"},  # entry: pipeline.cli's quiet_native_telemetry
     "pipeline.acoustic.__main__": {"acoustic", "settings", "records"},
     "pipeline.endpoints.speech.__main__": {
@@ -120,6 +120,7 @@ ENTRY_MAY_USE = {
         "names",
         "entry",
         "plan",  # a run id its output folder already holds is refused as the replay refuses it (plan.run_folder)
+        "records",  # bench.csv, written as the replay writes it
     },
 }
 

@@ -23,9 +23,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import bench_run_ids
 from pipeline.plan.command_line import replay_argv
 from pipeline.plan.run_plan import RunPlan
+from pipeline.records.bench_csv import bench_run_ids
 from pipeline.run.interleave import conduct, described
 
 ROOT = Path(__file__).resolve().parent.parent

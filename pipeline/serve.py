@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import BenchCsv, BenchCsvError
 from pipeline.analysis.row_sink import RowSink
 from pipeline.cli import model_cache, new_run_id, quiet_native_telemetry, say_nothing, say_on_stderr
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.plan.run_folder import RunExists, refuse_existing_run
+from pipeline.records.bench_csv import BenchCsv, BenchCsvError
 from pipeline.run.assembly import SetupError, load_engines, open_chat
 from pipeline.run.server_run import ServedTurns
 from pipeline.run.session import Run, TraceSink, attach_scheduler, session_attributes

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import median, quantile
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import Clock, RealClock, VirtualClock, run_on_clock
 from pipeline.events import SAMPLE_RATE, AudioFrame, LatencyProfile
+from pipeline.records.turn_row import TurnRow, column
 from pipeline.run.turn import ServerStages, run_turn
 from pipeline.settings.audio import frames_from_pcm
 from pipeline.tracing import names

@@ -27,9 +27,9 @@ import io
 import time
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured_ok, quantile
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow, column
 from pipeline.replay import main as replay
 
 ROOT = Path(__file__).resolve().parent.parent

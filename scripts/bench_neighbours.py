@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labtools.whatif_bench.lanes import together
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.shared_stages import CPU_STAGES, HEADER, STAGES, moved, spent, waves
+from pipeline.records.bench_csv import read_bench_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 

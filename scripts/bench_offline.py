@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow, column
 from pipeline.analysis.numbers import measured_ok, median
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow, column
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import BenchCsv
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, read_trace_file
+from pipeline.records.bench_csv import BenchCsv
 from pipeline.tracing import names
 
 ROOT = Path(__file__).resolve().parent.parent

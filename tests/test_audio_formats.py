@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.replay import main
 from pipeline.settings.audio import load_audio, to_16k_mono
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
 from pipeline.capacity.__main__ import main
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.ramp_result import read
 
 pytestmark = [pytest.mark.transport, pytest.mark.realtime]

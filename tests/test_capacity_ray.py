@@ -15,8 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
 from pipeline.capacity import step_verdict
@@ -25,7 +23,9 @@ from pipeline.capacity.profile import load_profile
 from pipeline.capacity.ramp import Ramp, Target
 from pipeline.capacity.users import Users, Window
 from pipeline.capacity.workers import RayFleet, ShareWorker, Tally
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.ramp_result import Capacity
+from pipeline.records.turn_row import TurnRow
 from pipeline.run.ray_workers import WORKER_LOST
 from pipeline.run.session import TraceSink
 from pipeline.tracing.export import Tracing

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import BenchCsv, read_bench_csv
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.row_sink import RowSink
 from pipeline.capacity.profile import LoadProfile
 from pipeline.capacity.users import Users, Window
 from pipeline.clock import Clock, VirtualClock, run_on_clock
+from pipeline.records.bench_csv import BenchCsv, read_bench_csv
 from pipeline.run.device_side import Ask
 from pipeline.run.session import Run
 from pipeline.settings.config import Config

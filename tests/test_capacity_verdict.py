@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from pipeline.analysis.bootstrap import quantile_interval
-from pipeline.analysis.columns import TurnRow
 from pipeline.capacity import step_verdict
 from pipeline.capacity.ramp_plan import Plan, PlanError, parse_duration, parse_margin, parse_steps
 from pipeline.capacity.step_verdict import Figures, failure_kind, figures, judge, knee
 from pipeline.records.ramp_result import Quantiles, Step
+from pipeline.records.turn_row import TurnRow
 
 PLAN = Plan(steps=(1, 2, 5), hold_s=10, max_hold_s=50, margin_pct=10, margin_floor_ms=50, min_turns=4)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.replay import main
 from tests.fixture_files import make_fixtures
 

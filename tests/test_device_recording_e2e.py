@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from pipeline import replay
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.recording_marks import check_recording, read_recording
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
 from pipeline.events import FRAME_MS, FRAME_SAMPLES
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.settings.audio import load_audio
 from pipeline.settings.fixtures import load_questions
 from tests.test_transport_e2e import FIXTURES, SIMULATOR, start_server, stop

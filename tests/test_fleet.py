@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import CallEnd, QueueWait, TokenDelta
@@ -19,6 +17,8 @@ from pipeline.fleet.arrivals import lockstep_warning, rotated, start_offsets_ms
 from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduled import ScheduledBackend
 from pipeline.fleet.scheduler import BACKGROUND, INTERACTIVE, QueueFull, Scheduler
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.replay import main
 from pipeline.report.conditions import number
 from pipeline.tracing.timeline import JobTimeline

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.bootstrap import Interval
 from pipeline.analysis.row_sink import RowSink
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.events import Event, SpeechEnd, Transcript
 from pipeline.plan.prepare import make_run, prepare
 from pipeline.plan.run_plan import RunPlan
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.replay import main as replay_main
 from pipeline.report.build import build
 from pipeline.report.compare import Diff

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import VIRTUAL_EPOCH_NS, VirtualClock, run_on_clock
+from pipeline.records.turn_row import TurnRow
 from pipeline.run import assembly
 from pipeline.run.turn import run_turn
 from pipeline.settings import config as settings_config

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
+from pipeline.records.bench_csv import read_bench_csv
 from tests.real_models import CACHE, FIXTURES, ROOT
 
 PLANT = """\

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from pipeline.analysis import parallel, read
-from pipeline.analysis.bench_csv import csv_line
 from pipeline.analysis.facts import PLAIN, Making
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.rows import turn_row
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.analysis.turns import group_turns, servers_of
+from pipeline.records.bench_csv import csv_line
 from pipeline.records.turn_row import REPEATED
 from pipeline.report.load import Dataset, dataset_from_spans, load_paths
 

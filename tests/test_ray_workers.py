@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.replay import main
 from pipeline.run.device_side import Ask
 from pipeline.run.ray_workers import WORKER_LOST, WorkerSpec, run_on_ray, shares

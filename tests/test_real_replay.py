@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.replay import main
 from tests.real_models import CACHE, FIXTURES
 

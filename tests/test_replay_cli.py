@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import COLUMNS
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import COLUMNS
 from pipeline.replay import main
 from tests.fixture_files import make_fixtures, write_manifest, write_wav
 

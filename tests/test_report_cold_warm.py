@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.analysis.columns import TurnRow
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.build import build
 from pipeline.report.document import Heading, Paragraph
 from pipeline.report.load import Dataset

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from pipeline.analysis import bootstrap
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
 from pipeline.analysis.stats import ranks, spearman
+from pipeline.records.turn_row import TurnRow
 from pipeline.report import compare, drift, identity
 from pipeline.report.conditions import Condition, group, per_call
 from pipeline.report.load import Dataset, RunInfo

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.stats import summarize
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.report.build import build
 from pipeline.report.document import Document
 from pipeline.report.load import load_paths

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.endpoints.link import LinkEmulator, get_profile
 from pipeline.records import bench_csv
 from pipeline.records.bench_csv import BenchCsv, read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.replay import main
 from pipeline.report.build import build
 from pipeline.report.jaeger import http_get

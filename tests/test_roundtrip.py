@@ -122,8 +122,8 @@ def test_trace_lines_are_conformant_otlp_json(tmp_path: Path) -> None:
 
 
 def test_analyze_command_recomputes_the_same_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.analysis.bench_csv import read_bench_csv
     from pipeline.analyze import main as analyze
+    from pipeline.records.bench_csv import read_bench_csv
     from pipeline.replay import main as replay
     from tests.fixture_files import make_fixtures
 

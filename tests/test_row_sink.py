@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.row_sink import progress_line
+from pipeline.records.turn_row import TurnRow
 
 
 def test_a_device_turn_says_where_its_whole_turn_is_measured() -> None:

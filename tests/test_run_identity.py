@@ -12,8 +12,8 @@ from typing import cast
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.traces import spans_from_traces_data
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.replay import main
 from pipeline.report.build import build
 from pipeline.report.load import load_paths

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.capacity.__main__ import main
 from pipeline.endpoints.machine_load import PROC, tree_pids
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.ramp_result import read
 from pipeline.transport.server.processes import parse_process, process_argv, refusal
 

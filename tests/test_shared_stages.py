@@ -3,8 +3,8 @@ the machine's speed followed over interleaved lanes (exact on made-up rows)."""
 
 from __future__ import annotations
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.shared_stages import moved, waves
+from pipeline.records.turn_row import TurnRow
 
 
 def rows(asr: list[float], start_s: float = 0.0, step_s: float = 2.0) -> list[TurnRow]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, read_trace_file
 from pipeline.clock import VirtualClock, run_on_clock
+from pipeline.records.turn_row import TurnRow
 from pipeline.replay import main
 from pipeline.report.build import build
 from pipeline.report.document import Table

@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.numbers import quantile
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.stats import success_rate, summarize
 from pipeline.analysis.traces import ReadProblems, read_trace_file
+from pipeline.records.turn_row import TurnRow
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from stages.llm.scripted import ScriptedReply

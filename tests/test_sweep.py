@@ -16,11 +16,11 @@ import msgspec
 import pytest
 
 from pipeline.analysis import facts as turn_facts
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.sweep_file import NotASweepRecord
 from pipeline.analysis.traces import ReadSpan
 from pipeline.analysis.turns import TurnSpans
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.build import build
 from pipeline.report.document import Document, Paragraph
 from pipeline.report.identity import _question_orders

@@ -12,10 +12,10 @@ from typing import TypeVar
 
 import pytest
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.clock import RealClock, VirtualClock, run_on_clock
 from pipeline.endpoints.thermal import ThermalError, parse_celsius, read_sysfs_c, run_temp_command
 from pipeline.endpoints.thermometer import Sample, Thermometer
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.replay import main, overrides, parse_args
 from pipeline.settings.config import ProbeConfig, load_config
 from tests.fixture_files import make_fixtures

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from pipeline import replay
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.path.critical import critical_path
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.retiming import read_graphs
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file, trace_files
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.report.__main__ import main as report_main
 
 pytestmark = pytest.mark.transport

@@ -16,12 +16,12 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from pipeline.analysis.columns import TurnRow
 from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import spans_from_traces_data
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.link.profiles import NetProfile
 from pipeline.events import AudioFrame
+from pipeline.records.turn_row import TurnRow
 from pipeline.run.device_side import Ask
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.export import Tracing

@@ -11,7 +11,7 @@ import numpy as np
 from labtools.report_bench.machine import python_peak, timed
 
 if TYPE_CHECKING:
-    from pipeline.analysis.columns import TurnRow
+    from pipeline.records.turn_row import TurnRow
     from pipeline.report.load import Dataset
 
 QUESTIONS = 30
@@ -20,7 +20,7 @@ CONDITIONS = {"A": (520.0, 0.18, 25.0), "B": (300.0, 0.06, 110.0), "B'": (300.0,
 
 def synthetic(turns: int, seed: int = 7) -> Dataset:
     """Rows (and per-sentence first tokens) of ``turns`` turns, as analysis would compute them."""
-    from pipeline.analysis.columns import TurnRow
+    from pipeline.records.turn_row import TurnRow
     from pipeline.report.load import Dataset
 
     rng = np.random.default_rng(seed)

@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.shared_stages import CPU_STAGES, HEADER, STAGES, moved, spent, waves
 from pipeline.analysis.traces import trace_files
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.run.interleave import conduct, described
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -12,9 +12,7 @@ Modules, in the order data flows through them:
 - ``read``: the one way in: ``read_traces`` (trace files -> every turn's facts, read by a forked
   process per core for a large read, ``parallel``), ``rows_from_spans`` for spans in memory, a turn's
   spans read again from its lines, ``read_spans`` for spans that are no turn's.
-- ``row_sink``: a run's rows written to bench.csv as each turn finishes. (``columns`` and ``bench_csv`` only
-  re-export the turn record's names, ``pipeline.records.turn_row`` and ``pipeline.records.bench_csv``, for the
-  modules that still import them from here.)
+- ``row_sink``: a run's rows written to bench.csv as each turn finishes.
 - ``numbers``, ``stats``, ``summary``, ``bootstrap``: the one quantile, "measured turn" and ns -> ms,
   statistics, the end-of-run table, bootstrap intervals (M8); ``shared_stages``: a stage two runs share,
   run against run, and the machine's speed followed over interleaved runs (M15).

@@ -9,9 +9,8 @@
 - ``workers``: a step's devices spread over Ray workers (``--workers``), one hold, one trace file, lateness pooled.
 - ``step_verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
 - ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
-- ``result``: the names of capacity.json and steps.csv the ramp still imports from here; the record itself
-  (``Capacity``, ``Step``, ``StepRow``, their writer and readers) is ``pipeline.records.ramp_result``. Where one
-  shared LLM's silence reaches a device's own (M21 (3)) is ``pipeline.analysis.crossing``, its record
-  ``pipeline.records.crossover``.
+The ramp's records (capacity.json, steps.csv: ``Capacity``, ``Step``, ``StepRow``, their writer and readers)
+are ``pipeline.records.ramp_result``. Where one shared LLM's silence reaches a device's own (M21 (3)) is
+``pipeline.analysis.crossing``, its record ``pipeline.records.crossover``.
 - ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).
 """

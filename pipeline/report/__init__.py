@@ -18,7 +18,7 @@ Modules, in the order data flows through them:
   ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``capacity`` (how many devices a
   server holds, from a capacity ramp's folder), ``result``, ``confounding`` (how the conditions were run
   and whether their shared stages moved), ``cold_warm`` (cold and warm turns' silences),
-  ``recording`` (what the recording says: the traces' silence against the recording's),
+  ``recording_check`` (what the recording says: the traces' silence against the recording's),
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and the what-ifs of ``whatif_defaults``),
   ``amplification``, ``dilution`` (with ``neighbours``: each condition's CPU in its unchanged stages),
   ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM against each device's own, as

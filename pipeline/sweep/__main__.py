@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import bench_run_ids
+from pipeline.records.bench_csv import bench_run_ids
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.sweep.points import Plan, Point, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import FAILED, OK, PointRecord, SweepRecord, new_record, save

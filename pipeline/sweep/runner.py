@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.bench_csv import read_bench_csv
-from pipeline.analysis.columns import TurnRow
 from pipeline.plan.command_line import replay_argv
 from pipeline.plan.run_plan import RunPlan
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.sweep.points import OFFLINE, Point
 from pipeline.sweep.record import FAILED, OK, PointRecord
 

@@ -36,7 +36,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.analysis.bench_csv import read_bench_csv
 from pipeline.analysis.server_segments import read_segments, summarize
 from pipeline.analysis.traces import trace_files
 from pipeline.endpoints.llama_server import LlamaServer, ServerError
@@ -48,6 +47,7 @@ from pipeline.interop.process_group import InteropError, Processes, StartedProce
 from pipeline.interop.ramp_table import ramp_markdown
 from pipeline.interop.server_ramps import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv
 from pipeline.interop.side_by_side import RunResult, markdown
+from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.segment import write_segments
 from pipeline.settings.models import ModelError, default_cache, resolve
 
