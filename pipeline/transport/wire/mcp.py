@@ -41,6 +41,8 @@ class Implementation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Roots(msgspec.Struct, frozen=True, kw_only=True):
+    """The client can tell the device its roots changed (``roots.listChanged``), as the real server says."""
+
     listChanged: bool = False
 
 
@@ -52,18 +54,24 @@ class Vision(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ClientCapabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What the server says it can do in ``initialize``: roots, sampling, and xiaozhi's vision endpoint."""
+
     roots: Roots | UnsetType = UNSET
     sampling: dict[str, Any] | UnsetType = UNSET
     vision: Vision | UnsetType = UNSET
 
 
 class InitializeParams(msgspec.Struct, frozen=True, kw_only=True):
+    """``initialize`` params: the MCP protocol version asked, the server's capabilities and who it is."""
+
     protocolVersion: str
     capabilities: ClientCapabilities = ClientCapabilities()
     clientInfo: Implementation | UnsetType = UNSET
 
 
 class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The device's answer to ``initialize``: the version it speaks, its capabilities and who it is."""
+
     protocolVersion: str
     capabilities: dict[str, Any]
     serverInfo: Implementation | UnsetType = UNSET
@@ -93,6 +101,8 @@ class InputSchema(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Tool(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool a device lists: its name, what it does, and the arguments it takes."""
+
     name: str
     description: str = ""
     inputSchema: InputSchema = InputSchema()
@@ -106,16 +116,22 @@ class ListResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CallParams(msgspec.Struct, frozen=True, kw_only=True):
+    """``tools/call`` params: which tool, with which arguments (``null`` when it takes none)."""
+
     name: str
     arguments: dict[str, Any] | None = None
 
 
 class Content(msgspec.Struct, frozen=True, kw_only=True):
+    """One item of a tool call's answer: the firmware answers with ``text``."""
+
     type: str = "text"
     text: str | UnsetType = UNSET
 
 
 class CallResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``tools/call`` answer: its content items, and ``isError`` when the tool failed."""
+
     content: list[Content] = []
     isError: bool = False
 

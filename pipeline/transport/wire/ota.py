@@ -20,6 +20,8 @@ from pipeline.transport.wire.errors import ProtocolError
 
 
 class Application(msgspec.Struct, frozen=True, kw_only=True):
+    """The firmware a device runs: its name and version (the OTA request's ``application``)."""
+
     name: str = ""
     version: str = ""
 
@@ -33,6 +35,8 @@ class OtaRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ServerTime(msgspec.Struct, frozen=True, kw_only=True):
+    """The server's clock, which the firmware sets its own by."""
+
     timestamp: int  # ms since the epoch
     timezone_offset: int = 0  # minutes, added by the firmware to set its local clock
 
@@ -45,6 +49,8 @@ class Firmware(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WebsocketSection(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a device opens its WebSocket, and the token it presents there."""
+
     url: str
     token: str = ""
 
@@ -73,6 +79,8 @@ class Activation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class OtaAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """The OTA answer: server time, the firmware offered, activation, and where the server is (MQTT or WebSocket)."""
+
     server_time: ServerTime | UnsetType = UNSET
     firmware: Firmware | UnsetType = UNSET
     activation: Activation | UnsetType = UNSET
