@@ -37,7 +37,7 @@ from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import ModelError
 from pipeline.tracing.export import SERVICE, Tracing
 from pipeline.transport.device.device import DeviceError
-from pipeline.transport.device.settings import BARGE_IN_WAYS
+from pipeline.transport.device.device_settings import BARGE_IN_WAYS
 from pipeline.transport.wire.messages import LISTEN_MODES
 from pipeline.transport.wire.opus import PRESETS
 

@@ -47,10 +47,16 @@ from pipeline.settings.models import ModelError
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing, otlp_from_env
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
-from pipeline.transport.server.ota import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
+from pipeline.transport.server.ota_endpoint import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
 from pipeline.transport.server.pacing import PACINGS
 from pipeline.transport.server.processes import ORPHAN_CHECK_S, Shared, parse_process, refusal, supervise
-from pipeline.transport.server.settings import AUTO_LISTENING, DoorSettings, FloodSettings, SessionSettings, describe
+from pipeline.transport.server.server_settings import (
+    AUTO_LISTENING,
+    DoorSettings,
+    FloodSettings,
+    SessionSettings,
+    describe,
+)
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from pipeline.transport.wire.opus import PRESETS
 

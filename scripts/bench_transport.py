@@ -47,7 +47,7 @@ from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings
 from pipeline.transport.server.requests import TurnRequest
-from pipeline.transport.server.settings import FloodSettings, SessionSettings
+from pipeline.transport.server.server_settings import FloodSettings, SessionSettings
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from pipeline.transport.wire.messages import Hello, LabTag, Listen, Tts, decode, encode
 from pipeline.transport.wire.opus import PRESETS, OpusDecoder, OpusEncoder

@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.timeline import PacketCounts, TurnTimeline
+from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.flood import FloodGuard
 from pipeline.transport.server.requests import TurnRequest
-from pipeline.transport.server.session import DeviceSession
-from pipeline.transport.server.settings import SessionSettings
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.server.server_settings import SessionSettings
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound, from_websocket
 from pipeline.transport.wire.messages import Hello, Message

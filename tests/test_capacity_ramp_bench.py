@@ -137,7 +137,7 @@ LOOP = (
     f"{SERVE};BaseEventLoop.run_forever (asyncio/base_events.py:607);BaseEventLoop._run_once (asyncio/base_events.py:9)"
 )
 RAW = [
-    f"{LOOP};Handle._run (asyncio/events.py:80);DeviceSession._audio (pipeline/transport/server/session.py:243);"
+    f"{LOOP};Handle._run (asyncio/events.py:80);DeviceSession._audio (pipeline/transport/server/device_session.py:243);"
     "OpusDecoder.decode (pipeline/transport/wire/opus.py:160) 6",
     f"{LOOP};FineTimerSelector.select (pipeline/clock.py:90) 2",
     f'{SERVE};process 11:"python -m pipeline.serve";Thread._bootstrap (threading.py:995);Thread.run (threading.py:982);'

@@ -16,7 +16,7 @@ from pipeline.clock import RealClock, VirtualClock, run_on_clock
 from pipeline.events import AudioFrame
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.pacer import Pacer, pacer, send_lateness
-from pipeline.transport.device.uplink import (
+from pipeline.transport.device.uplink_packets import (
     NOISE_LOOP_FRAMES,
     NoiseLoop,
     clip_packets,

@@ -32,12 +32,12 @@ from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import EmulatedDevice
+from pipeline.transport.device.device_recording import HOLD_S, NS_PER_SAMPLE, AudioRecording, RecordTo, sample_of
+from pipeline.transport.device.device_settings import DeviceSettings
+from pipeline.transport.device.device_turn import DeviceTurn, TurnHost
 from pipeline.transport.device.pacer import captured_ns
-from pipeline.transport.device.recording import HOLD_S, NS_PER_SAMPLE, AudioRecording, RecordTo, sample_of
-from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.speaker import DeviceSound
-from pipeline.transport.device.turn import DeviceTurn, TurnHost
-from pipeline.transport.device.uplink import NoiseLoop
+from pipeline.transport.device.uplink_packets import NoiseLoop
 from tests.test_emulator_firmware import CLIP, CLOCK, SPEECH_END_MS, answer_each, ask, scripted, settings
 from tests.test_transport_e2e import FIXTURES, SIMULATOR
 from tests.test_transport_ws import real

@@ -14,8 +14,8 @@ import pytest
 from pipeline import replay
 from pipeline.acoustic import sound
 from pipeline.events import FRAME_SAMPLES, AudioFrame, AudioOut
+from pipeline.transport.device.device_settings import DeviceSettings, SoundOutputs
 from pipeline.transport.device.link import DeviceError
-from pipeline.transport.device.settings import DeviceSettings, SoundOutputs
 from pipeline.transport.device.speaker import DeviceSound
 from tests.test_transport_e2e import FIXTURES
 

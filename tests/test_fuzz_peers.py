@@ -30,11 +30,11 @@ from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.server.flood import Flooded, FloodGuard
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import Hangup, MqttConnection
-from pipeline.transport.server.ota import system_info
-from pipeline.transport.server.settings import DoorSettings, FloodSettings, SessionSettings
+from pipeline.transport.server.ota_endpoint import system_info
+from pipeline.transport.server.server_settings import DoorSettings, FloodSettings, SessionSettings
 from pipeline.transport.wire import framing, mcp, mqtt_identity, ota
 from pipeline.transport.wire import mqtt_packets as mp
-from pipeline.transport.wire.errors import ChannelGone, ProtocolError
+from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import from_websocket
 from pipeline.transport.wire.messages import KNOWN_TYPES, Malformed, Mcp, Message, Other, decode, encode, read

@@ -21,10 +21,10 @@ import pytest
 from pipeline.clock import RealClock
 from pipeline.run.device_side import Ask
 from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
+from pipeline.transport.device.device_settings import LinkSettings, stable_client_id
 from pipeline.transport.device.mqtt_udp_link import MqttUdpLink
-from pipeline.transport.device.settings import LinkSettings, stable_client_id
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings
-from pipeline.transport.server.ota import OtaServer, OtaSettings
+from pipeline.transport.server.ota_endpoint import OtaServer, OtaSettings
 from pipeline.transport.wire import mqtt_identity
 from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.messages import Listen

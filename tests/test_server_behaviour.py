@@ -16,7 +16,7 @@ import pytest
 from pipeline.events import Event, LatencyProfile, StageInfo
 from pipeline.run.turn import ServerStages
 from pipeline.transport.server.requests import TurnRequest
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.texts import stt_text, wake_text
 from pipeline.transport.wire.messages import Llm, Stt, Tts
 from stages.asr.oracle import OracleAsr

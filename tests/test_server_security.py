@@ -26,11 +26,11 @@ from pipeline.transport.server.flood import Flooded, FloodGuard
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import MqttConnection
 from pipeline.transport.server.mqtt_front import MqttFrontSettings
-from pipeline.transport.server.settings import DoorSettings, FloodSettings, SessionSettings
+from pipeline.transport.server.server_settings import DoorSettings, FloodSettings, SessionSettings
 from pipeline.transport.server.websocket import WebSocketChannel, WebSocketSettings
 from pipeline.transport.wire import mqtt_identity
 from pipeline.transport.wire import mqtt_packets as mp
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.messages import Tts
 from pipeline.transport.wire.udp import MAX_GAP, WINDOW, PacketCrypto, SequenceCheck

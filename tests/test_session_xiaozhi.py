@@ -25,7 +25,7 @@ from pipeline.events import FRAME_SAMPLES, LatencyProfile
 from pipeline.run.turn import ServerStages
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.server.requests import TurnRequest
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from stages.asr.oracle import OracleAsr
 from stages.llm.scripted import ScriptedReply

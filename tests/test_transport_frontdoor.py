@@ -23,7 +23,7 @@ from pipeline.run.device_side import Ask
 from pipeline.settings.fixtures import Question, QuestionSet
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.websocket_link import WebSocketLink
-from pipeline.transport.server.ota import OTA_PATH, OtaServer, OtaSettings, server_url
+from pipeline.transport.server.ota_endpoint import OTA_PATH, OtaServer, OtaSettings, server_url
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from tests.test_transport_ws import SPEECH_END_MS, ScriptedTurns, clip, gateway, real
 from tests.wire_helpers import dump, hello, parse

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.events import FRAME_BYTES
 from pipeline.transport.wire import framing, mcp, messages
-from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.failures import ProtocolError
 from pipeline.transport.wire.messages import (
     AudioParams,
     Features,

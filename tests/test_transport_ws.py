@@ -29,7 +29,7 @@ from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import DeviceError, DeviceSettings, EmulatedDevice
 from pipeline.transport.device.websocket_link import WebSocketLink
 from pipeline.transport.server.requests import TurnRequest
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from pipeline.transport.wire.opus import OpusEncoder
 from stages.llm.scripted import ScriptedReply

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.server.device_tools import DeviceToolsClient
-from pipeline.transport.server.ota import OtaServer, OtaSettings
+from pipeline.transport.server.ota_endpoint import OtaServer, OtaSettings
 from pipeline.transport.wire import mcp, mqtt_identity, ota
 from pipeline.transport.wire.messages import Mcp, encode
 

@@ -20,7 +20,7 @@ import uuid
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.failures import ProtocolError
 from pipeline.transport.wire.messages import Hello, check_audio_params, decode, encode
 
 PATH = "/xiaozhi/v1/"

@@ -27,8 +27,8 @@ from pipeline.settings.fixtures import QuestionSet, load_questions
 from pipeline.settings.models import default_cache
 from pipeline.tracing.export import OtlpSettings, otlp_from_env
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
-from pipeline.transport.device.recording import RecordTo
-from pipeline.transport.device.settings import SoundOutputs
+from pipeline.transport.device.device_recording import RecordTo
+from pipeline.transport.device.device_settings import SoundOutputs
 from stages.registry import ROLES
 
 DEVICE_CHOICES = ("jitter_frames", "uplink_encoder", "listen_mode")  # entered in config_id when not the firmware's

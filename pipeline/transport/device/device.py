@@ -20,17 +20,17 @@ from pipeline.clock import Clock
 from pipeline.run.device_side import Ask
 from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import TurnTimeline
+from pipeline.transport.device.device_recording import AudioRecording, RecordTo
+from pipeline.transport.device.device_settings import DeviceSettings
+from pipeline.transport.device.device_turn import DeviceTurn, abandon, check_answered
 from pipeline.transport.device.dial import open_link
 from pipeline.transport.device.link import DeviceError, DeviceLink
 from pipeline.transport.device.microphone import Microphone
-from pipeline.transport.device.recording import AudioRecording, RecordTo
-from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.tools import EmulatedTools
-from pipeline.transport.device.turn import DeviceTurn, abandon, check_answered
-from pipeline.transport.device.uplink import NoiseLoop
+from pipeline.transport.device.uplink_packets import NoiseLoop
 from pipeline.transport.wire import mcp
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.messages import LabTag, Listen, Mcp
 
 __all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]

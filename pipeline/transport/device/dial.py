@@ -5,9 +5,9 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from pipeline.clock import Clock
+from pipeline.transport.device.device_settings import LinkSettings
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.mqtt_udp_link import MqttUdpLink
-from pipeline.transport.device.settings import LinkSettings
 from pipeline.transport.device.websocket_link import WebSocketLink
 
 

@@ -16,8 +16,8 @@ from typing import Protocol
 
 from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
-from pipeline.transport.device.settings import LinkSettings
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.device.device_settings import LinkSettings
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
 from pipeline.transport.wire.messages import LAB_AUDIO, Features, Hello, Malformed, Mcp, Message, Other, kind

@@ -16,12 +16,12 @@ from typing import Protocol
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, AudioFrame
 from pipeline.run.device_side import Ask
+from pipeline.transport.device.device_recording import AudioRecording
+from pipeline.transport.device.device_settings import DeviceSettings
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.pacer import Capture, pacer, send_lateness
-from pipeline.transport.device.recording import AudioRecording
-from pipeline.transport.device.settings import DeviceSettings
-from pipeline.transport.device.uplink import NOISE_FLOOR_DBFS, NoiseFloor, NoiseLoop, clip_packets
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.device.uplink_packets import NOISE_FLOOR_DBFS, NoiseFloor, NoiseLoop, clip_packets
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.messages import Lab
 
 __all__ = ["NOISE_FLOOR_DBFS", "Microphone", "NoiseFloor", "Speaker", "lab_message"]

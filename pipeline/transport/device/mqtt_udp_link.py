@@ -21,6 +21,7 @@ from pipeline.clock import Clock
 from pipeline.endpoints.link.datagrams import UdpRelay
 from pipeline.endpoints.link.proxy import LinkEmulator
 from pipeline.tracing.timeline import PacketCounts
+from pipeline.transport.device.device_settings import LinkSettings
 from pipeline.transport.device.link import (
     DeviceError,
     Inbox,
@@ -30,9 +31,8 @@ from pipeline.transport.device.link import (
     hello_answer,
     next_control,
 )
-from pipeline.transport.device.settings import LinkSettings
 from pipeline.transport.wire import mqtt_identity, ota
-from pipeline.transport.wire.errors import ChannelGone, ProtocolError
+from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
 from pipeline.transport.wire.messages import Goodbye, Hello, Message, UdpParams, encode, read

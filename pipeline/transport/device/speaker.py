@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.events import AudioFrame, AudioOut
+from pipeline.transport.device.device_settings import SoundOutputs
 from pipeline.transport.device.link import DeviceError
-from pipeline.transport.device.settings import SoundOutputs
 
 if TYPE_CHECKING:  # PortAudio is loaded only when a device is given a sound output
     from pipeline.acoustic.sound import Lane, Speaker

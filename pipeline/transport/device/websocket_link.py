@@ -17,6 +17,7 @@ from websockets.protocol import State
 from pipeline.clock import Clock
 from pipeline.endpoints.link.proxy import LinkEmulator
 from pipeline.tracing.timeline import PacketCounts
+from pipeline.transport.device.device_settings import LinkSettings
 from pipeline.transport.device.link import (
     DeviceError,
     Inbox,
@@ -26,9 +27,8 @@ from pipeline.transport.device.link import (
     hello_answer,
     next_control,
 )
-from pipeline.transport.device.settings import LinkSettings
 from pipeline.transport.wire import framing
-from pipeline.transport.wire.errors import ChannelGone, ProtocolError
+from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound, from_websocket
 from pipeline.transport.wire.messages import Hello, Message, encode

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.server.flood import FloodGuard
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.inbound import Inbound
 from pipeline.transport.wire.messages import Hello, Message
 

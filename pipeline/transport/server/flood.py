@@ -11,7 +11,7 @@ device cannot refill it by saying hello again.
 from __future__ import annotations
 
 from pipeline.clock import Clock
-from pipeline.transport.server.settings import FloodSettings
+from pipeline.transport.server.server_settings import FloodSettings
 
 
 class Flooded(Exception):

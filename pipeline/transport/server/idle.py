@@ -10,7 +10,7 @@ A turn under way counts as activity here: the lab's answer is sent when the turn
 from __future__ import annotations
 
 from pipeline.clock import Clock
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
 
 
 class IdleWatch:

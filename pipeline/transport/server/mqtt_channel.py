@@ -24,7 +24,7 @@ from typing import Protocol
 from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.server.flood import FloodGuard
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
 from pipeline.transport.wire.messages import Goodbye, Hello, Message, UdpParams

@@ -27,9 +27,9 @@ from typing import Protocol
 from pipeline.clock import Clock
 from pipeline.transport.server.flood import Flooded, FloodGuard
 from pipeline.transport.server.mqtt_channel import HELLO_VERSION, MqttUdpChannel
-from pipeline.transport.server.settings import DoorSettings, SessionSettings
+from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import mqtt_packets as mp
-from pipeline.transport.wire.errors import ChannelGone, ProtocolError
+from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.messages import (
     Goodbye,
     Hello,

@@ -26,11 +26,11 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from pipeline.clock import Clock
+from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import MqttConnection
 from pipeline.transport.server.requests import Turns
-from pipeline.transport.server.session import DeviceSession
-from pipeline.transport.server.settings import DoorSettings, SessionSettings
+from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.udp import ssrc_of
 

@@ -15,7 +15,7 @@ from pipeline.events import FRAME_MS
 from pipeline.transport.server.channel import ServerChannel
 from pipeline.transport.server.pacing import DownlinkPacer, pacing
 from pipeline.transport.server.requests import Turns
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.wire.messages import Tts
 from pipeline.transport.wire.opus import OpusEncoder, encode_off_loop
 

@@ -28,12 +28,12 @@ from websockets.http11 import Request, Response
 
 from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
+from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.flood import FloodGuard
 from pipeline.transport.server.requests import Turns
-from pipeline.transport.server.session import DeviceSession
-from pipeline.transport.server.settings import DoorSettings, SessionSettings
+from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import framing
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.inbound import Inbound, from_websocket
 from pipeline.transport.wire.messages import Hello, Message, encode
 

@@ -4,6 +4,6 @@ Typed control messages (``messages``), what each end makes of what arrives (``in
 audio framing (``framing``), Opus (``opus``), the MQTT + UDP transport's encrypted datagrams (``udp``),
 MQTT packets (``mqtt_packets``), device identity (``mqtt_identity``), the MCP JSON-RPC payloads of the
 device's tools (``mcp``), the OTA request and answer (``ota``) and the two ways a conversation fails
-(``errors``). It imports only the contract, so the device and the server can both build on it
+(``failures``). It imports only the contract, so the device and the server can both build on it
 without knowing each other.
 """

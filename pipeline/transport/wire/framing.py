@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.failures import ProtocolError
 
 VERSIONS = (1, 2, 3)
 TYPE_OPUS = 0

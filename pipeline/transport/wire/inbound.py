@@ -7,7 +7,7 @@ nothing malformed gets further than a counted ``Malformed``.
 
 from __future__ import annotations
 
-from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.failures import ProtocolError
 from pipeline.transport.wire.framing import TYPE_OPUS, Audio, unpack
 from pipeline.transport.wire.messages import Malformed, Message, Other, read
 

@@ -21,7 +21,7 @@ import msgspec
 
 from pipeline.events import FRAME_MS, SAMPLE_RATE
 from pipeline.transport.wire import mcp
-from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.failures import ProtocolError
 
 FRAME_DURATIONS = (20, 40, 60)  # uplink packet sizes a device may announce; the server re-frames to 60
 LISTEN_MODES = ("auto", "manual", "realtime")

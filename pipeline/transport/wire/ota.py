@@ -16,7 +16,7 @@ from typing import Final
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from pipeline.transport.wire.errors import ProtocolError
+from pipeline.transport.wire.failures import ProtocolError
 
 
 class Application(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,14 +24,14 @@ from pipeline.events import FRAME_MS, SAMPLE_RATE, AudioFrame, AudioOut, Event
 from pipeline.run.device_side import Ask, Player, close, drain
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
+from pipeline.transport.device.device_recording import NS_PER_SAMPLE, AudioRecording
+from pipeline.transport.device.device_settings import DeviceSettings
 from pipeline.transport.device.link import DeviceLink
 from pipeline.transport.device.microphone import Microphone
 from pipeline.transport.device.pacer import Capture, pacer, send_lateness
-from pipeline.transport.device.recording import NS_PER_SAMPLE, AudioRecording
-from pipeline.transport.device.settings import DeviceSettings
 from pipeline.transport.device.speaker import DeviceSound
-from pipeline.transport.device.uplink import NoiseLoop, clip_packets
-from pipeline.transport.wire.errors import ChannelGone
+from pipeline.transport.device.uplink_packets import NoiseLoop, clip_packets
+from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.messages import Abort, Listen, Llm, Malformed, Message, Other, Stt, Tts, kind
 from pipeline.transport.wire.opus import AUDIBLE, CodecError, OpusDecoder, audible

@@ -35,7 +35,7 @@ from pipeline.tracing.timeline import PacketCounts, TurnTimeline
 from pipeline.transport.server.channel import ServerChannel, tell
 from pipeline.transport.server.pacing import DownlinkPacer, pacing
 from pipeline.transport.server.requests import TurnRequest
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.texts import stt_text, wake_text
 from pipeline.transport.server.uplink import Reframer
 from pipeline.transport.wire.messages import Llm, Message, Stt, Tts

@@ -36,11 +36,11 @@ from pipeline.transport.server.device_tools import DeviceToolsClient
 from pipeline.transport.server.flood import Flooded
 from pipeline.transport.server.idle import IdleWatch
 from pipeline.transport.server.requests import TurnRequest, Turns
-from pipeline.transport.server.settings import SessionSettings
+from pipeline.transport.server.server_settings import SessionSettings
+from pipeline.transport.server.server_turn import ServerTurn, run_server_turn
 from pipeline.transport.server.texts import stt_text, wake_text
-from pipeline.transport.server.turn import ServerTurn, run_server_turn
 from pipeline.transport.server.wake import play_cached_reply
-from pipeline.transport.wire.errors import ChannelGone, ProtocolError
+from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
 from pipeline.transport.wire.messages import (
