@@ -49,7 +49,7 @@ from pipeline.tracing.export import Tracing, otlp_from_env
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
 from pipeline.transport.server.ota_endpoint import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
 from pipeline.transport.server.pacing import PACINGS
-from pipeline.transport.server.processes import ORPHAN_CHECK_S, Shared, parse_process, refusal, supervise
+from pipeline.transport.server.processes import ORPHAN_CHECK_S, ProcessesShare, parse_process, refusal, supervise
 from pipeline.transport.server.server_settings import (
     AUTO_LISTENING,
     DoorSettings,
@@ -254,7 +254,7 @@ def refuse_oracle_without_texts(asr: str, questions: QuestionSet) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
+class ServePrepared:
     """What serving needs, all checked before the first device connects."""
 
     run: Run
@@ -268,7 +268,7 @@ class Prepared:
     processes: int = 1  # this is one of that many processes on the port
 
 
-def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Prepared:
+def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> ServePrepared:
     """The run behind the server, its models loaded; raises what ``main`` reports as a refusal."""
     token = env.get(args.token_env, "") if args.token_env else ""
     if args.token_env and not token:
@@ -297,7 +297,7 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Pr
     api_key = env.get(cfg.cloud.api_key_env) if cfg.cloud.api_key_env else None
     config_id = cfg.config_id(questions.digest(), engines.identity)
     run = Run(run_id, cfg, config_id, questions, RealClock(), engines, api_key)
-    return Prepared(run, bench, told, token, key, session, door, language, processes)
+    return ServePrepared(run, bench, told, token, key, session, door, language, processes)
 
 
 def heard_language(given: str) -> str:
@@ -320,7 +320,7 @@ def server_settings(args: argparse.Namespace, turn_timeout_s: float) -> tuple[Se
     return session, DoorSettings(max_connections=args.max_connections)
 
 
-def exposure_warnings(args: argparse.Namespace, p: Prepared) -> list[str]:
+def exposure_warnings(args: argparse.Namespace, p: ServePrepared) -> list[str]:
     """What a server reachable beyond this machine lets in (said once, never fatal)."""
     if args.host in ("127.0.0.1", "localhost", "::1"):
         return []
@@ -332,7 +332,7 @@ def exposure_warnings(args: argparse.Namespace, p: Prepared) -> list[str]:
     return out
 
 
-def serve(args: argparse.Namespace, p: Prepared, tracing: Tracing, sink: TraceSink) -> None:
+def serve(args: argparse.Namespace, p: ServePrepared, tracing: Tracing, sink: TraceSink) -> None:
     """Serve every front door asked for until SIGINT or SIGTERM; raises what cannot be served."""
     one_of_many = args.process is not None
     settings = WebSocketSettings(
@@ -361,7 +361,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return 2
     run_id = args.run_id or new_run_id()
     if args.processes > 1 and args.process is None:
-        shared = Shared(args.processes, args.host, args.port, args.out, run_id)
+        shared = ProcessesShare(args.processes, args.host, args.port, args.out, run_id)
         return supervise(shared, sys.argv[1:] if argv is None else argv, env)
     try:
         p = prepare(args, env, run_id)

@@ -41,7 +41,7 @@ import soundfile
 from labtools.transport_skews import start_serve, stop_serve
 from pipeline import replay
 from pipeline.acoustic.measure import measure_recording
-from pipeline.acoustic.questions import Question, load_questions
+from pipeline.acoustic.questions import PlayedQuestion, load_questions
 from pipeline.acoustic.room import render_room
 from pipeline.records.acoustic import AcousticRow
 from pipeline.settings.config import load_config
@@ -190,7 +190,7 @@ def report(name: str, found: list[Pair], unpaired: list[str]) -> bool:
     return met
 
 
-def emulator_and_room(out: Path, cfg: list[str], fixtures: Path, rounds: int, played: list[Question]) -> bool:
+def emulator_and_room(out: Path, cfg: list[str], fixtures: Path, rounds: int, played: list[PlayedQuestion]) -> bool:
     device = run_device(out / "emulator", cfg, fixtures, rounds, ["--record-audio", str(out / "emulator" / "rec")])
     trace = traced(device)
     wav = out / "emulator" / "rec" / "0.wav"
@@ -206,7 +206,7 @@ def emulator_and_room(out: Path, cfg: list[str], fixtures: Path, rounds: int, pl
     return report("room", *pairs(trace, measure_recording(room, played, layout="mono"))) and ok
 
 
-def sound_server(out: Path, cfg: list[str], fixtures: Path, played: list[Question]) -> bool | None:
+def sound_server(out: Path, cfg: list[str], fixtures: Path, played: list[PlayedQuestion]) -> bool | None:
     """Condition 3; None when this machine has no sound server to run."""
     try:
         from pipeline.acoustic.sound import Recorder

@@ -45,9 +45,9 @@ from pathlib import Path
 from labtools.git_worktree import checkout_at
 from labtools.pyspy_top import summarise, top_lines
 from labtools.report_bench.machine import load_text
-from pipeline.capacity.ramp_plan import Plan
+from pipeline.capacity.ramp_plan import RampPlan
 from pipeline.capacity.step_verdict import baseline_p90
-from pipeline.interop.process_group import InteropError, Processes, free_ports
+from pipeline.interop.process_group import InteropError, ProcessGroup, free_ports
 from pipeline.interop.server_ramps import RampSettings, RampTarget, ramp_argv
 from pipeline.records.ramp_result import Capacity, CapacityFileError, Step, read
 
@@ -128,11 +128,11 @@ def held_cell(found: Capacity) -> str:
 
 
 def limit_cells(found: Capacity) -> tuple[str, str]:
-    """The baseline P90 and the highest P90 a step may reach and hold (the ramp's own rule, ``Plan.allowed_ms``)."""
+    """The baseline P90 and the highest P90 a step may reach and hold (the ramp's own rule, ``RampPlan.allowed_ms``)."""
     base = baseline_p90(found.steps)
     if base is None:
         return "-", "-"
-    plan = Plan(tuple(found.steps_planned), found.hold_s, found.max_hold_s, found.margin_pct, found.margin_floor_ms)
+    plan = RampPlan(tuple(found.steps_planned), found.hold_s, found.max_hold_s, found.margin_pct, found.margin_floor_ms)
     return f"{base:.0f} ms", f"{plan.allowed_ms(base):.0f} ms"
 
 
@@ -162,7 +162,7 @@ def serve_argv(variant: Variant, args: argparse.Namespace, port: int, out: Path)
 @contextlib.contextmanager
 def serving(variant: Variant, args: argparse.Namespace, folder: Path) -> Iterator[Server]:
     """The variant's server from its checkout, once it says it serves; stopped when the ``with`` ends."""
-    with Processes(folder, os.environ) as processes:
+    with ProcessGroup(folder, os.environ) as processes:
         port = args.port or free_ports(1)[0]
         started = processes.start("server", serve_argv(variant, args, port, folder / "server"), cwd=variant.code)
         try:

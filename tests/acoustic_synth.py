@@ -18,7 +18,7 @@ import numpy as np
 import soundfile
 import soxr
 
-from pipeline.acoustic.questions import Question, load_questions
+from pipeline.acoustic.questions import PlayedQuestion, load_questions
 from pipeline.settings.config import Config, VadConfig
 
 THRESHOLD = 64  # int16: the audibility threshold the contract names
@@ -27,12 +27,12 @@ ENERGY = Config(vad=VadConfig(impl="energy"))  # the simulator's VAD: no model t
 
 
 @functools.cache
-def fixture_questions() -> tuple[Question, ...]:
+def fixture_questions() -> tuple[PlayedQuestion, ...]:
     """The shipped fixtures' questions (English and Chinese), their speech ends by the energy VAD."""
     return tuple(load_questions(FIXTURES, ENERGY))
 
 
-def of_language(language: str, count: int, skip: int = 0) -> list[Question]:
+def of_language(language: str, count: int, skip: int = 0) -> list[PlayedQuestion]:
     """``count`` questions of one language (ids start with it), after ``skip`` of them."""
     return [q for q in fixture_questions() if q.question_id.startswith(language)][skip : skip + count]
 
@@ -76,14 +76,14 @@ def answer(seconds: float, rate: int, seed: int, level: float = 0.1) -> np.ndarr
     return np.asarray(level * x / np.sqrt(np.mean(np.square(x))), dtype=np.float64)
 
 
-def spoken_part(q: Question, rate: int) -> np.ndarray:
+def spoken_part(q: PlayedQuestion, rate: int) -> np.ndarray:
     """A question's speech alone (its leading and trailing silence cut), at ``rate``: real speech to answer with."""
     pcm = clip_at(q, rate)
     loud = np.nonzero(np.abs(pcm.astype(np.int32)) > THRESHOLD)[0]
     return np.asarray(pcm[loud[0] : loud[-1] + 1], dtype=np.float64) / 32768
 
 
-def clip_at(q: Question, rate: int) -> np.ndarray:
+def clip_at(q: PlayedQuestion, rate: int) -> np.ndarray:
     """The question's audio at ``rate`` as int16, as the microphone channel holds it."""
     pcm = q.pcm.astype(np.float64)
     if rate != q.sample_rate:
@@ -92,7 +92,7 @@ def clip_at(q: Question, rate: int) -> np.ndarray:
 
 
 def build(
-    questions: Sequence[Question],
+    questions: Sequence[PlayedQuestion],
     plan: Sequence[tuple[int, float, float]],
     rate: int = 16000,
     lead_s: float = 0.7,

@@ -15,7 +15,7 @@ import soundfile
 
 from pipeline.acoustic import __main__ as command
 from pipeline.acoustic.measure import measure_recording
-from pipeline.acoustic.questions import Question
+from pipeline.acoustic.questions import PlayedQuestion
 from tests.acoustic_synth import FIXTURES, build, of_language
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ SIMULATOR = ROOT / "configs" / "simulator.toml"  # its VAD is the energy one: no
 PLAN = [(0, 0.9, 1.2), (1, 1.1, 1.0), (0, 0.7, 1.5)]
 
 
-def asked() -> list[Question]:
+def asked() -> list[PlayedQuestion]:
     return of_language("en", 2)
 
 

@@ -12,7 +12,7 @@ import pytest
 import soundfile
 
 from pipeline.acoustic.measure import measure_recording
-from pipeline.acoustic.questions import Question
+from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.room import LATENCY_MS, render_room
 from tests.acoustic_synth import Built, answer, build, of_language, spoken_part
 
@@ -28,7 +28,7 @@ def plan(seed: int) -> list[tuple[int, float, float]]:
 
 
 def measured_in_room(
-    tmp_path: Path, asked: list[Question], built: Built, seed: int, latency_ms: float
+    tmp_path: Path, asked: list[PlayedQuestion], built: Built, seed: int, latency_ms: float
 ) -> list[tuple[float, float]]:
     """Per turn: (first audible error in the room, silence error against the stereo truth), in ms."""
     room = render_room(built.samples.astype(np.float64) / 32768, built.rate, seed=seed, latency_ms=latency_ms)

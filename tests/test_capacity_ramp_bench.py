@@ -159,7 +159,7 @@ def test_a_raw_profile_counts_every_process_and_thread_and_leaves_the_loops_scaf
     assert dict(found.under) == {
         "SileroBatcher.run (silero_batch.py)": 10,
         "Session.run (onnxruntime_inference_collection.py)": 10,
-        "DeviceSession._audio (session.py)": 6,
+        "DeviceSession._audio (device_session.py)": 6,
         "OpusDecoder.decode (opus.py)": 6,
         "FineTimerSelector.select (clock.py)": 2,
         "drain (device_side.py)": 2,

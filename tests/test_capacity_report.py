@@ -7,13 +7,13 @@ from pathlib import Path
 
 from pipeline.capacity import step_verdict
 from pipeline.capacity.profile import LoadProfile
-from pipeline.capacity.ramp_plan import Plan
+from pipeline.capacity.ramp_plan import RampPlan
 from pipeline.records.ramp_result import Capacity, Step, write
 from pipeline.report.build import build
 from pipeline.report.load import load_paths
 from tests.test_capacity_users import step as fake_step
 
-PLAN = Plan(steps=(1, 2), hold_s=10, max_hold_s=30, min_turns=1)
+PLAN = RampPlan(steps=(1, 2), hold_s=10, max_hold_s=30, min_turns=1)
 
 
 def ramp(folder: Path, label: str, second: str) -> None:

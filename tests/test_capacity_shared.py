@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from labtools.script_module import load_script
-from pipeline.analysis.crossing import CROSSES, ESTIMATED, MEASURED, Point, compare, curve_of, find_records
+from pipeline.analysis.crossing import CROSSES, ESTIMATED, MEASURED, SilenceAt, compare, curve_of, find_records
 from pipeline.records import ramp_result as result
 from pipeline.records.crossover import RECORD, Arm, Record, RecordError, write_record
 from pipeline.report.build import build
@@ -46,16 +46,16 @@ CLOUD_STEPS = (step(1, 1800.0, 2000.0), step(2, 1900.0, 2200.0), step(4, 2600.0,
 
 def test_a_ramps_curve_leaves_out_void_steps_and_steps_without_a_silence() -> None:
     steps = (step(1, 1.0, 2.0), step(2, 3.0, 4.0, "void"), step(4, None, None, "too_few"), step(8, 5.0, 6.0, "fails"))
-    assert curve_of(capacity(*steps), "c").points == (Point(1, 1.0, 2.0), Point(8, 5.0, 6.0))
+    assert curve_of(capacity(*steps), "c").points == (SilenceAt(1, 1.0, 2.0), SilenceAt(8, 5.0, 6.0))
 
 
 def test_the_record_is_read_with_its_folders_and_the_crossings_computed(tmp_path: Path) -> None:
     found = compare(measured_folder(tmp_path, CLOUD_STEPS))
     assert found.device.points == (
-        Point(1, 3000.0, 4000.0, MEASURED),
-        Point(2, 3000.0, 4000.0, ESTIMATED),
-        Point(4, 3000.0, 4000.0, ESTIMATED),
-        Point(8, 3000.0, 4000.0, ESTIMATED),
+        SilenceAt(1, 3000.0, 4000.0, MEASURED),
+        SilenceAt(2, 3000.0, 4000.0, ESTIMATED),
+        SilenceAt(4, 3000.0, 4000.0, ESTIMATED),
+        SilenceAt(8, 3000.0, 4000.0, ESTIMATED),
     )
     [cloud] = found.shared
     assert cloud.what == CLOUD

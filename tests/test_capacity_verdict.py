@@ -7,12 +7,12 @@ import pytest
 
 from pipeline.analysis.bootstrap import quantile_interval
 from pipeline.capacity import step_verdict
-from pipeline.capacity.ramp_plan import Plan, PlanError, parse_duration, parse_margin, parse_steps
+from pipeline.capacity.ramp_plan import PlanError, RampPlan, parse_duration, parse_margin, parse_steps
 from pipeline.capacity.step_verdict import Figures, failure_kind, figures, judge, knee
 from pipeline.records.ramp_result import Quantiles, Step
 from pipeline.records.turn_row import TurnRow
 
-PLAN = Plan(steps=(1, 2, 5), hold_s=10, max_hold_s=50, margin_pct=10, margin_floor_ms=50, min_turns=4)
+PLAN = RampPlan(steps=(1, 2, 5), hold_s=10, max_hold_s=50, margin_pct=10, margin_floor_ms=50, min_turns=4)
 
 
 def row(silence: float | None = 500.0, whole: float | None = 3000.0, error: str = "", warmup: int = 0) -> TurnRow:
@@ -148,15 +148,15 @@ def test_plan_values_are_parsed_and_impossible_ones_refused() -> None:
     for bad, message in (
         (lambda: parse_duration("--hold", "-3s"), "--hold '-3s': a duration"),
         (lambda: parse_steps("1,x"), "'x' is not a whole number"),
-        (lambda: Plan(steps=(1, 5, 5)), "--steps: 5 after 5: the steps must increase"),
-        (lambda: Plan(steps=(0, 5)), "--steps: 0 devices: every step needs at least 1 device"),
-        (lambda: Plan(steps=()), "--steps: at least one step"),
-        (lambda: Plan(hold_s=0), "--hold 0s: more than 0 seconds"),
-        (lambda: Plan(hold_s=60, max_hold_s=30), "--max-hold 30s: at least the hold (60s)"),
-        (lambda: Plan(margin_pct=-1), "--margin -1%: 0 or more"),
-        (lambda: Plan(min_turns=0), "--min-turns 0: at least 1"),
+        (lambda: RampPlan(steps=(1, 5, 5)), "--steps: 5 after 5: the steps must increase"),
+        (lambda: RampPlan(steps=(0, 5)), "--steps: 0 devices: every step needs at least 1 device"),
+        (lambda: RampPlan(steps=()), "--steps: at least one step"),
+        (lambda: RampPlan(hold_s=0), "--hold 0s: more than 0 seconds"),
+        (lambda: RampPlan(hold_s=60, max_hold_s=30), "--max-hold 30s: at least the hold (60s)"),
+        (lambda: RampPlan(margin_pct=-1), "--margin -1%: 0 or more"),
+        (lambda: RampPlan(min_turns=0), "--min-turns 0: at least 1"),
         (lambda: parse_margin("ten"), "--margin 'ten'"),
-        (lambda: Plan(hold_s=2, max_hold_s=10).check_turn_fits(3.2), "--hold 2s: shorter than a turn"),
+        (lambda: RampPlan(hold_s=2, max_hold_s=10).check_turn_fits(3.2), "--hold 2s: shorter than a turn"),
     ):
         with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
             bad()

@@ -18,7 +18,7 @@ import pytest
 
 from pipeline import replay
 from pipeline.analysis.recording_marks import (
-    RecordingError,
+    MarksError,
     audible_between,
     check_recording,
     read_recording,
@@ -103,11 +103,11 @@ def test_a_write_later_than_what_is_held_is_cut_and_counted(tmp_path: Path) -> N
 def test_a_bad_sidecar_or_recording_is_refused_naming_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "0.json"
     bad.write_text('{"device": "0"}')
-    with pytest.raises(RecordingError, match=r"0\.json.*t0_ns"):
+    with pytest.raises(MarksError, match=r"0\.json.*t0_ns"):
         read_sidecar(bad)
     wav = tmp_path / "0.wav"
     wav.write_bytes(b"not a wav")
-    with pytest.raises(RecordingError, match=r"0\.wav: not a readable recording"):
+    with pytest.raises(MarksError, match=r"0\.wav: not a readable recording"):
         read_recording(wav)
 
 

@@ -11,7 +11,7 @@ import pytest
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.process_group import InteropError
 from pipeline.interop.ramp_table import SHOWN, ramp_markdown, step_table
-from pipeline.interop.server_ramps import CpuMeter, Ramp, RampSettings, RampTarget, cpu_seconds, ramp_argv
+from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, cpu_seconds, ramp_argv
 from pipeline.records.ramp_result import STEP_COLUMNS, Capacity, Quantiles, Step, write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def test_the_ramp_command_names_the_server_its_pid_and_what_was_asked() -> None:
 def test_the_meter_reads_a_live_process_and_none_for_one_that_is_gone() -> None:
     assert cpu_seconds(os.getpid()) is not None
     assert cpu_seconds(2**22 + 17) is None  # above pid_max's default: never a live process
-    meter = CpuMeter({"me": os.getpid(), "gone": 2**22 + 17})
+    meter = ProcessCpu({"me": os.getpid(), "gone": 2**22 + 17})
     meter.start(100.0)
     sum(i * i for i in range(200_000))  # some CPU of our own
     means = meter.stop(101.0)
@@ -81,9 +81,9 @@ def test_the_table_gives_each_servers_verdict_cpu_and_its_steps_as_written(tmp_p
     steps = [step(1, "holds", 900.4, "a"), step(5, "fails", 1900.6, "b")]
     write(ws, Capacity("ws://x", "websocket", "f", {}, [1, 5], 60, 300, 10, 50, 5, steps))
     ramps = [
-        Ramp("real server, A", ws, "step 5: fails\ndevices held: 2\ngrew first: to ASR\n", 0, {"server": 55.4}),
-        Ramp("lab server, A", tmp_path / "none", "error: cannot reach\n", 2, {"server": None, "cloud": 3.0}),
-        Ramp("gw", tmp_path / "none", "devices held: 50 or more (no step failed)\n", 0, {}),
+        EndedRamp("real server, A", ws, "step 5: fails\ndevices held: 2\ngrew first: to ASR\n", 0, {"server": 55.4}),
+        EndedRamp("lab server, A", tmp_path / "none", "error: cannot reach\n", 2, {"server": None, "cloud": 3.0}),
+        EndedRamp("gw", tmp_path / "none", "devices held: 50 or more (no step failed)\n", 0, {}),
     ]
     text = ramp_markdown(ramps, "# intro\n\n")
     assert "| real server, A | 2 | to ASR | 0 | 55% | - | - | - |" in text

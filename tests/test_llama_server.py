@@ -26,7 +26,7 @@ import pytest
 
 from pipeline.clock import RealClock
 from pipeline.endpoints.cloud import EmulatedCloud, get_compute_profile
-from pipeline.endpoints.llama_server import LlamaServer, ServerError
+from pipeline.endpoints.llama_server import LlamaServer, LlamaServerError
 from pipeline.events import CallEnd, LatencyProfile, ToolCall, Transcript
 from pipeline.run import endpoints
 from pipeline.run.assembly import load_engines, open_chat
@@ -161,7 +161,7 @@ def test_a_server_that_splits_the_context_otherwise_is_refused(monkeypatch: pyte
     server = LlamaServer(resolve("qwen2.5-coder-0.5b", CACHE), threads=1, n_ctx=512, seed=1, parallel=2)
     monkeypatch.setattr(server, "command", [*server.command[: server.command.index("--ctx-size") + 1], "512",
                                             *server.command[server.command.index("--ctx-size") + 2 :]])  # fmt: skip
-    with pytest.raises(ServerError, match=r"runs 2 slot\(s\) of n_ctx 256, not the 2 of n_ctx 512 asked"):
+    with pytest.raises(LlamaServerError, match=r"runs 2 slot\(s\) of n_ctx 256, not the 2 of n_ctx 512 asked"):
         server.start()
 
 

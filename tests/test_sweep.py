@@ -31,7 +31,7 @@ from pipeline.report.sweeps import read_sweeps
 from pipeline.settings.config import Config, LlmConfig, load_config
 from pipeline.settings.models import REGISTRY
 from pipeline.sweep.__main__ import main, run_sweep
-from pipeline.sweep.points import Plan, Point, make_plan, parse_vary, slug, toml_text
+from pipeline.sweep.points import Point, SweepPlan, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import SweepRecord, new_record, save
 from pipeline.sweep.runner import RunOptions
 from pipeline.sweep.variables import MODEL_SIZES, SweepError, get_variable, overrides, warnings
@@ -224,7 +224,7 @@ def test_a_point_that_fails_at_run_time_is_recorded_and_the_next_one_runs(tmp_pa
     variable, values = parse_vary(["max_tokens=4,8"])
     good = make_plan("r", variable, values, Config()).points
     broken = Point(good[0].value, good[0].run_id, good[0].overrides, module="pipeline.no_such_module")
-    plan = Plan("r", variable, (broken, good[1]))
+    plan = SweepPlan("r", variable, (broken, good[1]))
     options = RunOptions(ROOT, FIXTURES, (SIMULATOR,), tmp_path, 2, 1, clock="virtual")
     record = new_record(plan, FIXTURES, [SIMULATOR], 2, 1, "now")
     first, second = run_sweep(plan, options, record)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
-from pipeline.acoustic.questions import Question
+from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE
 from pipeline.events import FRAME_MS
 
@@ -48,7 +48,7 @@ class Occurrence:
     score: float
 
 
-def find_occurrences(mic: np.ndarray, rate: int, questions: Sequence[Question]) -> list[Occurrence]:
+def find_occurrences(mic: np.ndarray, rate: int, questions: Sequence[PlayedQuestion]) -> list[Occurrence]:
     """Every question's occurrences in ``mic`` (at ``rate``), in the order they were played."""
     spoken = [spoken_part(q) for q in questions]
     coarse_mic = _emphasised(_resampled(mic, rate, COARSE_RATE))
@@ -71,7 +71,7 @@ def find_occurrences(mic: np.ndarray, rate: int, questions: Sequence[Question]) 
     )
 
 
-def spoken_part(q: Question) -> tuple[int, int]:
+def spoken_part(q: PlayedQuestion) -> tuple[int, int]:
     """The clip's samples from its first audible one to its end of speech: what is matched. Its silences are
     left out: in a room the answer may already play during the clip's trailing silence, and would only
     lower the match."""
@@ -129,7 +129,7 @@ def _peaks(scores: np.ndarray, length: int) -> list[tuple[int, float]]:
     return peaks
 
 
-def _without_overlaps(found: list[Occurrence], questions: Sequence[Question]) -> list[Occurrence]:
+def _without_overlaps(found: list[Occurrence], questions: Sequence[PlayedQuestion]) -> list[Occurrence]:
     """The strongest matches whose speech does not overlap a stronger match's."""
     kept: list[tuple[float, float, Occurrence]] = []
     for o in sorted(found, key=lambda o: -o.score):
@@ -140,7 +140,7 @@ def _without_overlaps(found: list[Occurrence], questions: Sequence[Question]) ->
     return [o for _, _, o in kept]
 
 
-def speech_end_sample(mic: np.ndarray, rate: int, q: Question, o: Occurrence) -> int:
+def speech_end_sample(mic: np.ndarray, rate: int, q: PlayedQuestion, o: Occurrence) -> int:
     """The recording sample where the question's speech ends: from the frame that holds it when that frame is
     found where the occurrence puts it (within ``FRAME_JITTER_MS``, as an exact copy: a clean channel), else
     from the occurrence. The emulator writes each uplink frame where it was handed over, so a late frame moves
@@ -165,7 +165,7 @@ def speech_end_sample(mic: np.ndarray, rate: int, q: Question, o: Occurrence) ->
     return predicted - reach + best + round((end_ms - k * FRAME_MS) * rate / 1000)
 
 
-def _refined(o: Occurrence, mic: np.ndarray, rate: int, q: Question, spoken: tuple[int, int]) -> Occurrence:
+def _refined(o: Occurrence, mic: np.ndarray, rate: int, q: PlayedQuestion, spoken: tuple[int, int]) -> Occurrence:
     """The coarse lag made exact at the recording's rate: the best lag near it, or an earlier one nearly as
     good: in a room a reflection can match as well as the direct sound, which comes first."""
     if rate == q.sample_rate:  # the clip's own samples: a clean channel matches them exactly

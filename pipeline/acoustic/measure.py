@@ -1,7 +1,7 @@
 """A recording's turns measured from its sound alone: where each question was played, where its speech
 ended, and when the answer was first and last audible.
 
-The only inputs are the recording and the questions the lab played (``questions.Question``); nothing the
+The only inputs are the recording and the questions the lab played (``questions.PlayedQuestion``); nothing the
 run wrote beside the recording is read. Each occurrence of a question (``align``) starts a turn: its end
 of speech is the clip's own (the run's VAD) from where the clip was found; the answer is looked for from
 there until the next question's first sound (or the recording's end), on the speaker channel when there is
@@ -21,13 +21,13 @@ import numpy as np
 
 from pipeline.acoustic.align import Occurrence, find_occurrences, speech_end_sample
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span
-from pipeline.acoustic.questions import Question
+from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
 from pipeline.records.acoustic import MEASURED_BY, AcousticRow, failed_row
 
 
 def measure_recording(
-    path: Path, questions: Sequence[Question], layout: Layout = "stereo", device: str | None = None
+    path: Path, questions: Sequence[PlayedQuestion], layout: Layout = "stereo", device: str | None = None
 ) -> list[AcousticRow]:
     """One row per turn found in the recording at ``path``; failures are rows, never exceptions."""
     name = device if device is not None else path.stem
@@ -38,7 +38,7 @@ def measure_recording(
     return [replace(row, recording=str(path)) for row in rows]
 
 
-def measure(recording: Recording, questions: Sequence[Question], device: str) -> list[AcousticRow]:
+def measure(recording: Recording, questions: Sequence[PlayedQuestion], device: str) -> list[AcousticRow]:
     """The turns of a recording already read."""
     path, note = recording.path, recording.note
     if not questions:
@@ -73,7 +73,7 @@ def measure(recording: Recording, questions: Sequence[Question], device: str) ->
 
 def _turn(
     recording: Recording,
-    questions: Sequence[Question],
+    questions: Sequence[PlayedQuestion],
     o: Occurrence,
     following: Occurrence | None,
     round_no: int,
@@ -130,7 +130,7 @@ def _answer(recording: Recording, begin: int, stop: int, floor: float) -> Span |
     return room_span(recording.mic, recording.rate, begin, stop, floor)
 
 
-def _first_sound(q: Question, o: Occurrence, rate: int) -> int:
+def _first_sound(q: PlayedQuestion, o: Occurrence, rate: int) -> int:
     """The recording sample where a question's clip first becomes audible: the previous answer ends before it."""
     loud = np.nonzero(np.abs(q.pcm) > AUDIBLE)[0]
     offset = int(loud[0]) if len(loud) else 0

@@ -31,7 +31,7 @@ class QuestionError(ValueError):
     """The questions cannot be used: a folder without them, or a clip that cannot be read (named)."""
 
 
-class Question(NamedTuple):
+class PlayedQuestion(NamedTuple):
     """One question as it was played: its id, its audio (float32 mono, -1..1), the audio's rate, and the
     end of its speech in seconds from the clip's first sample."""
 
@@ -41,7 +41,7 @@ class Question(NamedTuple):
     speech_end_s: float
 
 
-def load_questions(folder: Path, config: Config | None = None, cache: Path | None = None) -> list[Question]:
+def load_questions(folder: Path, config: Config | None = None, cache: Path | None = None) -> list[PlayedQuestion]:
     """The fixtures folder's questions with their ends of speech, found by ``config``'s VAD (the default
     configuration's when None; its model from ``cache``, the packaged models' folder, by default the
     user's)."""
@@ -54,7 +54,7 @@ def load_questions(folder: Path, config: Config | None = None, cache: Path | Non
     finally:
         engines.close()
     return [
-        Question(q.id, _pcm(frames), SAMPLE_RATE, end / 1000)
+        PlayedQuestion(q.id, _pcm(frames), SAMPLE_RATE, end / 1000)
         for q, frames, end in zip(fixtures, clips, ends, strict=True)
     ]
 

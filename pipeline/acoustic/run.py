@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.acoustic.measure import measure_recording
-from pipeline.acoustic.questions import Question, load_questions
+from pipeline.acoustic.questions import PlayedQuestion, load_questions
 from pipeline.acoustic.recording import AUDIBLE
 from pipeline.acoustic.sound import Pcm, Recorder, SoundError, Speaker
 from pipeline.records.acoustic import write_rows
@@ -228,18 +228,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return report(wav, args, questions[: args.limit], wake)
 
 
-def load(args: argparse.Namespace) -> list[Question]:
+def load(args: argparse.Namespace) -> list[PlayedQuestion]:
     """The questions as the acoustic measurement takes them (with their ends of speech, by the run's VAD)."""
     cfg = load_config(args.config) if args.config else None
     return load_questions(args.fixtures, cfg, args.model_cache)
 
 
-def report(wav: Path, args: argparse.Namespace, questions: list[Question], wake: Pcm | None) -> int:
+def report(wav: Path, args: argparse.Namespace, questions: list[PlayedQuestion], wake: Pcm | None) -> int:
     """Measures the recording for the questions played (the others are not looked for: a clip never played
     cannot be found by mistake; the wake word is one more clip, which bounds the turn before it)."""
     played = list(questions)
     if wake is not None:
-        played.append(Question("wake-word", wake, RATE, speech_end(wake)))
+        played.append(PlayedQuestion("wake-word", wake, RATE, speech_end(wake)))
     rows = measure_recording(wav, played, layout="mono", device=args.device)
     out = args.out / "rows.csv"
     write_rows(out, rows)

@@ -44,7 +44,7 @@ class CurveError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Point:
+class SilenceAt:
     """The silence at one headcount: P50 and P90 in ms, and whether they were measured or estimated."""
 
     devices: int
@@ -63,7 +63,7 @@ class Curve:
     """Silence against devices for one architecture; its points by strictly increasing headcount."""
 
     name: str
-    points: tuple[Point, ...]
+    points: tuple[SilenceAt, ...]
 
     def __post_init__(self) -> None:
         if not self.points:
@@ -84,18 +84,20 @@ class Curve:
     def devices(self) -> tuple[int, ...]:
         return tuple(p.devices for p in self.points)
 
-    def point(self, devices: int) -> Point | None:
+    def point(self, devices: int) -> SilenceAt | None:
         return next((p for p in self.points if p.devices == devices), None)
 
 
-def distributed(single: Point, devices: Iterable[int], name: str = "each device its own LLM") -> Curve:
+def distributed(single: SilenceAt, devices: Iterable[int], name: str = "each device its own LLM") -> Curve:
     """The distributed curve over ``devices``: the single-device figure, measured at 1, estimated beyond."""
     if single.devices != 1 or single.label != MEASURED:
         raise CurveError(f"{name}: the distributed figure is the one measured with 1 device, not {single}")
     counts = sorted({1, *devices})
     if counts[0] < 1:
         raise CurveError(f"{name}: {counts[0]} devices: a headcount is at least 1")
-    return Curve(name, tuple(Point(n, single.p50_ms, single.p90_ms, MEASURED if n == 1 else ESTIMATED) for n in counts))
+    return Curve(
+        name, tuple(SilenceAt(n, single.p50_ms, single.p90_ms, MEASURED if n == 1 else ESTIMATED) for n in counts)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ def curve_of(capacity: Capacity, name: str) -> Curve:
     """The silence against devices of a ramp's steps: every step but a void one (the generator itself fell
     behind: never counted), each with its measured P50 and P90."""
     points = [
-        Point(s.devices, s.silence_ms.p50, s.silence_ms.p90)
+        SilenceAt(s.devices, s.silence_ms.p50, s.silence_ms.p90)
         for s in capacity.steps
         if s.verdict != "void" and s.silence_ms.p50 is not None and s.silence_ms.p90 is not None
     ]

@@ -29,7 +29,7 @@ THRESHOLD = 64  # |x| of 16-bit above this is audible: the emulator's (``opus.au
 SAMPLE_RATE = 16000  # what the emulator records at; a sidecar saying otherwise is refused
 
 
-class RecordingError(ValueError):
+class MarksError(ValueError):
     """A recording or its sidecar that cannot be checked, naming the file and the problem."""
 
 
@@ -52,13 +52,13 @@ def read_sidecar(path: Path) -> Sidecar:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RecordingError(f"{path}: not a readable sidecar: {exc}") from exc
+        raise MarksError(f"{path}: not a readable sidecar: {exc}") from exc
     try:
         sidecar = Sidecar(str(data["device"]), str(data["run_id"]), int(data["sample_rate"]), int(data["t0_ns"]))
     except (KeyError, TypeError, ValueError) as exc:
-        raise RecordingError(f"{path}: a sidecar needs device, run_id, sample_rate and t0_ns: {exc!r}") from exc
+        raise MarksError(f"{path}: a sidecar needs device, run_id, sample_rate and t0_ns: {exc!r}") from exc
     if sidecar.sample_rate != SAMPLE_RATE:
-        raise RecordingError(f"{path}: sample_rate {sidecar.sample_rate}, the emulator records at {SAMPLE_RATE}")
+        raise MarksError(f"{path}: sample_rate {sidecar.sample_rate}, the emulator records at {SAMPLE_RATE}")
     return sidecar
 
 
@@ -130,9 +130,9 @@ def read_recording(path: Path) -> np.ndarray:
     try:
         samples, rate = soundfile.read(path, dtype="int16", always_2d=True)
     except (OSError, RuntimeError, soundfile.LibsndfileError) as exc:
-        raise RecordingError(f"{path}: not a readable recording: {exc}") from exc
+        raise MarksError(f"{path}: not a readable recording: {exc}") from exc
     if rate != SAMPLE_RATE or samples.shape[1] != 2:
-        raise RecordingError(f"{path}: {samples.shape[1]} channel(s) at {rate} Hz, the emulator writes 2 at 16 kHz")
+        raise MarksError(f"{path}: {samples.shape[1]} channel(s) at {rate} Hz, the emulator writes 2 at 16 kHz")
     return np.asarray(samples)
 
 

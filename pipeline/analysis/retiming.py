@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from pipeline.analysis.numbers import measured
-from pipeline.analysis.path.graph import Dep, Point, TurnGraph
+from pipeline.analysis.path.graph import Dep, Moment, TurnGraph
 from pipeline.analysis.read import read_traces
 from pipeline.records.path import (
     ASR,
@@ -119,7 +119,7 @@ def parse_change(text: str) -> Change:
     return Change(name, SETTABLE[name], add_ns=round(amount * (1000 if unit == "s" else 1) * 1_000_000))
 
 
-def changed(graph: TurnGraph, changes: Sequence[Change], points: Sequence[Point] | None = None) -> list[Point]:
+def changed(graph: TurnGraph, changes: Sequence[Change], points: Sequence[Moment] | None = None) -> list[Moment]:
     """The graph's points with ``changes`` applied (to ``points``, a swap's, where given)."""
     out = list(points or graph.points)
     for change in changes:
@@ -149,7 +149,7 @@ def _moved(graph: TurnGraph, label: str, ns: int, change: Change) -> int:
     return out
 
 
-def _with_lags(graph: TurnGraph, p: Point, change: Change) -> Point:
+def _with_lags(graph: TurnGraph, p: Moment, change: Change) -> Moment:
     if not any(d.kind == change.segment for d in p.deps):
         return p
     deps = tuple(
@@ -158,7 +158,7 @@ def _with_lags(graph: TurnGraph, p: Point, change: Change) -> Point:
         else d
         for d in p.deps
     )
-    return Point(p.label, p.kind, p.duration_ns, deps, p.call, p.sentence)
+    return Moment(p.label, p.kind, p.duration_ns, deps, p.call, p.sentence)
 
 
 def carries_neighbours(graph: TurnGraph, other: TurnGraph) -> bool:
@@ -166,7 +166,7 @@ def carries_neighbours(graph: TurnGraph, other: TurnGraph) -> bool:
     return graph.remote_llm != other.remote_llm
 
 
-def swapped(graph: TurnGraph, other: TurnGraph) -> list[Point]:
+def swapped(graph: TurnGraph, other: TurnGraph) -> list[Moment]:
     """The graph's points with ``other``'s LLM segments (each call's first token and generation), and its
     TTS segments where its LLM ran elsewhere (``carries_neighbours``)."""
     if graph.calls != other.calls:
@@ -205,8 +205,8 @@ def _first_difference(a: Sequence[str], b: Sequence[str]) -> str:
     return ""
 
 
-def _with_duration(p: Point, ns: int) -> Point:
-    return Point(p.label, p.kind, ns, p.deps, p.call, p.sentence)
+def _with_duration(p: Moment, ns: int) -> Moment:
+    return Moment(p.label, p.kind, ns, p.deps, p.call, p.sentence)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ from pipeline.capacity.ramp_plan import (
     DEFAULT_MARGIN_PCT,
     DEFAULT_MIN_TURNS,
     HOLD_TIMES_FOR_MAX,
-    Plan,
     PlanError,
+    RampPlan,
     parse_duration,
     parse_margin,
     parse_steps,
@@ -117,10 +117,12 @@ def profile_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def plan_of(args: argparse.Namespace) -> Plan:
+def plan_of(args: argparse.Namespace) -> RampPlan:
     hold = parse_duration("--hold", args.hold)
     longest = parse_duration("--max-hold", args.max_hold) if args.max_hold else max(hold, HOLD_TIMES_FOR_MAX * hold)
-    return Plan(parse_steps(args.steps), hold, longest, parse_margin(args.margin), args.margin_floor_ms, args.min_turns)
+    return RampPlan(
+        parse_steps(args.steps), hold, longest, parse_margin(args.margin), args.margin_floor_ms, args.min_turns
+    )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -27,7 +27,7 @@ from pipeline.analysis.traces import trace_files
 from pipeline.capacity import step_verdict
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile, ProfileError
-from pipeline.capacity.ramp_plan import Plan
+from pipeline.capacity.ramp_plan import RampPlan
 from pipeline.capacity.users import Users
 from pipeline.clock import run_on_clock
 from pipeline.plan.prepare import Prepared, make_run, prepare
@@ -129,7 +129,7 @@ class Ramp:
 
     target: Target
     profile: LoadProfile
-    plan: Plan
+    plan: RampPlan
     out: Path
     env: Mapping[str, str]
     say: Say = print

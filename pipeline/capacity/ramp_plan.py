@@ -65,7 +65,7 @@ def parse_margin(text: str) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class RampPlan:
     """The ramp: devices per step, hold per step, and the margin a step must stay within."""
 
     steps: tuple[int, ...] = DEFAULT_STEPS

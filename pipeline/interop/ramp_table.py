@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.interop.server_ramps import Ramp, cpu_cells
+from pipeline.interop.server_ramps import EndedRamp, cpu_cells
 from pipeline.records.ramp_result import CapacityFileError, StepRow, read_steps
 
 METERED = ("server", "gateway", "services", "cloud")
@@ -24,7 +24,7 @@ SHOWN = (
 )
 
 
-def ramp_markdown(ramps: Sequence[Ramp], intro: str) -> str:
+def ramp_markdown(ramps: Sequence[EndedRamp], intro: str) -> str:
     """The whole file: the summary, then one step table per ramp."""
     head = "| server | devices held | grew first | ramp exit | CPU server | CPU gateway | CPU services | CPU cloud |"
     lines = [intro, head, "|---|---|---|---|---|---|---|---|"]
@@ -51,7 +51,7 @@ def _text(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def side_by_side(ramps: Sequence[Ramp]) -> list[str]:
+def side_by_side(ramps: Sequence[EndedRamp]) -> list[str]:
     """Each server's P90 silence (ms) and verdict at each device count any ramp measured."""
     steps = {ramp.label: {row.devices: row for row in _readable(ramp.folder)} for ramp in ramps}
     counts = sorted({n for rows in steps.values() for n in rows})

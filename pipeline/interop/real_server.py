@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.interop.process_group import InteropError, Processes, StartedProcess
+from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess
 
 # what app.py and the selected providers import (the checkout's pin is used where it has one)
 PACKAGES = (
@@ -76,7 +76,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def ensure_venv(folder: Path, venv: Path, processes: Processes) -> Path:
+def ensure_venv(folder: Path, venv: Path, processes: ProcessGroup) -> Path:
     """The venv's python, made and filled once per set of packages (a stamp file remembers which)."""
     wanted = requirements(folder)
     digest = hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:16]
@@ -172,7 +172,7 @@ def server_config(s: Services, ws_port: int, http_port: int) -> dict[str, object
 
 
 def start(
-    processes: Processes, python: Path, copy: Path, ws_port: int, name: str, timeout_s: float = 120
+    processes: ProcessGroup, python: Path, copy: Path, ws_port: int, name: str, timeout_s: float = 120
 ) -> StartedProcess:
     """The server, up: its WebSocket port accepts connections. A provider whose package is missing is named."""
     server = processes.start(name, [str(python), "app.py"], cwd=copy)

@@ -66,7 +66,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 @dataclass
-class CpuMeter:
+class ProcessCpu:
     """Mean CPU (percent of one core) of named processes between ``start`` and ``stop``."""
 
     pids: Mapping[str, int]
@@ -93,7 +93,7 @@ def said(log: str, pattern: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Ramp:
+class EndedRamp:
     """One server's ramp as it ended: its label, folder, what it printed, exit code and the run's other CPUs."""
 
     label: str

@@ -24,7 +24,7 @@ GATE_FLAG = "--turn-gate"
 
 
 @dataclass
-class Player:
+class ConditionProcess:
     """One condition's process and what it said: gate lines queued for the conductor, the rest passed on."""
 
     label: str
@@ -73,11 +73,11 @@ class Player:
         return True
 
 
-def start(label: str, command: Sequence[str], cwd: Path, out: TextIO) -> Player:
+def start(label: str, command: Sequence[str], cwd: Path, out: TextIO) -> ConditionProcess:
     proc = subprocess.Popen(
         [*command, GATE_FLAG], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
     )
-    player = Player(label, proc, out)
+    player = ConditionProcess(label, proc, out)
     threading.Thread(target=player.listen, name=f"conductor:{label}", daemon=True).start()
     return player
 
@@ -117,13 +117,13 @@ def conduct(
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def _ticks(players: Mapping[str, Player]) -> dict[str, int]:
+def _ticks(players: Mapping[str, ConditionProcess]) -> dict[str, int]:
     """Each player's process tree's CPU ticks so far (one pass over /proc, between turns)."""
     by_pid = tree_ticks(PROC, {p.proc.pid: [p.proc.pid] for p in players.values()})
     return {label: by_pid[p.proc.pid] for label, p in players.items()}
 
 
-def _turn(player: Player, players: Mapping[str, Player]) -> bool:
+def _turn(player: ConditionProcess, players: Mapping[str, ConditionProcess]) -> bool:
     """``player``'s next turn, and the CPU each process used meanwhile: its own, and the waiting others'."""
     before = _ticks(players)
     taken = player.go()
@@ -138,7 +138,7 @@ def _turn(player: Player, players: Mapping[str, Player]) -> bool:
     return taken
 
 
-def cpu_line(player: Player) -> str:
+def cpu_line(player: ConditionProcess) -> str:
     """What a condition's process used: in its own turns, and while it waited through the others'."""
     per = player.idle_ticks * TICK_MS / player.others_turns if player.others_turns else 0.0
     return (

@@ -128,7 +128,7 @@ def shares(devices: int, workers: int) -> list[tuple[int, ...]]:
 
 
 @dataclass
-class Outcome:
+class RayOutcome:
     """What a Ray run brought back: how many trace lines the workers handed over, and which workers were lost."""
 
     lines: int = 0
@@ -142,7 +142,7 @@ def run_on_ray(
     sink: TraceSink,
     say: Callable[[str], None],
     address: str | None = None,
-) -> Outcome:
+) -> RayOutcome:
     """Run ``spec``'s devices on ``workers`` Ray actors; every line reaches ``tracing``'s file and ``sink``."""
     with ray_started(address) as ray:
         actor = ray.remote(num_cpus=0)(DeviceWorker)
@@ -179,8 +179,8 @@ def _drive(
     tracing: Tracing,
     sink: TraceSink,
     say: Callable[[str], None],
-) -> Outcome:
-    outcome = Outcome()
+) -> RayOutcome:
+    outcome = RayOutcome()
     done: dict[tuple[int, int, str], bool] = {}
     running = {i: h.run.remote() for i, h in enumerate(handles)}
     while running:
@@ -208,7 +208,7 @@ def _take(
     tracing: Tracing,
     sink: TraceSink,
     done: dict[tuple[int, int, str], bool],
-    outcome: Outcome,
+    outcome: RayOutcome,
 ) -> None:
     try:
         lines = ray.get(handle.drain.remote())

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipeline.records.bench_csv import bench_run_ids
 from pipeline.settings.config import ConfigError, load_config
-from pipeline.sweep.points import Plan, Point, make_plan, parse_vary, slug, toml_text
+from pipeline.sweep.points import Point, SweepPlan, make_plan, parse_vary, slug, toml_text
 from pipeline.sweep.record import FAILED, OK, PointRecord, SweepRecord, new_record, save
 from pipeline.sweep.runner import RunOptions, point_plan, run_point
 from pipeline.sweep.variables import VARIABLES, SweepError, warnings
@@ -68,12 +68,12 @@ def refused_settings(point: Point, options: RunOptions, settings: Path) -> str:
     return ""
 
 
-def held_runs(out: Path, plan: Plan) -> list[str]:
+def held_runs(out: Path, plan: SweepPlan) -> list[str]:
     held = bench_run_ids(out / "bench.csv")
     return [p.run_id for p in plan.points if p.run_id in held or (out / "traces" / f"{p.run_id}.jsonl").is_file()]
 
 
-def run_sweep(plan: Plan, options: RunOptions, record: SweepRecord) -> list[PointRecord]:
+def run_sweep(plan: SweepPlan, options: RunOptions, record: SweepRecord) -> list[PointRecord]:
     """Every point in order, the record saved after each; returns the points' records."""
     folder = options.out / "sweep" / plan.sweep_id
     folder.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ class Point:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class SweepPlan:
     """A sweep's points, in order, over one variable (M15)."""
 
     sweep_id: str
@@ -68,7 +68,7 @@ def slug(value: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace("'", "p")).strip("_") or "value"
 
 
-def make_plan(sweep_id: str, variable: Variable, values: Sequence[str], base: Config) -> Plan:
+def make_plan(sweep_id: str, variable: Variable, values: Sequence[str], base: Config) -> SweepPlan:
     if not NAME_RE.match(sweep_id):
         raise SweepError(f"--name {sweep_id!r}: use letters, digits, '.', '_' or '-' (at most 64)")
     run_ids: list[str] = []
@@ -80,7 +80,7 @@ def make_plan(sweep_id: str, variable: Variable, values: Sequence[str], base: Co
         run_ids.append(run_id)
         module = OFFLINE if variable.name == "condition" and value == "B'" else REPLAY
         points.append(Point(value, run_id, overrides(variable, value, base), module))
-    return Plan(sweep_id, variable, tuple(points))
+    return SweepPlan(sweep_id, variable, tuple(points))
 
 
 def toml_text(data: Overrides) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.sweep_file import FILE, FORMAT, recorded_sweeps
-from pipeline.sweep.points import Plan
+from pipeline.sweep.points import SweepPlan
 
 PENDING, OK, FAILED = "pending", "ok", "failed"
 
@@ -62,7 +62,9 @@ class SweepRecord:
     finished: str = ""
 
 
-def new_record(plan: Plan, fixtures: Path, configs: list[Path], rounds: int, limit: int, started: str) -> SweepRecord:
+def new_record(
+    plan: SweepPlan, fixtures: Path, configs: list[Path], rounds: int, limit: int, started: str
+) -> SweepRecord:
     """A sweep's record before its first point has run (every point pending)."""
     points = [PointRecord(p.value, p.run_id, p.overrides) for p in plan.points]
     return SweepRecord(

@@ -38,14 +38,14 @@ from pathlib import Path
 
 from pipeline.analysis.server_segments import read_segments, summarize
 from pipeline.analysis.traces import trace_files
-from pipeline.endpoints.llama_server import LlamaServer, ServerError
+from pipeline.endpoints.llama_server import LlamaServer, LlamaServerError
 from pipeline.interop import gateway as real_gateway
 from pipeline.interop import real_server
 from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without
 from pipeline.interop.lab_server import lab_config
-from pipeline.interop.process_group import InteropError, Processes, StartedProcess, free_ports
+from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports
 from pipeline.interop.ramp_table import ramp_markdown
-from pipeline.interop.server_ramps import CpuMeter, Ramp, RampSettings, RampTarget, ramp_argv
+from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, ramp_argv
 from pipeline.interop.side_by_side import RunResult, markdown
 from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.segment import write_segments
@@ -109,7 +109,7 @@ class Interop:
         cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voice-latency-lab"
         self.venv: Path = args.venv or cache / "xiaozhi-server-venv"
         self.runs: list[Run] = []
-        self.ramps: list[Ramp] = []
+        self.ramps: list[EndedRamp] = []
         # capacity mode's stand-ins: the services' oracle ASR hears which fixture question each upload is
         self.hear_fixtures = bool(args.capacity)
         self.fixtures: Path = args.fixtures  # the questions asked (capacity mode may leave some out: --exclude)
@@ -127,7 +127,7 @@ class Interop:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.args.exclude:
             self.fixtures = fixtures_without(self.args.fixtures, self.args.exclude, self.out / "fixtures")
-        with Processes(self.out / "logs", self.env) as processes:
+        with ProcessGroup(self.out / "logs", self.env) as processes:
             real_server.ensure_ffmpeg()
             python = self.args.python or real_server.ensure_venv(server_folder, self.venv, processes)
             try:
@@ -146,7 +146,7 @@ class Interop:
         return self.build()
 
     @contextmanager
-    def llm(self, condition: str, processes: Processes) -> Iterator[tuple[str, str, str]]:
+    def llm(self, condition: str, processes: ProcessGroup) -> Iterator[tuple[str, str, str]]:
         """The condition's LLM endpoint: (base URL, model name, key)."""
         if condition == "A":
             port = self.ports["cloud"]
@@ -168,10 +168,10 @@ class Interop:
         try:
             with LlamaServer(model, threads=os.cpu_count() or 2, n_ctx=8192, seed=1234).start(timeout_s=180) as llama:
                 yield llama.base_url, LOCAL_MODEL, llama.api_key
-        except ServerError as exc:
+        except LlamaServerError as exc:
             raise InteropError(f"llama-server: {exc}") from None
 
-    def services(self, condition: str, upstream: str, key: str, processes: Processes) -> StartedProcess:
+    def services(self, condition: str, upstream: str, key: str, processes: ProcessGroup) -> StartedProcess:
         """The speech services and LLM relay for one condition, listening."""
         port = self.ports["speech"]
         argv = [self.python, "-m", "pipeline.endpoints.speech", "--config", str(self.args.services_config)]
@@ -194,7 +194,7 @@ class Interop:
         python: Path,
         server_folder: Path,
         gateway_folder: Path | None,
-        processes: Processes,
+        processes: ProcessGroup,
     ) -> None:
         asr, tts = f"{base}/audio/transcriptions", f"{base}/audio/speech"
         services = real_server.Services(base, model, asr, tts, api_key="lab-loopback", voice="lab")
@@ -225,14 +225,14 @@ class Interop:
             finally:
                 processes.stop(server)
 
-    def start_lab(self, condition: str, config: Path, processes: Processes) -> StartedProcess:
+    def start_lab(self, condition: str, config: Path, processes: ProcessGroup) -> StartedProcess:
         argv = [self.python, "-m", "pipeline.serve", str(self.fixtures), "--config", str(config)]
         argv += ["--port", str(self.ports["lab_ws"]), "--out", str(self.out / "serve" / condition), "--quiet"]
         started = processes.start(f"lab-server-{condition}", argv)
         processes.wait_port(started, self.ports["lab_ws"], timeout_s=300)
         return started
 
-    def through_gateway(self, label: str, condition: str, ws: str, folder: Path, processes: Processes) -> None:
+    def through_gateway(self, label: str, condition: str, ws: str, folder: Path, processes: ProcessGroup) -> None:
         ports = real_gateway.GatewayPorts(self.ports["mqtt"], self.ports["udp"], self.ports["admin"])
         key = real_gateway.signature_key()
         name = "mqtt-gateway-" + label.split(" via ")[0].replace(" ", "-") + f"-{condition}"
@@ -249,7 +249,7 @@ class Interop:
             del self.metered["gateway"]
 
     def ask(
-        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
+        self, label: str, condition: str, server: str, processes: ProcessGroup, env: Mapping[str, str] | None = None
     ) -> None:
         """The server's measurement: the questions asked one at a time, or in capacity mode a ramp."""
         if self.args.capacity:
@@ -258,7 +258,7 @@ class Interop:
             self.replay(label, condition, server, processes, env)
 
     def ramp(
-        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None
+        self, label: str, condition: str, server: str, processes: ProcessGroup, env: Mapping[str, str] | None
     ) -> None:
         folder = self.out / "capacity" / label.replace(", ", "-").replace(" ", "-")
         extra = ("--min-turns", str(self.args.min_turns)) if self.args.min_turns else ()
@@ -268,16 +268,18 @@ class Interop:
         target = RampTarget(server, label, self.metered["server"], traces)
         argv = ramp_argv(self.python, self.fixtures, target, settings, folder)
         print(f"{label}: ramping {self.args.capacity} device(s), each step held {self.args.hold}", flush=True)
-        meter = CpuMeter(dict(self.metered))
+        meter = ProcessCpu(dict(self.metered))
         meter.start(time.monotonic())
         started = processes.start(f"capacity-{folder.name}", argv, env=env)
         code = started.process.wait()
         cpu = meter.stop(time.monotonic())
         processes.stop(started)
-        self.ramps.append(Ramp(label, folder, started.log.read_text(encoding="utf-8", errors="replace"), code, cpu))
+        self.ramps.append(
+            EndedRamp(label, folder, started.log.read_text(encoding="utf-8", errors="replace"), code, cpu)
+        )
 
     def replay(
-        self, label: str, condition: str, server: str, processes: Processes, env: Mapping[str, str] | None = None
+        self, label: str, condition: str, server: str, processes: ProcessGroup, env: Mapping[str, str] | None = None
     ) -> None:
         folder = self.out / "runs" / label.replace(", ", "-").replace(" ", "-")
         argv = [self.python, "-m", "pipeline.replay", str(self.fixtures), "--server", server]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from pipeline.analysis.path.graph import Dep, Point
+from pipeline.analysis.path.graph import Dep, Moment
 from pipeline.records.path import HANDOFF
 
 
@@ -22,8 +22,8 @@ class Builder:
     """Points added in time order, each from its measured start and end (absolute ns)."""
 
     def __init__(self, zero_ns: int) -> None:
-        """Point 0: the end of speech, at ``zero_ns``."""
-        self.points: list[Point] = [Point("end of speech", HANDOFF, 0, ())]
+        """Moment 0: the end of speech, at ``zero_ns``."""
+        self.points: list[Moment] = [Moment("end of speech", HANDOFF, 0, ())]
         self.at: list[int] = [zero_ns]
 
     def add(
@@ -47,7 +47,7 @@ class Builder:
             before = [first]
         waited = max(before, key=_done_at)[1]  # the latest done (the first listed of equals)
         deps = tuple(Dep(i, start_ns - at if i == waited else min(0, start_ns - at), k) for at, i, k in done)
-        self.points.append(Point(label, kind, end_ns - start_ns, deps, call, sentence))
+        self.points.append(Moment(label, kind, end_ns - start_ns, deps, call, sentence))
         self.at.append(end_ns)
         return len(self.points) - 1
 

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import msgspec
 
-from pipeline.analysis.path.graph import Dep, Point, TurnGraph
+from pipeline.analysis.path.graph import Dep, Moment, TurnGraph
 from pipeline.records.path import SEGMENTS, SILENCE, WHOLE, WORK, PathRow
 
 
-class Step(msgspec.Struct, frozen=True, gc=False):
+class PathStep(msgspec.Struct, frozen=True, gc=False):
     """One piece of a critical path: a point's own work, or the lag before it began."""
 
     kind: str
@@ -24,7 +24,7 @@ class Step(msgspec.Struct, frozen=True, gc=False):
 class CriticalPath(msgspec.Struct, frozen=True, gc=False):
     """The steps that decided a target's time (they sum to it), and the work that ran beside them."""
 
-    steps: tuple[Step, ...]  # from the end of speech to the target, in time order
+    steps: tuple[PathStep, ...]  # from the end of speech to the target, in time order
     total_ns: int
     slack_ns: dict[str, int]  # off-path work before the target, by kind
 
@@ -36,27 +36,27 @@ class CriticalPath(msgspec.Struct, frozen=True, gc=False):
         return out
 
 
-def critical_path(graph: TurnGraph, target: int, points: Sequence[Point] | None = None) -> CriticalPath:
+def critical_path(graph: TurnGraph, target: int, points: Sequence[Moment] | None = None) -> CriticalPath:
     """The chain of waits that decided ``target``'s time, and the work that ran beside it."""
     pts = points or graph.points
     t = graph.times(pts)
-    steps: list[Step] = []
+    steps: list[PathStep] = []
     on_path: set[int] = set()
     i: int | None = target
     while i is not None:
         on_path.add(i)
         p = pts[i]
         if p.duration_ns:
-            steps.append(Step(p.kind, p.label, p.duration_ns))
+            steps.append(PathStep(p.kind, p.label, p.duration_ns))
         waited = _waited_for(p, t)
         if waited is not None and waited.lag_ns:
-            steps.append(Step(waited.kind, f"{pts[waited.point].label} -> {p.label}", waited.lag_ns))
+            steps.append(PathStep(waited.kind, f"{pts[waited.point].label} -> {p.label}", waited.lag_ns))
         i = None if waited is None else waited.point
     steps.reverse()
     return CriticalPath(tuple(steps), t[target], _slack(pts, t, on_path, t[target]))
 
 
-def _waited_for(p: Point, t: Sequence[int]) -> Dep | None:
+def _waited_for(p: Moment, t: Sequence[int]) -> Dep | None:
     """The dependency that set the point's start: the latest (the first listed of equals)."""
     best: Dep | None = None
     for d in p.deps:  # of equals, one it waited for (a lag >= 0) before one done after it began
@@ -65,7 +65,7 @@ def _waited_for(p: Point, t: Sequence[int]) -> Dep | None:
     return best
 
 
-def _slack(pts: Sequence[Point], t: Sequence[int], on_path: set[int], until: int) -> dict[str, int]:
+def _slack(pts: Sequence[Moment], t: Sequence[int], on_path: set[int], until: int) -> dict[str, int]:
     """Work off the path that ran before ``until``: it happened beside the path and delayed nobody."""
     out: dict[str, int] = {}
     for i, p in enumerate(pts):

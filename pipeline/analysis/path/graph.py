@@ -25,7 +25,7 @@ class Dep(msgspec.Struct, frozen=True, gc=False):
     kind: str = HANDOFF  # what the lag is, on the path
 
 
-class Point(msgspec.Struct, frozen=True, gc=False):
+class Moment(msgspec.Struct, frozen=True, gc=False):
     """A moment the spans record, as the end of work of one kind that began once its dependencies were done."""
 
     label: str  # "call 1 first token", "sentence 0 cut", ...
@@ -46,14 +46,14 @@ class TurnGraph(msgspec.Struct, frozen=True, gc=False):
     question_id: str
     round: int
     device: int
-    points: tuple[Point, ...]
+    points: tuple[Moment, ...]
     first_audible: int  # the point of the first answer audio starting to play
     last_played: int  # the point of the last sample played
     remote_llm: bool  # the LLM was reached over a network (its first tokens include a round trip)
     sentence_texts: tuple[str, ...]
     calls: int
 
-    def times(self, points: Sequence[Point] | None = None) -> list[int]:
+    def times(self, points: Sequence[Moment] | None = None) -> list[int]:
         """Each point's time: measured with the graph's own points, predicted with changed ones."""
         out: list[int] = []
         for p in points or self.points:

@@ -1,6 +1,14 @@
 """The emulated cloud: compute model, answers, server, faults, and the endpoint a run of condition A talks to."""
 
-from pipeline.endpoints.cloud.answers import ANSWERS, TOOL_DONE, BadRequest, Plan, pick_answer, pick_tool, plan_reply
+from pipeline.endpoints.cloud.answers import (
+    ANSWERS,
+    TOOL_DONE,
+    BadRequest,
+    StreamPlan,
+    pick_answer,
+    pick_tool,
+    plan_reply,
+)
 from pipeline.endpoints.cloud.chat_server import EmulatedCloud
 from pipeline.endpoints.cloud.compute import COMPUTE_PROFILES, ComputeProfile, Slots, get_compute_profile
 from pipeline.endpoints.cloud.endpoint import Endpoint, serve_endpoint
@@ -16,8 +24,8 @@ __all__ = [
     "ComputeProfile",
     "EmulatedCloud",
     "Endpoint",
-    "Plan",
     "Slots",
+    "StreamPlan",
     "get_compute_profile",
     "pick_answer",
     "pick_tool",

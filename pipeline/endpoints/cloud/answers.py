@@ -71,7 +71,7 @@ def pick_tool(question: str, offered: set[str]) -> tuple[str, str] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class StreamPlan:
     """What one request will stream: text tokens or a tool call, and how it finishes."""
 
     pieces: tuple[str, ...]
@@ -103,7 +103,7 @@ def _stops(body: Mapping[str, Any]) -> list[str]:
     raise BadRequest("'stop' must be a string or a list of strings")
 
 
-def plan_reply(body: Mapping[str, Any], answers: Mapping[str, str] | None = None) -> Plan:
+def plan_reply(body: Mapping[str, Any], answers: Mapping[str, str] | None = None) -> StreamPlan:
     """Decide the reply to a chat request (pure: the same request always gets the same plan)."""
     messages = _messages(body)
     max_tokens = body.get("max_tokens", 256)
@@ -115,7 +115,7 @@ def plan_reply(body: Mapping[str, Any], answers: Mapping[str, str] | None = None
     offered = {str(t.get("function", {}).get("name")) for t in body.get("tools") or [] if isinstance(t, dict)}
     answered_tool = any(m.get("role") == "tool" for m in messages)
     if not answered_tool and (tool := pick_tool(question, offered)):
-        return Plan((), "tool_calls", tool=tool, prompt_tokens=prompt_tokens)
+        return StreamPlan((), "tool_calls", tool=tool, prompt_tokens=prompt_tokens)
     language = language_of(question)
     text = TOOL_DONE[language] if answered_tool else (answers or {}).get(question.strip()) or pick_answer(question)
     last = messages[-1]
@@ -128,5 +128,5 @@ def plan_reply(body: Mapping[str, Any], answers: Mapping[str, str] | None = None
         remaining = remaining[:at]
     pieces = tokens_of(remaining)
     if len(pieces) > max_tokens:
-        return Plan(tuple(pieces[:max_tokens]), "length", prompt_tokens=prompt_tokens)
-    return Plan(tuple(pieces), "stop", stop_reason, prompt_tokens=prompt_tokens)
+        return StreamPlan(tuple(pieces[:max_tokens]), "length", prompt_tokens=prompt_tokens)
+    return StreamPlan(tuple(pieces), "stop", stop_reason, prompt_tokens=prompt_tokens)

@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline.endpoints.cloud.answers import BadRequest, Plan, plan_reply
+from pipeline.endpoints.cloud.answers import BadRequest, StreamPlan, plan_reply
 from pipeline.endpoints.cloud.compute import ComputeProfile, Slots, Timer
 from pipeline.endpoints.cloud.faults import FAULT_HEADER, FAULTS, broken, cut, error
 from pipeline.endpoints.serving import HttpApp
@@ -125,7 +125,7 @@ class EmulatedCloud(HttpApp):
             return await self._complete(plan, rng, timer)
         return await self._stream(request, body, plan, rng, timer, fault)
 
-    async def _generate(self, plan: Plan, rng: random.Random, timer: Timer) -> list[float]:
+    async def _generate(self, plan: StreamPlan, rng: random.Random, timer: Timer) -> list[float]:
         """Wait for a slot; return the sleep before each piece (a tool call counts as three)."""
         if self._slots.free == 0 or self._slots.waiting:
             self.max_queue = max(self.max_queue, len(self._slots.waiting) + 1)
@@ -135,7 +135,7 @@ class EmulatedCloud(HttpApp):
         first, rest = self.profile.delays_s(rng, plan.prompt_tokens, max(count, 1))
         return [first, *rest][: max(count, 1)]
 
-    async def _complete(self, plan: Plan, rng: random.Random, timer: Timer) -> web.Response:
+    async def _complete(self, plan: StreamPlan, rng: random.Random, timer: Timer) -> web.Response:
         loop = asyncio.get_running_loop()
         try:
             delays = await self._generate(plan, rng, timer)
@@ -158,7 +158,7 @@ class EmulatedCloud(HttpApp):
         )
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], plan: Plan, rng: random.Random, timer: Timer, fault: str
+        self, request: web.Request, body: dict[str, Any], plan: StreamPlan, rng: random.Random, timer: Timer, fault: str
     ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -210,7 +210,7 @@ class EmulatedCloud(HttpApp):
         }
 
 
-def _deltas(plan: Plan) -> list[dict[str, Any]]:
+def _deltas(plan: StreamPlan) -> list[dict[str, Any]]:
     if plan.tool:
         arguments = plan.tool[1]
         half = len(arguments) // 2
@@ -226,11 +226,11 @@ def _tool_call(tool: tuple[str, str], arguments: str) -> dict[str, Any]:
     return {"id": "call_emu0", "type": "function", "function": {"name": tool[0], "arguments": arguments}}
 
 
-def _finish(plan: Plan) -> dict[str, Any]:
+def _finish(plan: StreamPlan) -> dict[str, Any]:
     return {"finish_reason": plan.finish_reason, "stop_reason": plan.stop_reason}
 
 
-def _usage(plan: Plan, generated: int) -> dict[str, int]:
+def _usage(plan: StreamPlan, generated: int) -> dict[str, int]:
     return {
         "prompt_tokens": plan.prompt_tokens,
         "completion_tokens": generated,

@@ -30,7 +30,7 @@ LEVELS_UP = 4  # a step's trace file: DIR/steps/<N>/traces/<run>.jsonl
 
 
 @dataclass(frozen=True, slots=True)
-class Ramp:
+class RampFolder:
     """One capacity folder's result, and where it was read."""
 
     found: Capacity
@@ -52,11 +52,11 @@ def capacity_folders(files: Sequence[str]) -> list[Path]:
     return list(found)
 
 
-def read_ramps(files: Sequence[str]) -> tuple[list[Ramp], list[str]]:
+def read_ramps(files: Sequence[str]) -> tuple[list[RampFolder], list[str]]:
     ramps, problems = [], []
     for folder in capacity_folders(files):
         try:
-            ramps.append(Ramp(read(folder / FILE), str(folder / FILE)))
+            ramps.append(RampFolder(read(folder / FILE), str(folder / FILE)))
         except CapacityFileError as exc:
             problems.append(str(exc))
     return ramps, problems
@@ -132,7 +132,7 @@ def step_row(s: Step, shown: bool) -> tuple[str, ...]:
     )
 
 
-def held_words(r: Ramp) -> str:
+def held_words(r: RampFolder) -> str:
     c = r.found
     margin = f"+{c.margin_pct:g} % or +{c.margin_floor_ms:g} ms, whichever is more"
     if c.devices_held is None:
@@ -150,7 +150,7 @@ def held_words(r: Ramp) -> str:
     )
 
 
-def curve(ramps: Sequence[Ramp]) -> bytes:
+def curve(ramps: Sequence[RampFolder]) -> bytes:
     """Silence P50/P90/P99 against devices, one colour per server, the knee ringed."""
     fig, ax = plt.subplots(figsize=(9, 5))
     names = [r.name for r in ramps]

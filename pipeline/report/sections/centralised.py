@@ -21,8 +21,8 @@ from pipeline.analysis.crossing import (
     NEVER_QUIETER,
     Comparison,
     Crossing,
-    Point,
     Shared,
+    SilenceAt,
     compare,
     find_records,
     headcounts,
@@ -36,24 +36,24 @@ TITLE = "Centralised against distributed (M21 (3))"
 
 
 @dataclass(frozen=True, slots=True)
-class Found:
+class CrossoverRecords:
     """The crossover records above the report's traces, read, and those that could not be."""
 
     comparisons: tuple[Comparison, ...]
     problems: tuple[str, ...]
 
 
-def read(files: Sequence[str]) -> Found:
+def read(files: Sequence[str]) -> CrossoverRecords:
     comparisons, problems = [], []
     for path in find_records(files):
         try:
             comparisons.append(compare(path))
         except RecordError as exc:
             problems.append(str(exc))
-    return Found(tuple(comparisons), tuple(problems))
+    return CrossoverRecords(tuple(comparisons), tuple(problems))
 
 
-def _ms(p: Point, quantile: str) -> str:
+def _ms(p: SilenceAt, quantile: str) -> str:
     return f"{p.at(quantile):.0f} ms ({p.label})"
 
 
@@ -78,7 +78,7 @@ def _shared_sentence(s: Shared, device: Comparison) -> str:
     )
 
 
-def boundary(found: Found) -> str | None:
+def boundary(found: CrossoverRecords) -> str | None:
     """The M21 (3) boundary with its figures, or None when no record was found (the words alone then)."""
     if not found.comparisons:
         return None
@@ -91,13 +91,13 @@ def boundary(found: Found) -> str | None:
     )
 
 
-def _cell(p: Point | None) -> str:
+def _cell(p: SilenceAt | None) -> str:
     if p is None:
         return "-"
     return f"{p.p50_ms:.0f} / {p.p90_ms:.0f} ({p.label})"
 
 
-def blocks(found: Found) -> list[Block]:
+def blocks(found: CrossoverRecords) -> list[Block]:
     """The curves side by side and every crossing, after the boundaries."""
     out: list[Block] = [Paragraph(p, WARNING) for p in found.problems]
     for i, c in enumerate(found.comparisons):

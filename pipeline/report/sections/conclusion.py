@@ -21,7 +21,7 @@ CONCLUSION_METRICS = (
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class FigureChange:
     """One figure's difference between two conditions, named."""
 
     what: str
@@ -32,9 +32,9 @@ class Change:
 class Balance:
     """What a condition gains and costs against the baseline, and what stays unclear."""
 
-    gains: tuple[Change, ...]
-    costs: tuple[Change, ...]
-    unclear: tuple[Change, ...]
+    gains: tuple[FigureChange, ...]
+    costs: tuple[FigureChange, ...]
+    unclear: tuple[FigureChange, ...]
     success_change: float | None  # percentage points, x - base
 
 
@@ -44,7 +44,7 @@ def balance(x: Condition, base: Condition) -> Balance:
         d = diff(x, base, metric, q)
         if d.value is None:
             continue
-        change = Change(label, d)
+        change = FigureChange(label, d)
         if d.real and d.value < 0:
             gains.append(change)
         elif d.real and d.value > 0:
@@ -55,7 +55,7 @@ def balance(x: Condition, base: Condition) -> Balance:
     return Balance(tuple(gains), tuple(costs), tuple(unclear), xr - br if xr is not None and br is not None else None)
 
 
-def _change_text(change: Change) -> str:
+def _change_text(change: FigureChange) -> str:
     d = change.diff
     word = "lower" if d.value is not None and d.value < 0 else "higher"
     return f"{change.what} {abs(d.value or 0):.1f} ms {word} ({cells.percent(d.percent)})"

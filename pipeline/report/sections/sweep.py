@@ -32,7 +32,7 @@ from pipeline.report.sweeps import OK, Sweep, SweepPoint, check
 
 
 @dataclass(frozen=True, slots=True)
-class Point:
+class PointTurns:
     """A sweep point and, where it ran and its turns are in the traces, its turns as one condition."""
 
     point: SweepPoint
@@ -40,11 +40,11 @@ class Point:
     missing: str = ""  # why there is no condition: what its cells say instead
 
 
-def sweep_point(data: Dataset, point: SweepPoint) -> Point:
+def sweep_point(data: Dataset, point: SweepPoint) -> PointTurns:
     if point.status != OK:
-        return Point(point, None, f"{cells.NOT_MEASURED} (point {point.status})")
+        return PointTurns(point, None, f"{cells.NOT_MEASURED} (point {point.status})")
     cond = run_condition(data, point.run_id)
-    return Point(point, cond, "" if cond is not None else f"{cells.NOT_MEASURED} (run not in these traces)")
+    return PointTurns(point, cond, "" if cond is not None else f"{cells.NOT_MEASURED} (run not in these traces)")
 
 
 def run_condition(data: Dataset, run_id: str) -> Condition | None:
@@ -91,7 +91,7 @@ def _load(cond: Condition) -> str:
     return f"{load.median_share:.2f} · {load.busy}/{load.turns} busy"
 
 
-def load_warning(sweep: Sweep, ran: Sequence[Point]) -> str:
+def load_warning(sweep: Sweep, ran: Sequence[PointTurns]) -> str:
     """M9: other work on the machine during some points is a second variable the sweep did not hold."""
     loads = [(p.point.value, _run_load(p.cond)) for p in ran if p.cond is not None]
     if not any(load is not None and load.busy for _, load in loads):
@@ -107,7 +107,7 @@ def load_warning(sweep: Sweep, ran: Sequence[Point]) -> str:
     )
 
 
-def sweep_table(sweep: Sweep, points: Sequence[Point]) -> Table:
+def sweep_table(sweep: Sweep, points: Sequence[PointTurns]) -> Table:
     def line(label: str, cell: Callable[[Condition], str], attribution: str) -> tuple[str, ...]:
         return (label, *(cell(p.cond) if p.cond is not None else p.missing for p in points), attribution)
 
@@ -129,7 +129,7 @@ def sweep_table(sweep: Sweep, points: Sequence[Point]) -> Table:
     return Table(f"sweep-{sweep.sweep_id}", headers, tuple(rows), caption)
 
 
-def quality_reading(sweep: Sweep, ran: Sequence[Point]) -> tuple[str, bool]:
+def quality_reading(sweep: Sweep, ran: Sequence[PointTurns]) -> tuple[str, bool]:
     """M18: each point's quality check beside its latency; False when nothing was scored."""
     parts = []
     scored = False
@@ -152,7 +152,7 @@ def quality_reading(sweep: Sweep, ran: Sequence[Point]) -> tuple[str, bool]:
     ) + ".", scored
 
 
-def _queue_inside(data: Dataset, ran: Sequence[Point]) -> bool:
+def _queue_inside(data: Dataset, ran: Sequence[PointTurns]) -> bool:
     runs = {p.point.run_id for p in ran}
     return placement(data.queue_places(i) for i, r in enumerate(data.rows) if r.run_id in runs) == Q_INSIDE
 

@@ -24,10 +24,10 @@ from pipeline.transport.device.uplink_packets import NOISE_FLOOR_DBFS, NoiseFloo
 from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.messages import Lab
 
-__all__ = ["NOISE_FLOOR_DBFS", "Microphone", "NoiseFloor", "Speaker", "lab_message"]
+__all__ = ["NOISE_FLOOR_DBFS", "Microphone", "NoiseFloor", "SpokenTurn", "lab_message"]
 
 
-class Speaker(Protocol):
+class SpokenTurn(Protocol):
     """A turn whose question the microphone speaks: its clip, where the microphone is in it, what went out."""
 
     ask: Ask
@@ -58,15 +58,15 @@ class Microphone:
     ) -> None:
         self.link, self.settings, self.noise, self.clock = link, settings, noise, clock
         self.recording = recording  # ``--record-audio``: every frame sent, the noise floor's too
-        self.turn: Speaker | None = None  # whose question is spoken, and whose frames these are
+        self.turn: SpokenTurn | None = None  # whose question is spoken, and whose frames these are
         noise.ready()
         self.task = asyncio.create_task(self._run())
 
-    def ask(self, turn: Speaker) -> None:
+    def ask(self, turn: SpokenTurn) -> None:
         turn.mic_pos = 0
         self.turn = turn
 
-    def release(self, turn: Speaker) -> None:
+    def release(self, turn: SpokenTurn) -> None:
         if self.turn is turn:
             self.turn = None
 

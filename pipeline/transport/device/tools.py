@@ -69,7 +69,7 @@ Result = bool | int | str | dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Tool:
+class FirmwareTool:
     """One tool the emulated firmware offers: its name and description as listed, its arguments, what it does."""
 
     name: str
@@ -77,10 +77,10 @@ class Tool:
     props: tuple[Prop, ...]
     run: Callable[[dict[str, Any]], Result]
 
-    def listing(self) -> mcp.Tool:
+    def listing(self) -> mcp.ListedTool:
         required = [p.name for p in self.props if p.default is None]
         schema = mcp.InputSchema(properties={p.name: p.schema() for p in self.props}, required=required or UNSET)
-        return mcp.Tool(name=self.name, description=self.description, inputSchema=schema)
+        return mcp.ListedTool(name=self.name, description=self.description, inputSchema=schema)
 
 
 @dataclass(slots=True)
@@ -107,9 +107,9 @@ class EmulatedTools:
         self.state = state if state is not None else DeviceState()
         self.tools = self._tools()
 
-    def _tools(self) -> tuple[Tool, ...]:
+    def _tools(self) -> tuple[FirmwareTool, ...]:
         return (
-            Tool(
+            FirmwareTool(
                 "self.get_device_status",
                 "Provides the real-time information of the device, including the current status of the audio "
                 "speaker, screen, battery, network, etc.\nUse this tool for: \n1. Answering questions about "
@@ -118,14 +118,14 @@ class EmulatedTools:
                 (),
                 lambda _args: self.state.status(),
             ),
-            Tool(
+            FirmwareTool(
                 "self.audio_speaker.set_volume",
                 "Set the volume of the audio speaker. If the current volume is unknown, you must call "
                 "`self.get_device_status` tool first and then call this tool.",
                 (Prop("volume", "integer", minimum=0, maximum=100),),
                 self._set_volume,
             ),
-            Tool(
+            FirmwareTool(
                 "self.light.set_light",
                 "Turn the light in a room on or off.",
                 (Prop("room", "string"), Prop("on", "boolean")),
@@ -150,7 +150,7 @@ class EmulatedTools:
             return None
         number, params = int(payload.id), payload.params
         if payload.method == mcp.INITIALIZE:
-            info = mcp.Implementation(name=SERVER_NAME, version=SERVER_VERSION)
+            info = mcp.PeerInfo(name=SERVER_NAME, version=SERVER_VERSION)
             result = mcp.InitializeResult(protocolVersion=PROTOCOL_VERSION, capabilities={"tools": {}}, serverInfo=info)
             return _result(number, result)
         if payload.method == mcp.TOOLS_LIST:  # a cursor that is no string lists from the start, as the firmware

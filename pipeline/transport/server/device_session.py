@@ -35,7 +35,7 @@ from pipeline.transport.server.channel import Background, ServerChannel, tell
 from pipeline.transport.server.device_tools import DeviceToolsClient
 from pipeline.transport.server.flood import Flooded
 from pipeline.transport.server.idle import IdleWatch
-from pipeline.transport.server.requests import TurnRequest, Turns
+from pipeline.transport.server.requests import TurnRequest, TurnSources
 from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.server_turn import ServerTurn, run_server_turn
 from pipeline.transport.server.texts import stt_text, wake_text
@@ -74,7 +74,7 @@ class _Close(Exception):
 class DeviceSession:
     """One connection: hello, then listening and turns, until the device leaves, breaks the protocol or idles."""
 
-    def __init__(self, channel: ServerChannel, settings: SessionSettings, turns: Turns, clock: Clock) -> None:
+    def __init__(self, channel: ServerChannel, settings: SessionSettings, turns: TurnSources, clock: Clock) -> None:
         self.channel, self.settings, self.turns, self.clock = channel, settings, turns, clock
         self.session_id = str(uuid.uuid4())  # dashed, as the real server's (connection.py)
         self.decoder = OpusDecoder()  # one per connection, as the real server's: 20, 40 and 60 ms packets

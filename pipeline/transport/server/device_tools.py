@@ -91,7 +91,7 @@ class DeviceToolsClient:
         params = mcp.InitializeParams(
             protocolVersion=PROTOCOL_VERSION,
             capabilities=mcp.ClientCapabilities(roots=mcp.Roots(listChanged=True), sampling={}, vision=vision),
-            clientInfo=mcp.Implementation(name="xiaozhi-lab", version="1.0.0"),  # the real server: XiaozhiClient
+            clientInfo=mcp.PeerInfo(name="xiaozhi-lab", version="1.0.0"),  # the real server: XiaozhiClient
         )
         await self._rpc(mcp.Request(id=INITIALIZE_ID, method=mcp.INITIALIZE, params=params))
 
@@ -203,7 +203,7 @@ class DeviceToolsClient:
         self._tools = tuple(self._renamed(spec) for spec in self._listing.values())
         self.ready.set()
 
-    def _add(self, tool: mcp.Tool) -> None:
+    def _add(self, tool: mcp.ListedTool) -> None:
         """One listed tool, its schema cut to what the real server keeps (type, properties, required)."""
         schema = tool.inputSchema
         required = schema.required if isinstance(schema.required, list) else []

@@ -29,7 +29,7 @@ from pipeline.clock import Clock
 from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import MqttConnection
-from pipeline.transport.server.requests import Turns
+from pipeline.transport.server.requests import TurnSources
 from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.udp import ssrc_of
@@ -77,7 +77,7 @@ class _Datagrams(asyncio.DatagramProtocol):
 class MqttFrontEnd:
     """The MQTT listener, the UDP socket, and the sessions they feed; ``async with`` runs it."""
 
-    def __init__(self, settings: MqttFrontSettings, turns: Turns, clock: Clock) -> None:
+    def __init__(self, settings: MqttFrontSettings, turns: TurnSources, clock: Clock) -> None:
         self.settings, self.turns, self.clock = settings, turns, clock
         self.max_packet_bytes, self.connect_timeout_s = settings.max_packet_bytes, settings.connect_timeout_s
         self.signature_key, self.door, self.session = settings.signature_key, settings.door, settings.session

@@ -72,7 +72,7 @@ def process_argv(argv: Sequence[str], k: int, n: int, run_id: str, out: Path) ->
     return [*argv, "--process", f"{k}/{n}", "--run-id", f"{run_id}-p{k}", "--out", str(folder)]
 
 
-class Processes:
+class ServerProcesses:
     """The running processes, their lines forwarded, and when each said it listens."""
 
     def __init__(self, commands: list[list[str]], env: Mapping[str, str]) -> None:
@@ -129,7 +129,7 @@ class Processes:
 
 
 @dataclass(frozen=True, slots=True)
-class Shared:
+class ProcessesShare:
     """What the processes share: how many, where they listen, the run they are parts of."""
 
     processes: int
@@ -139,7 +139,7 @@ class Shared:
     run_id: str
 
 
-def supervise(shared: Shared, argv: Sequence[str], env: Mapping[str, str]) -> int:
+def supervise(shared: ProcessesShare, argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Run ``shared.processes`` servers on one port until SIGINT or SIGTERM; the exit status (2: one could not
     start, 1: one ended by itself)."""
     n, run_id = shared.processes, shared.run_id
@@ -149,7 +149,7 @@ def supervise(shared: Shared, argv: Sequence[str], env: Mapping[str, str]) -> in
         stop.set()
 
     previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGINT, signal.SIGTERM)}
-    group = Processes([process_argv(argv, k, n, run_id, shared.out) for k in range(1, n + 1)], env)
+    group = ServerProcesses([process_argv(argv, k, n, run_id, shared.out) for k in range(1, n + 1)], env)
     status = 1
     try:
         status = _watch(group, stop, shared)
@@ -163,7 +163,7 @@ def supervise(shared: Shared, argv: Sequence[str], env: Mapping[str, str]) -> in
     return status
 
 
-def _watch(group: Processes, stop: threading.Event, shared: Shared) -> int:
+def _watch(group: ServerProcesses, stop: threading.Event, shared: ProcessesShare) -> int:
     n, started = shared.processes, time.monotonic()
     while not all(ready.is_set() for ready in group.ready):
         if ended := group.ended():

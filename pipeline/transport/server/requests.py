@@ -39,7 +39,7 @@ class TurnRequest:
         return self.started_by != "idle"
 
 
-class Turns(Protocol):
+class TurnSources(Protocol):
     """What a server needs from the lab: a turn's stages, where a finished turn goes, a cached reply's audio."""
 
     def stages(self, request: TurnRequest) -> ServerStages: ...

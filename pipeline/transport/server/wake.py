@@ -3,7 +3,7 @@
 xiaozhi-esp32-server (``helloHandle.py`` checkWakeupWords, with ``enable_wakeup_words_response_cache``
 on by default) sends ``tts start``, the reply's ``sentence_start``, its audio paced as any answer's, and
 ``tts stop``, while reading nothing else from the connection. Its reply is a file made by its TTS
-beforehand; the lab's is spoken once by the lab's TTS and kept (``Turns.cached_reply``), so no reply
+beforehand; the lab's is spoken once by the lab's TTS and kept (``TurnSources.cached_reply``), so no reply
 is ever timed with a synthesis in it. It is not a turn: nothing is asked and no row is written.
 """
 
@@ -14,14 +14,14 @@ import asyncio
 from pipeline.events import FRAME_MS
 from pipeline.transport.server.channel import ServerChannel
 from pipeline.transport.server.pacing import DownlinkPacer, pacing
-from pipeline.transport.server.requests import Turns
+from pipeline.transport.server.requests import TurnSources
 from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.wire.messages import Tts
 from pipeline.transport.wire.opus import OpusEncoder, encode_off_loop
 
 
 async def play_cached_reply(
-    channel: ServerChannel, turns: Turns, settings: SessionSettings, session_id: str, virtual: bool = False
+    channel: ServerChannel, turns: TurnSources, settings: SessionSettings, session_id: str, virtual: bool = False
 ) -> None:
     """Tell the device the cached reply, paced as the real server paces any answer, and end it (``virtual``:
     on a virtual clock, encoded inline)."""

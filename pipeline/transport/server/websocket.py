@@ -30,7 +30,7 @@ from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.flood import FloodGuard
-from pipeline.transport.server.requests import Turns
+from pipeline.transport.server.requests import TurnSources
 from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import framing
 from pipeline.transport.wire.failures import ChannelGone
@@ -154,7 +154,7 @@ def _token_ok(authorization: str, token: str) -> bool:
     return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
-async def start_websocket_server(settings: WebSocketSettings, turns: Turns, clock: Clock) -> Server:
+async def start_websocket_server(settings: WebSocketSettings, turns: TurnSources, clock: Clock) -> Server:
     """Listen for devices; the returned server is closed by the caller (``async with`` or ``close()``)."""
 
     async def handler(ws: ServerConnection) -> None:

@@ -33,7 +33,7 @@ T = TypeVar("T")
 # --- the methods' params and results ------------------------------------------------------------------
 
 
-class Implementation(msgspec.Struct, frozen=True, kw_only=True):
+class PeerInfo(msgspec.Struct, frozen=True, kw_only=True):
     """``clientInfo`` / ``serverInfo``: who speaks."""
 
     name: str
@@ -66,7 +66,7 @@ class InitializeParams(msgspec.Struct, frozen=True, kw_only=True):
 
     protocolVersion: str
     capabilities: ClientCapabilities = ClientCapabilities()
-    clientInfo: Implementation | UnsetType = UNSET
+    clientInfo: PeerInfo | UnsetType = UNSET
 
 
 class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,7 +74,7 @@ class InitializeResult(msgspec.Struct, frozen=True, kw_only=True):
 
     protocolVersion: str
     capabilities: dict[str, Any]
-    serverInfo: Implementation | UnsetType = UNSET
+    serverInfo: PeerInfo | UnsetType = UNSET
 
 
 class ListParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,7 +100,7 @@ class InputSchema(msgspec.Struct, frozen=True, kw_only=True):
     required: list[str] | UnsetType = UNSET
 
 
-class Tool(msgspec.Struct, frozen=True, kw_only=True):
+class ListedTool(msgspec.Struct, frozen=True, kw_only=True):
     """One tool a device lists: its name, what it does, and the arguments it takes."""
 
     name: str
@@ -111,7 +111,7 @@ class Tool(msgspec.Struct, frozen=True, kw_only=True):
 class ListResult(msgspec.Struct, frozen=True, kw_only=True):
     """A ``tools/list`` page; ``nextCursor`` names the next page's first tool, absent on the last."""
 
-    tools: list[Tool]
+    tools: list[ListedTool]
     nextCursor: str | UnsetType = UNSET
 
 
@@ -292,7 +292,7 @@ def list_result(answer: Result) -> ListResult | NotJsonRpc:
     tools = []
     for item in page.tools:
         try:
-            tools.append(msgspec.convert(item, Tool))
+            tools.append(msgspec.convert(item, ListedTool))
         except (msgspec.ValidationError, RecursionError):
             continue
     cursor = page.nextCursor if isinstance(page.nextCursor, str) and page.nextCursor else UNSET
