@@ -5,9 +5,7 @@ A reader who meets ``sink.py`` or ``Speaker`` should not have to ask which one. 
 ``__main__`` aside); two classes share one when two modules define it (``class X``: a re-export is an
 import, not a second class, and a name beginning with ``_`` is private to its module).
 
-``KNOWN_MODULES`` and ``KNOWN_CLASSES`` list the repeats the house still has, each to be renamed: the test
-(``tests/test_walls.py``) fails on a repeat that is not listed, and on a listed one that is no longer
-repeated, so the lists only ever shrink.
+``tests/test_names.py`` holds both counts at zero, and ``scripts/house.py`` prints them with the modules named.
 """
 
 from __future__ import annotations
@@ -19,9 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = ("pipeline", "stages", "labtools")
 _NOT_NAMES = frozenset({"__init__", "__main__"})
-
-KNOWN_MODULES: frozenset[str] = frozenset()
-KNOWN_CLASSES: frozenset[str] = frozenset()
 
 
 def _modules(root: Path) -> list[Path]:
@@ -45,10 +40,3 @@ def repeated_classes(root: Path = ROOT) -> dict[str, list[str]]:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 found[node.name].append(str(path.relative_to(root)))
     return {name: paths for name, paths in sorted(found.items()) if len(paths) > 1}
-
-
-def unlisted(found: dict[str, list[str]], known: frozenset[str]) -> list[str]:
-    """Repeats not in ``known`` (new ones), then listed names no longer repeated (to be struck off)."""
-    new = [f"{name}: {', '.join(paths)}" for name, paths in found.items() if name not in known]
-    gone = [f"{name}: listed as repeated, no longer is (strike it off the list)" for name in sorted(known - set(found))]
-    return new + gone

@@ -11,8 +11,7 @@
 - An import of ``tests`` by a script or a lab tool.
 - An import by a script or a lab tool of anything of ours but ``pipeline``, ``stages`` and ``labtools``
   (a sibling script or package): what scripts share lives in ``labtools``.
-- A module name or public class name that two rooms of the product use (``labtools.naming``): each listed,
-  with those still waiting to be renamed marked; only a repeat that is not on that list fails.
+- A module name or public class name that two rooms of the product use (``labtools.naming``).
 
 The rules are ``labtools.house``. Each count is listed with its offenders and the script exits non-zero when
 any is above zero; ``tests/test_walls.py`` holds all of them at zero.
@@ -29,7 +28,7 @@ from labtools.house import (
     path_changes,
     sibling_imports,
 )
-from labtools.naming import KNOWN_CLASSES, KNOWN_MODULES, repeated_classes, repeated_modules, unlisted
+from labtools.naming import repeated_classes, repeated_modules
 
 
 def main() -> int:
@@ -52,20 +51,12 @@ def main() -> int:
         print(f"{title}: {len(offences)}")
         for offence in offences:
             print(f"  {offence}")
-    names = {
-        "module names": (repeated_modules(), KNOWN_MODULES),
-        "public class names": (repeated_classes(), KNOWN_CLASSES),
-    }
-    off_the_list = []
-    for title, (found, known) in names.items():
-        off_the_list += unlisted(found, known)
-        waiting = len(set(found) & known)
-        print(f"repeated {title} across rooms: {len(found)} ({waiting} on the list to be renamed)")
+    names = {"module names": repeated_modules(), "public class names": repeated_classes()}
+    for title, found in names.items():
+        print(f"repeated {title} across rooms: {len(found)}")
         for name, paths in found.items():
-            print(f"  {name}{'' if name in known else ' (not on the list)'}: {', '.join(paths)}")
-    for line in off_the_list:
-        print(f"  off the list: {line}")
-    return 1 if long or up or loops or any(rules.values()) or off_the_list else 0
+            print(f"  {name}: {', '.join(paths)}")
+    return 1 if long or up or loops or any(rules.values()) or any(names.values()) else 0
 
 
 if __name__ == "__main__":

@@ -1,19 +1,19 @@
 """One name, one meaning (``labtools.naming``): no module name or public class name repeats across the
-product's rooms but those still listed to be renamed, and the list only shrinks."""
+product's rooms."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from labtools.naming import KNOWN_CLASSES, KNOWN_MODULES, repeated_classes, repeated_modules, unlisted
+from labtools.naming import repeated_classes, repeated_modules
 
 
-def test_no_module_name_repeats_but_the_listed_ones() -> None:
-    assert not unlisted(repeated_modules(), KNOWN_MODULES)
+def test_no_module_name_repeats_across_rooms() -> None:
+    assert not repeated_modules(), repeated_modules()
 
 
-def test_no_public_class_name_repeats_but_the_listed_ones() -> None:
-    assert not unlisted(repeated_classes(), KNOWN_CLASSES)
+def test_no_public_class_name_repeats_across_rooms() -> None:
+    assert not repeated_classes(), repeated_classes()
 
 
 def test_the_name_check_sees_a_repeat_and_not_a_re_export(tmp_path: Path) -> None:
@@ -28,7 +28,3 @@ def test_the_name_check_sees_a_repeat_and_not_a_re_export(tmp_path: Path) -> Non
     sinks = ["pipeline/alpha/sink.py", "pipeline/beta/sink.py", "stages/gamma/sink.py"]
     assert repeated_modules(tmp_path) == {"sink": sinks}
     assert repeated_classes(tmp_path) == {"Speaker": sinks[:2]}
-    assert unlisted(repeated_classes(tmp_path), frozenset({"Speaker", "Point"})) == [
-        "Point: listed as repeated, no longer is (strike it off the list)"
-    ]
-    assert unlisted(repeated_classes(tmp_path), frozenset()) == [f"Speaker: {', '.join(sinks[:2])}"]
