@@ -22,7 +22,6 @@ ENTRY_POINTS = {
     "pipeline.capacity.__main__",
     "pipeline.acoustic.__main__",
     "pipeline.acoustic.run",  # `python -m pipeline.acoustic run`: its arguments, the sound devices, the measurement
-    "pipeline.cli",  # the entry points' shared helpers (run ids, the model cache, quiet native telemetry, saying)
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
@@ -37,6 +36,9 @@ MAY_USE = {
     "tracing": {"contract", "names"},
     "analysis": {"names", "records"},
     "names": set(),
+    # the entry points' shared helpers (run ids, the model cache, quiet native telemetry, saying): a command's
+    # part, which only entry points use (tests/test_walls.py), so no command imports another
+    "cli": {"settings"},  # the default model cache
     # every record the lab writes to disk (bench.csv, segments.csv, paths.csv, steps.csv, capacity.json,
     # crossover.json, the acoustic rows): its schema with units, its one writer and its one reader
     "records": set(),
@@ -88,9 +90,8 @@ ENTRY_MAY_USE = {
     # run: the interleaving conductor (run.interleave); plan: each condition's run as the replay's command line
     "pipeline.experiment": {"analysis", "run", "plan", "records"},
     "pipeline.endpoints.cloud.__main__": {"endpoints"},
-    "pipeline.cli": {"settings"},  # the default model cache
     "pipeline.sweep.__main__": {"sweep", "settings", "analysis", "records"},
-    "pipeline.capacity.__main__": {"capacity", "entry"},  # entry: pipeline.cli's quiet_native_telemetry
+    "pipeline.capacity.__main__": {"capacity", "cli"},  # cli: quiet_native_telemetry
     "pipeline.acoustic.__main__": {"acoustic", "settings", "records"},
     "pipeline.endpoints.speech.__main__": {
         "speech",
@@ -99,11 +100,11 @@ ENTRY_MAY_USE = {
         "names",
         "clock",
         "endpoints",
-        "entry",
+        "cli",
     },
     "pipeline.replay": {
         *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),
-        *("offline", "transport.device", "entry", "plan", "records"),
+        *("offline", "transport.device", "cli", "plan", "records"),
         "transport.wire",  # its options' choices: the listen modes and the Opus encoder presets
     },
     "pipeline.serve": {
@@ -118,7 +119,7 @@ ENTRY_MAY_USE = {
         "transport.server",
         "transport.wire",
         "names",
-        "entry",
+        "cli",
         "plan",  # a run id its output folder already holds is refused as the replay refuses it (plan.run_folder)
         "records",  # bench.csv, written as the replay writes it
     },
@@ -131,6 +132,8 @@ def part(module: str) -> str:
         return "labtools"  # in no part's allowance: the product never imports the tools that measure it
     if module in ENTRY_POINTS or module in ("pipeline", "stages"):
         return "entry"
+    if module == "pipeline.cli":
+        return "cli"  # what the entry points share (run ids, the model cache, saying); only they may use it
     if module == "pipeline.events":
         return "contract"
     if module == "pipeline.clock":
