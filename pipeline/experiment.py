@@ -55,9 +55,10 @@ def existing_runs(args: argparse.Namespace, wanted: Sequence[str]) -> list[str]:
     return [i for i in ids if i in held or (args.out / "traces" / f"{i}.jsonl").is_file()]
 
 
-def commands(args: argparse.Namespace) -> dict[str, list[str]]:
+def commands(args: argparse.Namespace, gated: bool = False) -> dict[str, list[str]]:
     """Each condition's command: its run's plan written as the replay's command line (B': the offline run's,
-    which passes it on to the replay it runs offline, with condition B')."""
+    which passes it on to the replay it runs offline, with condition B'); ``gated``: each run takes its turns
+    when told (interleaved conditions)."""
     cloud = args.cloud or emulated_cloud(args.out, args.network, args.emulator)
     ids = run_ids(args)
 
@@ -72,6 +73,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
             append=args.append,
             model_cache=args.model_cache,
             quiet=True,
+            turn_gate=gated,
         )
         return replay_argv(plan)
 
@@ -111,8 +113,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def run_conditions(args: argparse.Namespace, wanted: Sequence[str]) -> dict[str, int]:
     """Each wanted condition's exit status, run in ``args.order``."""
-    every = commands(args)
-    if args.order == "interleaved" and len(wanted) > 1:
+    interleaving = args.order == "interleaved" and len(wanted) > 1
+    every = commands(args, gated=interleaving)
+    if interleaving:
         print(f"conditions interleaved turn by turn: {described(wanted)}", file=sys.stderr, flush=True)
         return conduct({c: every[c] for c in wanted}, ROOT, lambda m: print(m, file=sys.stderr, flush=True))
     codes = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import experiment
 from pipeline.analysis.bootstrap import Interval
 from pipeline.analysis.row_sink import RowSink
 from pipeline.clock import VirtualClock, run_on_clock
@@ -148,6 +149,15 @@ def test_an_experiment_interleaves_its_conditions_turn_by_turn(tmp_path: Path) -
     rows = sorted(read_bench_csv(out / "bench.csv"), key=lambda r: r.turn_start_ns)
     assert [r.condition for r in rows] == ["A", "B", "B", "A"]
     assert "were interleaved" in (out / "report" / "report.md").read_text(encoding="utf-8")
+
+
+def test_only_interleaved_conditions_are_told_to_take_turns_and_their_plans_say_so(tmp_path: Path) -> None:
+    args = experiment.parse_args([str(tmp_path / "fx"), "--out", str(tmp_path / "exp")])
+    args.out.mkdir()  # where condition A's emulated cloud settings are written
+    for gated in (True, False):
+        commands = experiment.commands(args, gated=gated)
+        assert sorted(commands) == ["A", "B", "B'"]
+        assert all(("--turn-gate" in command) is gated for command in commands.values())
 
 
 def test_a_run_whose_conductor_goes_away_keeps_its_turns_and_says_why(tmp_path: Path) -> None:

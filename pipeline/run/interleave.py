@@ -20,8 +20,6 @@ from typing import TextIO
 from pipeline.endpoints.machine_load import PROC, tree_ticks
 from pipeline.run.gate import DONE, GO, READY, interleaved
 
-GATE_FLAG = "--turn-gate"
-
 
 @dataclass
 class ConditionProcess:
@@ -74,9 +72,7 @@ class ConditionProcess:
 
 
 def start(label: str, command: Sequence[str], cwd: Path, out: TextIO) -> ConditionProcess:
-    proc = subprocess.Popen(
-        [*command, GATE_FLAG], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-    )
+    proc = subprocess.Popen(list(command), cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     player = ConditionProcess(label, proc, out)
     threading.Thread(target=player.listen, name=f"conductor:{label}", daemon=True).start()
     return player
@@ -85,7 +81,8 @@ def start(label: str, command: Sequence[str], cwd: Path, out: TextIO) -> Conditi
 def conduct(
     commands: Mapping[str, Sequence[str]], cwd: Path, say: Callable[[str], None], out: TextIO = sys.stdout
 ) -> dict[str, int]:
-    """Runs ``commands`` (label -> a ``pipeline.replay``-like command line) interleaved; each one's exit status.
+    """Runs ``commands`` (label -> a ``pipeline.replay``-like command line whose run takes its turns when told:
+    its plan's ``turn_gate``) interleaved; each one's exit status.
 
     A condition that fails to start or dies mid-way is left out of the turns that follow (its status
     says so); the others go on."""
