@@ -12,31 +12,33 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-ROOMS = ("pipeline", "stages", "labtools")
+from labtools.house import OURS, ROOT
+
 _NOT_NAMES = frozenset({"__init__", "__main__"})
 
 
-def _modules(root: Path) -> list[Path]:
-    return sorted(p for room in ROOMS for p in (root / room).rglob("*.py"))
+def _repeated(root: Path, names_in: Callable[[Path], Iterable[str]]) -> dict[str, list[str]]:
+    """Name -> the modules of ``OURS`` under ``root`` that carry it (``names_in``), where more than one does."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(p for room in OURS for p in (root / room).rglob("*.py")):
+        for name in names_in(path):
+            found[name].append(str(path.relative_to(root)))
+    return {name: paths for name, paths in sorted(found.items()) if len(paths) > 1}
 
 
 def repeated_modules(root: Path = ROOT) -> dict[str, list[str]]:
     """Module file name -> the modules that carry it, where more than one does."""
-    found: dict[str, list[str]] = defaultdict(list)
-    for path in _modules(root):
-        if path.stem not in _NOT_NAMES:
-            found[path.stem].append(str(path.relative_to(root)))
-    return {name: paths for name, paths in sorted(found.items()) if len(paths) > 1}
+    return _repeated(root, lambda path: () if path.stem in _NOT_NAMES else (path.stem,))
+
+
+def _public_classes(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [n.name for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")]
 
 
 def repeated_classes(root: Path = ROOT) -> dict[str, list[str]]:
     """Public class name -> the modules that define it, where more than one does (top-level classes)."""
-    found: dict[str, list[str]] = defaultdict(list)
-    for path in _modules(root):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-                found[node.name].append(str(path.relative_to(root)))
-    return {name: paths for name, paths in sorted(found.items()) if len(paths) > 1}
+    return _repeated(root, _public_classes)
