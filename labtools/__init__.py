@@ -7,9 +7,10 @@ A script runs as ``python scripts/X.py`` against the installed project and impor
 - ``house``: the house rules read from the source (the walls on every import, modules over 400 lines,
   import circles, the scripts' own rules) and their counts; ``scripts/house.py`` prints them.
 - ``walls``: the design's walls as tables, which part of the product may import which.
+- ``tests_layout``: where a test file belongs (the folder mirroring its package, named for its module).
 - ``cloud_turns``: condition A's turns against the emulated cloud, their rows from the traces (the cloud
   tests and ``scripts/bench_network.py``).
-- ``heard``: a recording of the room read against the traces (``tests/test_sound_e2e.py`` and
+- ``heard``: a recording of the room read against the traces (``tests/acoustic/test_sound_e2e.py`` and
   ``scripts/bench_sound.py``).
 - ``transport_skews``: ``pipeline.serve`` started and stopped for a bench, and the skews measured from real
   runs (``scripts/bench_transport.py --parts skews``).

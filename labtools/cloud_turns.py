@@ -1,8 +1,9 @@
 """Condition A's harness: real turns against the emulated cloud, optionally behind the link emulator.
 
-Shared by the tests of the cloud path (``tests/test_cloud_emulator.py``, ``tests/test_llm_openai_calls.py``,
-``tests/test_leftover.py``) and ``scripts/bench_network.py``, which measures the same turns at length; here
-rather than under ``tests/``, as a script may import nothing of the tests.
+Shared by the tests of the cloud path (``tests/endpoints/cloud/test_chat_server.py``,
+``tests/stages/llm/openai/test_client_calls.py``, ``tests/run/test_turn_leftover.py``) and
+``scripts/bench_network.py``, which measures the same turns at length; here rather than under ``tests/``, as a
+script may import nothing of the tests.
 
 Turns run on the real clock (real sockets cannot run on the virtual one) with fast
 audio pacing and an instant player, so a turn costs little more than its LLM call.

@@ -1,7 +1,7 @@
 """A recording of the room read against the traces: where a question's clip was said, where its answer was
 first heard, and what the traces say of the same interval.
 
-Shared by ``tests/test_sound_e2e.py`` (the emulator heard through a sound server agrees with its traces) and
+Shared by ``tests/acoustic/test_sound_e2e.py`` (the emulator heard through a sound server agrees with its traces) and
 ``scripts/bench_sound.py`` (the same, measured over more turns); here rather than in either, as a script may
 import nothing of the tests.
 """

@@ -4,7 +4,7 @@
   ``labtools.walls``; they are named here too, so that one import gives every rule.
 - Reading: a module's dotted name (``module_name``), the modules of ours it imports (``our_imports``), every
   module it imports by its top-level name (``top_imports``).
-- The counts ``scripts/house.py`` prints and ``tests/test_walls.py`` holds at zero: product modules over
+- The counts ``scripts/house.py`` prints and ``tests/labtools/test_walls.py`` holds at zero: product modules over
   ``MOST_LINES`` lines, imports back up the layers, import circles; and the tools' own rules (``scripts/``
   and ``labtools/``): no change to ``sys.path``, no import of ``tests``, nothing of ours imported but
   ``pipeline``, ``stages`` and ``labtools``.

@@ -5,7 +5,8 @@ A reader who meets ``sink.py`` or ``Speaker`` should not have to ask which one. 
 ``__main__`` aside); two classes share one when two modules define it (``class X``: a re-export is an
 import, not a second class, and a name beginning with ``_`` is private to its module).
 
-``tests/test_names.py`` holds both counts at zero, and ``scripts/house.py`` prints them with the modules named.
+``tests/labtools/test_naming.py`` holds both counts at zero, and ``scripts/house.py`` prints them with the
+modules named.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A module's part is the folder it lives in (``pipeline/run/`` is the run, ``stages/`` the stages...), so a new
 module is held to its part's allowance the moment it exists; nothing here lists files. The tables are read by
-``labtools.house``, which reads the imports, and by ``tests/test_walls.py``, which holds them.
+``labtools.house``, which reads the imports, and by ``tests/labtools/test_walls.py``, which holds them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MAY_USE = {
     "analysis": {"names", "records"},
     "names": set(),
     # the entry points' shared helpers (run ids, the model cache, quiet native telemetry, saying): a command's
-    # part, which only entry points use (tests/test_walls.py), so no command imports another
+    # part, which only entry points use (tests/labtools/test_walls.py), so no command imports another
     "cli": {"settings"},  # the default model cache
     # every record the lab writes to disk (bench.csv, segments.csv, paths.csv, steps.csv, capacity.json,
     # crossover.json, the acoustic rows): its schema with units, its one writer and its one reader
@@ -101,6 +101,7 @@ ENTRY_MAY_USE = {
         "clock",
         "endpoints",
         "cli",
+        "plan",  # a run id when none is given (plan.run_plan.new_run_id): the services' traces are a run's
     },
     "pipeline.replay": {
         *("contract", "clock", "settings", "registry", "run", "tracing", "analysis", "endpoints", "fleet"),

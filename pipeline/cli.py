@@ -1,4 +1,4 @@
-"""What the entry points share: run ids, the model cache, quiet native telemetry and how they speak.
+"""What the entry points share: the model cache, quiet native telemetry and how they speak.
 
 The entry points (``pipeline.replay``, ``pipeline.serve``, the capacity ramp, the speech services...) are
 commands, never libraries of one another: what two of them need lives here, and only they import it. Like
@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline.settings.models import default_cache
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 def model_cache(args: argparse.Namespace, env: Mapping[str, str]) -> Path:

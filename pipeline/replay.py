@@ -19,14 +19,14 @@ from typing import Any
 
 from pipeline.analysis.row_sink import RowSink
 from pipeline.analysis.summary import summary_table
-from pipeline.cli import new_run_id, quiet_native_telemetry, say_nothing, say_on_stderr
+from pipeline.cli import quiet_native_telemetry, say_nothing, say_on_stderr
 from pipeline.clock import run_on_clock
 from pipeline.offline import guard
 from pipeline.plan.command_line import overrides_from
 from pipeline.plan.notices import announcement, run_warnings
 from pipeline.plan.prepare import Prepared, make_run, model_cache, prepare
 from pipeline.plan.run_folder import RunExists
-from pipeline.plan.run_plan import DeviceOptions, RunPlan
+from pipeline.plan.run_plan import DeviceOptions, RunPlan, new_run_id
 from pipeline.records.bench_csv import BenchCsvError
 from pipeline.run.assembly import SetupError
 from pipeline.run.gate import GateClosed

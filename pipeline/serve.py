@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.row_sink import RowSink
-from pipeline.cli import model_cache, new_run_id, quiet_native_telemetry, say_nothing, say_on_stderr
+from pipeline.cli import model_cache, quiet_native_telemetry, say_nothing, say_on_stderr
 from pipeline.clock import RealClock, run_on_clock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.plan.run_folder import RunExists, refuse_existing_run
+from pipeline.plan.run_plan import new_run_id
 from pipeline.records.bench_csv import BenchCsv, BenchCsvError
 from pipeline.run.assembly import SetupError, load_engines, open_chat
 from pipeline.run.server_run import ServedTurns

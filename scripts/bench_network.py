@@ -11,7 +11,7 @@
    ``on_request_headers_sent``).
 3. Pipeline (``--pipeline-turns N``): full turns through ``run_turn`` with fixed-RTT
    profiles, rows computed from the traces, network segment minus the configured RTT:
-   the measurement behind the CI test's tolerance (tests/test_cloud_emulator.py).
+   the measurement behind the CI test's tolerance (tests/endpoints/cloud/test_chat_server.py).
 
 All profiles are estimated (docs/reference/cited.md); the measured columns are measured here, on
 this machine, and shift with its load. Run:

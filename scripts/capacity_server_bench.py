@@ -82,8 +82,8 @@ def serve_process(argv: list[str], out: Any, commands: Any) -> None:
     """``pipeline.serve`` with a loop-lateness probe and the askers' uplink lateness, answered on request."""
     from pipeline import serve
     from pipeline.analysis.row_sink import RowSink
-    from pipeline.cli import new_run_id, say_nothing
     from pipeline.clock import run_on_clock
+    from pipeline.plan.run_plan import new_run_id
     from pipeline.run.server_run import ServedRequest, ServedTurns
     from pipeline.run.session import attach_scheduler
     from pipeline.tracing.export import Tracing
@@ -113,7 +113,7 @@ def serve_process(argv: list[str], out: Any, commands: Any) -> None:
     p = serve.prepare(args, os.environ, new_run_id())
     attach_scheduler(p.run)
     tracing = Tracing(args.out / "traces" / f"{p.run.run_id}.jsonl", "capacity-server", None)
-    turns = Measured(p.run, tracing, RowSink(p.bench, 0, say_nothing), p.language)
+    turns = Measured(p.run, tracing, RowSink(p.bench, 0, lambda _message: None), p.language)
     settings = WebSocketSettings(host=args.host, port=args.port, session=p.session, door=p.door)
 
     def answer() -> None:  # a thread: the loop is busy serving

@@ -5,7 +5,7 @@
 
 Each table comes from a typed record (``pipeline/records/schema.py``): bench.csv's from
 ``turn.TurnRow``, segments.csv's from ``segment.SegmentRow``, paths.csv's from ``path.PathRow``.
-``tests/test_columns.py`` holds the pages' tables to the generated ones, so a column added, renamed or
+``tests/records/test_turn_row_columns.py`` holds the pages' tables to the generated ones, so a column added, renamed or
 re-described in its record is one command away from the docs.
 """
 

@@ -1,4 +1,4 @@
-"""The house in numbers: its three counts, and the three rules the lab's tools (``scripts/``, ``labtools/``) keep.
+"""The house in numbers: its three counts, the rules the lab's tools (``scripts/``, ``labtools/``) keep, and more.
 
     python scripts/house.py
 
@@ -12,9 +12,11 @@
 - An import by a script or a lab tool of anything of ours but ``pipeline``, ``stages`` and ``labtools``
   (a sibling script or package): what scripts share lives in ``labtools``.
 - A module name or public class name that two rooms of the product use (``labtools.naming``).
+- A test file outside the folder that mirrors its package, or named for no module of it
+  (``labtools.tests_layout``).
 
 The rules are ``labtools.house``. Each count is listed with its offenders and the script exits non-zero when
-any is above zero; ``tests/test_walls.py`` holds all of them at zero.
+any is above zero; ``tests/labtools/test_walls.py`` holds all of them at zero.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from labtools.house import (
     sibling_imports,
 )
 from labtools.naming import repeated_classes, repeated_modules
+from labtools.tests_layout import misplaced_tests
 
 
 def main() -> int:
@@ -46,6 +49,7 @@ def main() -> int:
         "changes to sys.path in scripts and labtools": path_changes(),
         "imports of tests by scripts and labtools": imports_of_tests(),
         "imports by scripts and labtools of ours beyond pipeline, stages and labtools": sibling_imports(),
+        "test files outside their package's folder or named for no module of it": misplaced_tests(),
     }
     for title, offences in rules.items():
         print(f"{title}: {len(offences)}")

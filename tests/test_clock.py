@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.clock import VIRTUAL_EPOCH_NS, FineTimerSelector, RealClock, VirtualClock, run_on_clock
+from tests.paths import REPO_ROOT
 
 
 def test_virtual_time_moves_only_by_timers_and_is_exact() -> None:
@@ -119,7 +120,7 @@ def test_a_thread_wakes_the_real_loop_without_a_sendto_the_offline_run_would_tra
     log = tmp_path / "strace.log"
     done = subprocess.run(
         ["strace", "-f", "-qq", "-e", "trace=sendto", "-o", str(log), sys.executable, "-c", code],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 DOCS = ROOT / "docs"
 # not --quiet: it hides the warnings that --strict counts, and every build would pass
 MKDOCS = [sys.executable, "-m", "mkdocs", "build", "--strict"]

@@ -15,8 +15,9 @@ from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.turn_row import COLUMNS
 from pipeline.replay import main
 from tests.fixture_files import make_fixtures, write_manifest, write_wav
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 SIM = ["--config", str(ROOT / "configs" / "simulator.toml")]
 
 
@@ -90,7 +91,7 @@ def test_missing_folder_and_empty_folder_are_clear_errors(tmp_path: Path, capsys
     write_manifest(tmp_path / "empty", [("q1", "en", "x", "hi")])
     code, _, err = run([str(tmp_path / "empty")], capsys)
     assert code == 2 and err.startswith(f"error: {tmp_path / 'empty'}: no audio files (.aif") and ".flac" in err
-    # a folder of audio without a manifest runs (tests/test_audio_formats.py), unless nothing can tell its language
+    # a folder of audio without a manifest runs (tests/settings/test_audio.py), unless nothing can tell its language
     (tmp_path / "nomanifest").mkdir()
     write_wav(tmp_path / "nomanifest" / "a.wav")
     code, _, err = run([str(tmp_path / "nomanifest"), *SIM], capsys)

@@ -12,8 +12,9 @@ import pytest
 
 from pipeline import serve
 from pipeline.settings.config import load_config
+from tests.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 SIMULATOR = ROOT / "configs" / "simulator.toml"
 
 

@@ -12,6 +12,8 @@ how a person gives them.
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,12 @@ from pipeline.settings.config import Config, load_config
 
 Sections = Mapping[str, Mapping[str, Any]]  # config sections: {"run": {"rounds": 3}, "fleet": {...}}
 SERVER_SCHEMES = ("ws://", "wss://", "mqtt://", "http://", "https://")
+
+
+def new_run_id() -> str:
+    """A run's id when none is given: when it started, to the second, and four hex digits so two runs started in
+    the same second never share a folder."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 def _frozen(sections: Sections) -> Sections:

@@ -8,5 +8,5 @@
 - ``device/``: the lab's emulated device as the firmware behaves: its links, its turns, its microphone,
   its MCP tools.
 
-Device and server never import each other; ``tests/test_walls.py`` holds all three.
+Device and server never import each other; ``tests/labtools/test_walls.py`` holds all three.
 """

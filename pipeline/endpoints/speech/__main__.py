@@ -26,12 +26,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipeline.cli import new_run_id
 from pipeline.clock import RealClock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
 from pipeline.endpoints.speech.question_match import FixtureEars
 from pipeline.endpoints.speech.relay import LlmRelay
+from pipeline.plan.run_plan import new_run_id
 from pipeline.settings.audio import BadAudio
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError
