@@ -14,7 +14,8 @@ Modules, in the order data flows through them:
   spans read again from its lines, ``read_spans`` for spans that are no turn's.
 - ``row_sink``: a run's rows written to bench.csv as each turn finishes.
 - ``numbers``, ``stats``, ``summary``, ``bootstrap``: the one quantile, "measured turn" and ns -> ms,
-  statistics, the end-of-run table, bootstrap intervals (M8); ``shared_stages``: a stage two runs share,
+  statistics, the end-of-run table, bootstrap intervals (M8), ``proportions`` (a share with its Wilson
+  interval); ``shared_stages``: a stage two runs share,
   run against run, and the machine's speed followed over interleaved runs (M15).
 - ``path/``: a turn's dependency graph, its critical paths and its paths.csv row (``PathRow``); ``retiming``:
   the graph re-timed with a change, ``read_graphs`` for ``pipeline.whatif``.

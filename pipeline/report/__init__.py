@@ -11,7 +11,8 @@ Modules, in the order data flows through them:
 - ``compare``, ``runs``, ``drift``, ``identity``, ``waterfall``: figures several sections share
   (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks), ``confound``
   (the stages two conditions share, watched: M15), ``silence``
-  (end of speech -> first audible sound, one rule for every section); the
+  (end of speech -> first audible sound, one rule for every section), ``cutoffs`` (each end-of-turn
+  setting's cut-off rate and silence from the true end, and their frontier); the
   intervals themselves are statistics, ``pipeline.analysis.bootstrap``.
 - ``sections/``: one module per section of the report, each owning its numbers, its tables and its
   words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),
@@ -19,6 +20,7 @@ Modules, in the order data flows through them:
   server holds, from a capacity ramp's folder), ``result``, ``confounding`` (how the conditions were run
   and whether their shared stages moved), ``cold_warm`` (cold and warm turns' silences),
   ``recording_check`` (what the recording says: the traces' silence against the recording's),
+  ``endpoint_cost`` (what the silence costs: the users an end-of-turn setting cuts off),
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and the what-ifs of ``whatif_defaults``),
   ``amplification``, ``dilution`` (with ``neighbours``: each condition's CPU in its unchanged stages),
   ``outcomes`` and ``conclusion`` (with ``centralised``: a shared LLM against each device's own, as

@@ -20,6 +20,7 @@ from pipeline.report.sections import (
     confounding,
     critical_path,
     dilution,
+    endpoint_cost,
     figures,
     header,
     integrity,
@@ -43,6 +44,7 @@ SECTIONS: tuple[Section, ...] = (
     confounding.section,
     cold_warm.section,
     recording_check.section,
+    endpoint_cost.section,  # only where some question carries a truth
     segments.section,
     wire.section,
     critical_path.section,  # after the segments (and 2b, the wire, shown only over a transport)
@@ -59,7 +61,12 @@ SECTIONS: tuple[Section, ...] = (
 
 # A folder that is one sweep (every run a point of it): the sweep is the reading; the condition
 # sections would pool its points, which differ by design, so they are left out.
-SWEEP_SECTIONS: tuple[Section, ...] = (sweep.section, reference.cited_section, reference.method_section)
+SWEEP_SECTIONS: tuple[Section, ...] = (
+    sweep.section,
+    endpoint_cost.section,  # a sweep of the end of turn, where its questions carry a truth
+    reference.cited_section,
+    reference.method_section,
+)
 
 
 # A folder that is one or more capacity ramps (every run a step of one): the ramps are the reading; the

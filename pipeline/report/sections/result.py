@@ -18,6 +18,7 @@ from pipeline.report.conditions import Condition, group, number
 from pipeline.report.document import WARNING, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.runs import temperatures
+from pipeline.report.sections import endpoint_cost
 from pipeline.report.sections.base import MEASURED, Conditions, Context, header, row
 from pipeline.report.silence import sorted_silences
 
@@ -119,6 +120,7 @@ def section(ctx: Context) -> list[Block]:
     matches = ctx.matched()[0]
     table = result_table(ctx.labels, ctx.conds, acoustic_rows(ctx.labels, ctx.conds, matches) if matches else ())
     out.append(table)
+    out.extend(endpoint_cost.beside_silence(ctx))  # a condition that also cuts off more users
     empty = _not_measured(table)
     if empty:
         count = sum(len(table.rows) if rows == [EVERY] else len(rows) for rows in empty.values())
