@@ -19,4 +19,6 @@ A script runs as ``python scripts/X.py`` against the installed project and impor
 - ``report_bench/``: the parts of ``scripts/bench_report.py``.
 - ``whatif_bench/``: the parts of ``scripts/bench_whatif.py``.
 - ``script_module``: a script loaded from its file, for a test of the logic it keeps to itself.
+- ``fixture_voices``: the voices that speak ``audio_fixtures/``, the judge that picks a take, and where clean
+  synthesized speech starts, stops and pauses (``scripts/make_fixtures.py``).
 """

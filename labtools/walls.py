@@ -27,7 +27,8 @@ ENTRY_POINTS = {
 MAY_USE = {
     "contract": set(),
     "clock": set(),
-    "settings": {"contract", "registry", "catalog"},  # the valid impl names and their settings come from the catalogue
+    # the valid impl names and their settings come from the catalogue; a fixtures folder's truth.csv is a record
+    "settings": {"contract", "registry", "catalog", "records"},
     "stages": {"contract", "registry"},
     "registry": {"contract"},  # the contract implementations are registered under; imports none of them
     "catalog": {"contract", "registry", "stages"},  # the one part that imports the implementations

@@ -10,4 +10,6 @@ report that reads it import it from here; this part imports nothing of ours.
 - ``capacity``: a ramp's ``Capacity`` and ``Step``s (capacity.json) and ``StepRow`` (steps.csv).
 - ``crossover``: which ramps are a shared LLM and which a device's own (crossover.json).
 - ``acoustic``: ``AcousticRow``, a turn measured from a recording (the acoustic rows' CSV).
+- ``truth``: ``Truth``, a fixtures folder's truth.csv: where each clip's user really started and finished
+  speaking and where they paused, known by construction (written by ``scripts/make_fixtures.py``).
 """

@@ -8,7 +8,9 @@
 default one). A folder without a manifest is a question per audio file, its
 file stem the id, no reference text (so no error rate: never invented) and the
 default language, which may be ``AUTO``: the ASR detects it and records it.
-Audio files are found by extension and read by ``pipeline.settings.audio``.
+Audio files are found by extension and read by ``pipeline.settings.audio``. A ``truth.csv`` beside the
+manifest (``pipeline.records.truth``) gives a question where its user really started and finished speaking
+and where they paused; a question it has no line for has no truth (``None``), a bad one refuses the folder.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import soundfile
+
+from pipeline.records.truth import TRUTH, Truth, TruthError, read_truth
 from pipeline.settings.audio import audio_extensions
 
 MANIFEST = "manifest.csv"
@@ -46,6 +51,7 @@ class Question:
     tool: str = ""
     tool_arguments: str = "{}"
     keywords: str = ""  # expected in a good answer: ";"-separated groups of "|"-separated alternatives
+    truth: Truth | None = None  # from the folder's truth.csv: where the user really finished, and paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +95,7 @@ def load_questions(folder: Path, language: str = AUTO) -> QuestionSet:
         questions = [Question(p.stem, language, "", "", p) for p in audio]
         said = language or "detected by the ASR"
         warnings.append(f"{folder}: no manifest: one question per audio file, language {said}, no reference text")
-        return QuestionSet(folder, _unique(questions, folder), tuple(warnings))
+        return QuestionSet(folder, _with_truth(_unique(questions, folder), folder, warnings), tuple(warnings))
     listed = {q.audio.resolve() for q in questions}
     for path in audio:
         if path.resolve() not in listed:
@@ -97,7 +103,41 @@ def load_questions(folder: Path, language: str = AUTO) -> QuestionSet:
     for q in questions:
         if not q.audio.is_file():
             warnings.append(f"{manifest}: question {q.id!r} has no audio file {q.audio.name}; recorded as bad_audio")
-    return QuestionSet(folder, tuple(questions), tuple(warnings))
+    return QuestionSet(folder, _with_truth(tuple(questions), folder, warnings), tuple(warnings))
+
+
+def _with_truth(questions: tuple[Question, ...], folder: Path, warnings: list[str]) -> tuple[Question, ...]:
+    """Each question with its line of the folder's truth.csv, if the folder has one; a truth naming no
+    question's audio is said (a misspelt name would otherwise leave its question without a truth)."""
+    path = folder / TRUTH
+    if not path.is_file():
+        return questions
+    names = {q.id: _audio_name(q.audio, folder) for q in questions}
+    durations = {names[q.id]: ms for q in questions if (ms := _duration_ms(q.audio)) is not None}
+    try:
+        truths = read_truth(path, durations)
+    except TruthError as exc:
+        raise FixtureError(str(exc)) from None
+    for audio in sorted(set(truths) - set(names.values())):
+        warnings.append(f"{path}: {audio!r} is no question's audio; its truth is not used")
+    return tuple(replace(q, truth=truths.get(names[q.id])) for q in questions)
+
+
+def _audio_name(audio: Path, folder: Path) -> str:
+    """The name truth.csv gives a clip: its path relative to the folder, as the manifest writes it."""
+    try:
+        return audio.relative_to(folder).as_posix()
+    except ValueError:
+        return audio.as_posix()
+
+
+def _duration_ms(audio: Path) -> float | None:
+    """The clip's length from its header, or None where it cannot be read (its turn says why: bad_audio)."""
+    try:
+        info = soundfile.info(str(audio))
+    except (OSError, RuntimeError):  # libsndfile's errors are RuntimeErrors
+        return None
+    return float(info.frames * 1000 / info.samplerate) if info.samplerate else None
 
 
 def _unique(questions: list[Question], folder: Path) -> tuple[Question, ...]:
