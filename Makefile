@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 DEMO_APT_PACKAGES := espeak-ng
-APT_PACKAGES := espeak-ng strace chromium nftables libopus0 pulseaudio libportaudio2
+APT_PACKAGES := espeak-ng strace chromium nftables libopus0 pulseaudio libportaudio2 libc++1
 MAKE_START := $(shell date +%s)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

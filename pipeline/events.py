@@ -14,6 +14,7 @@ the LLM stage passes them on unchanged between its own ``CallStart`` and the nex
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
@@ -94,6 +95,42 @@ class SpeechEnd:
     """
 
     offset_ms: int
+
+
+# what a ``VadDecision`` decided
+VERDICT_END = "end"  # a VAD declared the end-point: its silence had passed
+VERDICT_FINISHED = "finished"  # an end-of-turn model heard a finished turn at a pause: the end-point
+VERDICT_WAIT = "wait"  # it heard an unfinished one: listening goes on
+VERDICT_MAX_SILENCE = "max_silence"  # after a "wait", the pause grew to its limit: the end-point all the same
+VERDICT_END_OF_INPUT = "end_of_input"  # the audio ran out in the middle of the utterance: the end-point
+
+
+def thread_cpu_ns() -> int:
+    """The CPU time the calling thread has used, in ns (``CLOCK_THREAD_CPUTIME_ID``): what a stage may read of its
+    own cost (``VadDecision.cpu_ns``). A CPU clock, not a clock of the world: read around work that holds its thread
+    throughout, it says what the work cost and never when it happened, so it is no rival to the recorder's stamps.
+    (``getrusage``'s per-thread figure is not a substitute: here it moved in steps of a scheduler tick.)"""
+    return time.thread_time_ns()
+
+
+@dataclass(frozen=True, slots=True)
+class VadDecision:
+    """A decision the VAD made, for the record: the recorder files it on the VAD's span, stamped as it passes.
+
+    Data only, as every event: the stages after the VAD pass over it. ``at_ms`` is the audio time at the end
+    of the frame it was made on, ``speech_end_ms`` where the speech it judged had ended (audio time).
+    ``probability`` is an end-of-turn model's that the turn is finished (None: no model was asked).
+    ``cpu_ns`` is the CPU time the deciding thread spent on it, read by the stage from its thread's own CPU
+    clock, never the wall clock: a model's inference, or a frame VAD's classification of every frame up to
+    it (``frames`` of them); None where the stage cannot tell its own (a model batched with other streams).
+    """
+
+    verdict: str  # one of the VERDICT_ names above
+    at_ms: int
+    speech_end_ms: int
+    probability: float | None = None
+    cpu_ns: int | None = None
+    frames: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +279,7 @@ Event: TypeAlias = (
     AudioFrame
     | SpeechStart
     | SpeechEnd
+    | VadDecision
     | Transcript
     | CallStart
     | TokenDelta

@@ -30,6 +30,7 @@ from pipeline.events import (
     ToolCallDelta,
     ToolResult,
     Transcript,
+    VadDecision,
 )
 from pipeline.run.cpu import CpuMeter, CpuReading
 from pipeline.tracing.timeline import (
@@ -170,6 +171,8 @@ class TurnRecorder:
             # The user stopped speaking when the frame holding the last speech arrived.
             last_frame = max(0, (event.offset_ms - 1) // FRAME_MS)
             vad.user_speech_end_ns = vad.frame_arrival_ns.get(last_frame, t)
+        elif isinstance(event, VadDecision):
+            vad.decisions.append((t, event))
 
     def _asr_out(self, event: Event, t: int) -> None:
         if isinstance(event, Transcript):

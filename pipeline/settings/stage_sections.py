@@ -77,7 +77,9 @@ class StageSection:
 
 @dataclass(frozen=True, slots=True, init=False)
 class VadConfig(StageSection):
-    """``[vad]``: "silero", "energy", or "fsmn" (FunASR, needs the funasr extra); see each one's settings."""
+    """``[vad]``: "silero", "energy", "fsmn" (FunASR, needs the funasr extra), "ten" (TEN VAD, the ten extra) or
+    "smart-turn" (Pipecat's Smart Turn v3.2 end-of-turn model stacked on silero, ten or energy: the smartturn extra
+    and the pipecat-ai model package); see each one's settings."""
 
     ROLE: ClassVar[str] = "vad"
     DEFAULT: ClassVar[str] = "silero"

@@ -28,6 +28,7 @@ BACKGROUND_JOB = "background.job"  # work competing with the voice turns for the
 # span event names
 EV_USER_SPEECH_END = "user_speech_end"
 EV_SPEECH_START = "speech_start"
+EV_VAD_DECISION = "vad_decision"  # a decision the VAD recorded (pipeline.events.VadDecision), when it passed
 EV_FIRST_TOKEN = "first_token"
 EV_FIRST_CHUNK = "first_chunk"  # the first streamed chunk of a call, often role-only with no text
 EV_TOOL_CALL = "tool_call_complete"  # a call's tool call, arguments complete (its first piece is first_token)
@@ -88,6 +89,14 @@ STAGE_IMPL = "lab.stage.impl"
 STAGE_SCRIPTED = "lab.stage.scripted"
 SPEECH_START_MS = "lab.vad.speech_start_offset_ms"
 SPEECH_END_MS = "lab.vad.speech_end_offset_ms"
+# a vad_decision event's: its verdict ("end", "finished", "wait", "max_silence", "end_of_input"), the audio time it
+# was made at, an end-of-turn model's probability that the turn is finished, the CPU the deciding thread spent on
+# it (a model's inference; a frame VAD's frames, summed) and the frames classified; speech_end_offset_ms as above
+DECISION_VERDICT = "lab.vad.decision.verdict"
+DECISION_AT_MS = "lab.vad.decision.at_ms"
+DECISION_PROBABILITY = "lab.vad.decision.probability"
+DECISION_CPU_MS = "lab.vad.decision.cpu_ms"
+DECISION_FRAMES = "lab.vad.decision.frames"
 TRANSCRIPT = "lab.asr.text"
 ASR_LANGUAGE = "lab.asr.language"  # the transcript's language: given, or detected when the question had none
 HEARD_QUESTION = "lab.asr.heard_question"  # the fixture question an upload matched (speech service's oracle), "" none

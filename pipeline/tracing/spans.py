@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from opentelemetry.util.types import AttributeValue
 
+from pipeline.events import VadDecision
 from pipeline.tracing import names
 from pipeline.tracing.records import Attributes as Attributes  # re-exported for callers
 from pipeline.tracing.records import SpanIds, SpanParent, SpanRecord
@@ -111,6 +112,24 @@ def _vad_span(tl: TurnTimeline, child: _Children) -> None:
         span.add_event(names.EV_SPEECH_START, vad.speech_start_ns)
     if vad.user_speech_end_ns is not None:
         span.add_event(names.EV_USER_SPEECH_END, vad.user_speech_end_ns)
+    for t, decision in vad.decisions:
+        span.add_event(names.EV_VAD_DECISION, t, _decision(decision))
+
+
+def _decision(d: VadDecision) -> Attributes:
+    """A VAD decision as its event's attributes (what it did not measure left out)."""
+    attrs: Attributes = {
+        names.DECISION_VERDICT: d.verdict,
+        names.DECISION_AT_MS: d.at_ms,
+        names.SPEECH_END_MS: d.speech_end_ms,
+    }
+    if d.probability is not None:
+        attrs[names.DECISION_PROBABILITY] = d.probability
+    if d.cpu_ns is not None:
+        attrs[names.DECISION_CPU_MS] = round(d.cpu_ns / 1e6, 3)
+    if d.frames:
+        attrs[names.DECISION_FRAMES] = d.frames
+    return attrs
 
 
 def _cpu(cpu: StageCpu | None) -> Attributes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.events import StageInfo
+from pipeline.events import StageInfo, VadDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,8 @@ class StageCpu:
 
 @dataclass(slots=True)
 class VadTiming:
-    """The VAD's stamps in a turn: speech start and end, the end-point, each uplink frame's arrival."""
+    """The VAD's stamps in a turn: speech start and end, the end-point, each uplink frame's arrival, the decisions it
+    recorded."""
 
     first_frame_ns: int | None = None
     speech_start_ns: int | None = None
@@ -37,6 +38,7 @@ class VadTiming:
     user_speech_end_ns: int | None = None
     end_ns: int | None = None  # when the VAD declared the end-point
     frame_arrival_ns: dict[int, int] = field(default_factory=dict)  # uplink frame seq -> when it reached the server
+    decisions: list[tuple[int, VadDecision]] = field(default_factory=list)  # (when it passed, the decision), in order
 
 
 @dataclass(slots=True)

@@ -4,12 +4,18 @@
 """
 
 from pipeline.events import XiaozhiServerProfile
-from stages.vad import energy, fsmn, silero
+from stages.vad import energy, fsmn, silero, smart_turn, ten
 from stages.vad.endpointer import FrameClassifier, FrameVad
 from stages.vad.manual import ManualEndpoint
 from stages.vad.xiaozhi import ChunkClassifier, XiaozhiServerVad
 
-IMPLEMENTATIONS = (silero.IMPLEMENTATION, energy.IMPLEMENTATION, fsmn.IMPLEMENTATION)
+IMPLEMENTATIONS = (
+    silero.IMPLEMENTATION,
+    energy.IMPLEMENTATION,
+    fsmn.IMPLEMENTATION,
+    ten.IMPLEMENTATION,
+    smart_turn.IMPLEMENTATION,
+)
 
 __all__ = [
     "IMPLEMENTATIONS",
