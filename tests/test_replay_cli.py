@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.records.bench_csv import read_bench_csv
@@ -209,3 +211,33 @@ def test_history_rounds_carry_earlier_turns_into_the_prompt(tmp_path: Path, caps
     assert fresh[0] == kept[0]  # nothing to remember before the first turn
     assert kept[1] > fresh[1] and kept[2] > fresh[2]  # one earlier exchange rides along
     assert kept[2] - fresh[2] == kept[1] - fresh[1]  # only the last round is kept, not all of them
+
+
+def test_questions_with_a_truth_are_scored_against_it_and_those_without_are_left_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixtures = make_fixtures(tmp_path / "fx", ["whole", "paused", "untold"])
+    # "paused": speech 600-1800 ms, a pause of 480 ms, speech again to 2880 ms (60 ms frames of a tone)
+    rate, frame = 16000, 960
+    tone = (0.25 * np.sin(2 * np.pi * 300 * np.arange(frame) / rate) * 32767).astype("<i2").tobytes()
+    silence = bytes(frame * 2)
+    with wave.open(str(fixtures / "paused.wav"), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(b"".join([silence] * 10 + [tone] * 20 + [silence] * 8 + [tone] * 10 + [silence] * 20))
+    (fixtures / "truth.csv").write_text(
+        "audio,speech_start_ms,speech_end_ms,pauses\nwhole.wav,600,1800,\npaused.wav,600,2880,1800-2280\n"
+    )
+    config = tmp_path / "short.toml"
+    config.write_text("[vad]\nsilence_ms = 300\n")
+    args = [str(fixtures), *SIM, "--config", str(config), "--clock", "virtual", "--rounds", "1"]
+    code, _, err = run([*args, "--out", str(tmp_path / "o"), "--run-id", "r1"], capsys)
+    assert code == 0, err
+    rows = {r.question_id: r for r in read_bench_csv(tmp_path / "o" / "bench.csv")}
+    scored = {q: (r.cut_off, r.utterances, r.endpoint_delay_ms) for q, r in rows.items()}
+    assert scored == {"whole": (0, 1, 300.0), "paused": (1, 2, -780.0), "untold": (None, None, None)}
+    assert rows["whole"].true_end_first_audio_ms == rows["whole"].first_audio_ms
+    assert rows["untold"].true_end_first_audio_ms is None and rows["untold"].first_audio_ms is not None
+    first_audio, from_true_end = rows["paused"].first_audio_ms, rows["paused"].true_end_first_audio_ms
+    assert first_audio is not None and from_true_end == round(first_audio - 1080.0, 3)

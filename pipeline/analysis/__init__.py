@@ -6,7 +6,8 @@ Modules, in the order data flows through them:
 - ``traces``: trace files (OTLP JSON lines) or a decoded line -> what was read (``ReadSpan``).
 - ``turns``: spans -> turns (a turn span and its children), a device's turn joined to its server's.
 - ``rows``: one turn -> its row; ``wire_segment``: the split of a device's first sound (and the device's buffer,
-  derived once); ``textmetrics``: ASR error rate, answer keywords.
+  derived once); ``textmetrics``: ASR error rate, answer keywords; ``endpoint_truth``: the end-point against
+  the question's truth (cut off, utterances, end-point delay, the silence from the true end of speech).
 - ``facts``: turns -> each turn's facts (its row and what the report keeps beside it; on request its
   dependency graph).
 - ``read``: the one way in: ``read_traces`` (trace files -> every turn's facts, read by a forked

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from pipeline.analysis import textmetrics
+from pipeline.analysis.endpoint_truth import decisions, endpoint_truth
 from pipeline.analysis.numbers import median, ms
 from pipeline.analysis.traces import AttrValue, ReadSpan
 from pipeline.analysis.turns import TurnSpans
@@ -107,6 +108,8 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         interrupt_played,
     ) = _device(device, playback, speech_end)
     uplink, server_first_audio, downlink, device_buffer = wire_split(t.turn, device, server)
+    truth = endpoint_truth(t, server)
+    vad_decisions, vad_decision_cpu = decisions(vad)
     row = TurnRow(
         run_id=_str(get(names.RUN_ID)),
         condition=_str(get(names.CONDITION)),
@@ -124,6 +127,8 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         whole_turn_ms=ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
         first_audio_ms=ms(speech_end, playback.start_ns) if playback else None,
         vad_endpoint_ms=ms(speech_end, vad.end_ns) if vad and vad.status_code != names.STATUS_ERROR else None,
+        vad_decisions=vad_decisions,
+        vad_decision_cpu_ms=vad_decision_cpu,
         asr_ms=ms(asr.start_ns, asr.end_ns) if asr and asr.status_code != names.STATUS_ERROR else None,
         llm_calls=len(calls),
         llm_first_token_ms_per_call=";".join("" if v is None else f"{v:g}" for v in call_ft),
@@ -179,6 +184,11 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         server_first_audio_ms=server_first_audio,
         downlink_ms=downlink,
         device_buffer_ms=device_buffer,
+        cut_off=truth.cut_off,
+        utterances=truth.utterances,
+        endpoint_delay_ms=truth.endpoint_delay_ms,
+        true_end_first_audio_ms=truth.true_end_first_audio_ms,
+        true_end_first_audible_ms=truth.true_end_first_audible_ms,
     )
     return row, sentence_ft
 

@@ -24,8 +24,9 @@ import msgspec
 from pipeline.records.schema import CELSIUS, CORES, COUNT, FLAG, MS, NS, SHARE, TEXT, TOKENS, Cell, schema, table
 from pipeline.records.schema import meta as _m
 
-# column groups: the device's view across a transport, and the split of its first sound (``wire.py``)
-DEVICE, WIRE = "device", "wire"
+# column groups: the device's view across a transport, the split of its first sound (``wire.py``), and the
+# end-point scored against the question's truth (``analysis.endpoint_truth``)
+DEVICE, WIRE, TRUTH = "device", "wire", "truth"
 
 
 class TurnRow(msgspec.Struct, frozen=True, gc=False):
@@ -78,6 +79,22 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
     )
     first_audio_ms: Annotated[float | None, _m(MS, "end of user speech -> first audio frame starts playing")] = None
     vad_endpoint_ms: Annotated[float | None, _m(MS, "end of user speech -> VAD declares the end-point")] = None
+    vad_decisions: Annotated[
+        int | None,
+        _m(
+            COUNT,
+            "decisions the end-of-turn detector recorded on its span: each verdict of an end-of-turn model (Smart "
+            "Turn), the end-point of a VAD that meters its own CPU (TEN); empty where it records none",
+        ),
+    ] = None
+    vad_decision_cpu_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "the CPU those decisions took, summed (the deciding thread's own CPU clock: a model's inference, or a "
+            "VAD's frames classified up to its end-point); empty where the detector cannot tell its own",
+        ),
+    ] = None
     asr_ms: Annotated[float | None, _m(MS, "end-point reaches the ASR -> transcript")] = None
     llm_calls: Annotated[int, _m(COUNT, "LLM calls in the turn")] = 0
     llm_first_token_ms_per_call: Annotated[str, _m(MS, "each call's request -> its first token, `;`-separated")] = ""
@@ -295,6 +312,46 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
         float | None,
         _m(MS, "as `uplink_ms`: the device received the first audio frame -> its first audible sample played", WIRE),
     ] = None
+    cut_off: Annotated[
+        int | None,
+        _m(
+            FLAG,
+            "1: the end-point was declared before the user finished (the audio in hand at the declaration ends "
+            "before the question's true end of speech, its truth's `speech_end_ms`): part of the question was "
+            "answered; empty for a question without a truth, as every column of this group",
+            TRUTH,
+        ),
+    ] = None
+    utterances: Annotated[
+        int | None,
+        _m(
+            COUNT,
+            "the utterances the run's end-of-turn detector makes of the whole question, heard alone and untimed "
+            "(1: it held the question together)",
+            TRUTH,
+        ),
+    ] = None
+    endpoint_delay_ms: Annotated[
+        float | None,
+        _m(MS, "the true end of speech -> the end-point declared (negative: declared before the user finished)", TRUTH),
+    ] = None
+    true_end_first_audio_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "the true end of speech -> first audio frame starts playing (in-process; beside `first_audio_ms`)",
+            TRUTH,
+        ),
+    ] = None
+    true_end_first_audible_ms: Annotated[
+        float | None,
+        _m(
+            MS,
+            "a device: the true end of speech (its microphone captured the question's last speech sample) -> the "
+            "answer's first audible sample played (`first_audible_ms` beside): the silence a person hears",
+            TRUTH,
+        ),
+    ] = None
 
 
 class UnknownColumn(KeyError):
@@ -305,6 +362,7 @@ SCHEMA: Final = schema(TurnRow)
 COLUMNS: Final = tuple(c.name for c in SCHEMA)  # bench.csv's header
 DEVICE_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == DEVICE)
 WIRE_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == WIRE)
+TRUTH_COLUMNS: Final = tuple(c.name for c in SCHEMA if c.group == TRUTH)
 NUMERIC: Final = frozenset(c.name for c in SCHEMA if c.kind is not str)
 # texts many turns share (a run's, a question's, a model's...), kept once by the reader (``facts.facts_of``)
 REPEATED: Final = tuple(c.name for c in SCHEMA if c.repeated)

@@ -9,11 +9,14 @@ virtual clock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import math
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pipeline.events import AudioFrame, AudioOut, Event, SpeechEnd, Stage, StageInfo, TurnEnd
+from pipeline.events import FRAME_MS, AudioFrame, AudioOut, Event, SpeechEnd, Stage, StageInfo, TurnEnd
+from pipeline.settings.fixtures import Question
+from pipeline.tracing.timeline import TurnTimeline
 
 _END = object()
 
@@ -27,6 +30,7 @@ class Ask:
     question_id: str
     round_no: int
     traceparent: str  # reserved before the turn: the server's spans join this turn's trace
+    true_end_ms: float | None = None  # a question with a truth: where its user really finished (clip ms)
 
 
 class ServerSide(Protocol):
@@ -137,4 +141,53 @@ async def speech_end_ms(vad: Stage, frames: Sequence[AudioFrame]) -> int | None:
     async for event in vad.run(clip()):
         if isinstance(event, SpeechEnd):
             return event.offset_ms
+    return None
+
+
+def truth_frame(true_end_ms: float) -> int:
+    """The 60 ms frame that holds a question's last speech sample (its truth's end is that sample's end)."""
+    return max(0, math.ceil(true_end_ms / FRAME_MS) - 1)
+
+
+def mark_true_end(timeline: TurnTimeline, question: Question) -> None:
+    """In-process: the question's true end of speech is when the frame holding its last speech sample reached
+    the server, as the VAD's end of speech is its frame's arrival (``recorder``). A turn that ended before that
+    frame came (its answer over while the user was still speaking, after a cut-off) has it from the microphone's
+    schedule instead: the frames leave at the pace they are captured (``stream_audio``), so frame ``k`` comes
+    ``k`` frames after the first. No truth, or no frame at all: nothing marked."""
+    vad = timeline.vad
+    if question.truth is None or vad.first_frame_ns is None:
+        return
+    frame = truth_frame(question.truth.speech_end_ms)
+    vad.true_end_ns = vad.frame_arrival_ns.get(frame, vad.first_frame_ns + frame * FRAME_MS * 1_000_000)
+
+
+async def utterances_in(make_vad: Callable[[], Stage], frames: Sequence[AudioFrame]) -> int:
+    """How many utterances the run's end-of-turn detector makes of a whole clip, untimed: after each end-point
+    a fresh detector hears the rest from the frame it was declared on, as a server listening on would, so a
+    pause it cannot hold splits the question (0: it heard no speech)."""
+    count = start = 0
+    while start < len(frames) and (heard := await _heard_until_end(make_vad(), frames[start:])) is not None:
+        count, start = count + 1, start + heard
+    return count
+
+
+async def _heard_until_end(vad: Stage, frames: Sequence[AudioFrame]) -> int | None:
+    """The frames ``vad`` took before it declared an end-point (None: it never did)."""
+    fed = 0
+
+    async def clip() -> AsyncIterator[Event]:
+        nonlocal fed
+        for frame in frames:
+            fed += 1
+            yield frame
+
+    events = vad.run(clip())
+    try:
+        async for event in events:
+            if isinstance(event, SpeechEnd):
+                return fed
+    finally:
+        if isinstance(events, AsyncGenerator):  # stop the stage now, not when it is collected
+            await events.aclose()
     return None

@@ -171,6 +171,7 @@ class TurnRecorder:
             # The user stopped speaking when the frame holding the last speech arrived.
             last_frame = max(0, (event.offset_ms - 1) // FRAME_MS)
             vad.user_speech_end_ns = vad.frame_arrival_ns.get(last_frame, t)
+            vad.declared_at_ms = (max(vad.frame_arrival_ns) + 1) * FRAME_MS if vad.frame_arrival_ns else None
         elif isinstance(event, VadDecision):
             vad.decisions.append((t, event))
 

@@ -23,7 +23,7 @@ from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduler import BACKGROUND, Scheduler
 from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
 from pipeline.run.cpu import CpuMeter
-from pipeline.run.device_side import Ask, speech_end_ms
+from pipeline.run.device_side import Ask, mark_true_end, speech_end_ms, utterances_in
 from pipeline.run.gate import OPEN, TurnGate
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
@@ -111,6 +111,10 @@ def turn_attributes(
         names.LLM_ENDPOINT: run.engines.endpoint,
         names.NOTE: note,
     }
+    if question.truth is not None:
+        truth = question.truth
+        attrs[names.TRUTH_SPEECH_END_MS] = truth.speech_end_ms
+        attrs[names.TRUTH_PAUSES] = ";".join(f"{p.start_ms:g}-{p.end_ms:g}" for p in truth.pauses)
     if temp is not None:
         attrs[names.TEMP_C] = temp
     if load is not None:
@@ -178,6 +182,7 @@ class _Fleet:
         self.run, self.questions, self.audio, self.tracing, self.sink = run, questions, audio, tracing, sink
         self.thermometer = thermometer
         self.speech_ends: dict[str, int | None] = {}  # a device's clips, by question: where the VAD ends the speech
+        self.utterances: dict[str, int] = {}  # a question with a truth: the utterances its detector makes of it
         # other load means nothing in simulated time
         self.probe = LoadProbe() if run.clock.kind == "real" else None
         self.meter = CpuMeter() if run.clock.kind == "real" else None
@@ -257,11 +262,14 @@ class _Fleet:
                     meter=self.meter,
                 )
                 note = clip.note
+                mark_true_end(timeline, q)
                 if timeline.ok:
                     history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
             load = self.probe.between(before, self.probe.sample()) if self.probe else None
             temp = self.thermometer.reading(timeline.start_ns, timeline.end_ns or timeline.start_ns)
             attrs = turn_attributes(run, q, round_no, note, load, temp)
+            if isinstance(clip, LoadedAudio) and q.truth is not None:
+                attrs[names.TRUTH_UTTERANCES] = await self._utterances(q, clip)
             if cfg.fleet.devices > 1:
                 attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
             self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
@@ -279,8 +287,17 @@ class _Fleet:
                     vad = build_vad(self.run.config, self.run.engines, q)
                     self.speech_ends[q.id] = await speech_end_ms(vad, clip.frames)
                 # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
-                asks[pos] = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn())
+                true_end = q.truth.speech_end_ms if q.truth is not None else None
+                ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn(), true_end)
+                asks[pos] = ask
         return asks[pos]
+
+    async def _utterances(self, q: Question, clip: LoadedAudio) -> int:
+        """How many utterances the run's end-of-turn detector makes of the question's whole clip (found once)."""
+        if q.id not in self.utterances:
+            cfg, engines = self.run.config, self.run.engines
+            self.utterances[q.id] = await utterances_in(lambda: build_vad(cfg, engines, q), clip.frames)
+        return self.utterances[q.id]
 
 
 def keep_history(history: list[Message], rounds: int) -> list[Message]:

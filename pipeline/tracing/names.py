@@ -28,6 +28,8 @@ BACKGROUND_JOB = "background.job"  # work competing with the voice turns for the
 # span event names
 EV_USER_SPEECH_END = "user_speech_end"
 EV_SPEECH_START = "speech_start"
+# a question with a truth: its last speech sample reached the server (a device: its microphone captured it)
+EV_TRUE_SPEECH_END = "true_speech_end"
 EV_VAD_DECISION = "vad_decision"  # a decision the VAD recorded (pipeline.events.VadDecision), when it passed
 EV_FIRST_TOKEN = "first_token"
 EV_FIRST_CHUNK = "first_chunk"  # the first streamed chunk of a call, often role-only with no text
@@ -89,6 +91,13 @@ STAGE_IMPL = "lab.stage.impl"
 STAGE_SCRIPTED = "lab.stage.scripted"
 SPEECH_START_MS = "lab.vad.speech_start_offset_ms"
 SPEECH_END_MS = "lab.vad.speech_end_offset_ms"
+# the audio in hand when the VAD declared the end-point (the end of the frame it was declared on, audio time)
+DECLARED_AT_MS = "lab.vad.declared_at_ms"
+# a question's truth (its truth.csv line), on the turn span: where its user really finished (clip ms), the pauses
+# inside it ("start-end;..." ms), and the utterances the run's end-of-turn detector makes of the whole clip
+TRUTH_SPEECH_END_MS = "lab.truth.speech_end_ms"
+TRUTH_PAUSES = "lab.truth.pauses"
+TRUTH_UTTERANCES = "lab.truth.utterances"
 # a vad_decision event's: its verdict ("end", "finished", "wait", "max_silence", "end_of_input"), the audio time it
 # was made at, an end-of-turn model's probability that the turn is finished, the CPU the deciding thread spent on
 # it (a model's inference; a frame VAD's frames, summed) and the frames classified; speech_end_offset_ms as above

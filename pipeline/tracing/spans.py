@@ -59,6 +59,8 @@ def build_turn_spans(
     turn = ids.span(names.TURN, parent, tl.start_ns, end, _turn_attributes(tl, attributes), span_id=turn_id)
     if tl.vad.user_speech_end_ns is not None:
         turn.add_event(names.EV_USER_SPEECH_END, tl.vad.user_speech_end_ns)
+    if tl.vad.true_end_ns is not None:
+        turn.add_event(names.EV_TRUE_SPEECH_END, tl.vad.true_end_ns)
     if not tl.ok:
         turn.error = tl.error_type
     child = _Children(ids, turn.as_parent(), tl, end)
@@ -107,6 +109,8 @@ def _vad_span(tl: TurnTimeline, child: _Children) -> None:
         extra[names.SPEECH_START_MS] = vad.speech_start_offset_ms
     if vad.speech_end_offset_ms is not None:
         extra[names.SPEECH_END_MS] = vad.speech_end_offset_ms
+    if vad.declared_at_ms is not None:
+        extra[names.DECLARED_AT_MS] = vad.declared_at_ms
     span = child(names.VAD, vad.first_frame_ns, vad.end_ns, "vad", extra)
     if vad.speech_start_ns is not None:
         span.add_event(names.EV_SPEECH_START, vad.speech_start_ns)

@@ -37,6 +37,8 @@ class VadTiming:
     # when the audio where speech ended reached the server; a device's: when its microphone captured it
     user_speech_end_ns: int | None = None
     end_ns: int | None = None  # when the VAD declared the end-point
+    declared_at_ms: int | None = None  # the audio in hand then: the end of the frame it was declared on
+    true_end_ns: int | None = None  # a question with a truth: when its last speech sample arrived (a device: captured)
     frame_arrival_ns: dict[int, int] = field(default_factory=dict)  # uplink frame seq -> when it reached the server
     decisions: list[tuple[int, VadDecision]] = field(default_factory=list)  # (when it passed, the decision), in order
 

@@ -17,7 +17,16 @@ from pipeline.records import turn_row
 from pipeline.records.bench_csv import BenchCsv, BenchCsvError, csv_line, read_bench_csv
 from pipeline.records.path import PATH_COLUMNS, SEGMENTS, PathRow, paths_table
 from pipeline.records.segment import segments_table
-from pipeline.records.turn_row import COLUMNS, DEVICE_COLUMNS, NUMERIC, WIRE_COLUMNS, TurnRow, column, columns_table
+from pipeline.records.turn_row import (
+    COLUMNS,
+    DEVICE_COLUMNS,
+    NUMERIC,
+    TRUTH_COLUMNS,
+    WIRE_COLUMNS,
+    TurnRow,
+    column,
+    columns_table,
+)
 from pipeline.report.conditions import group
 from pipeline.report.load import Dataset
 from tests.paths import REPO_ROOT
@@ -37,7 +46,7 @@ def experiment_rows() -> list[TurnRow]:
 def test_the_header_is_the_committed_bench_csvs() -> None:
     with (EXPERIMENT / "bench.csv").open(encoding="utf-8", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == COLUMNS
-    assert len(COLUMNS) == len(set(COLUMNS)) == 71
+    assert len(COLUMNS) == len(set(COLUMNS)) == 78
 
 
 def test_bench_csv_written_from_the_traces_is_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
@@ -66,11 +75,19 @@ def test_the_column_groups_and_numeric_columns_follow_the_declared_types() -> No
         "interrupt_played_ms",
     )
     assert WIRE_COLUMNS == ("uplink_ms", "server_first_audio_ms", "downlink_ms", "device_buffer_ms")
-    assert COLUMNS[-len(WIRE_COLUMNS) :] == WIRE_COLUMNS
+    assert TRUTH_COLUMNS == (
+        "cut_off",
+        "utterances",
+        "endpoint_delay_ms",
+        "true_end_first_audio_ms",
+        "true_end_first_audible_ms",
+    )
+    assert COLUMNS[-len(WIRE_COLUMNS) - len(TRUTH_COLUMNS) :] == WIRE_COLUMNS + TRUTH_COLUMNS
     # the rule bench.csv was read by before the schema: every *_ms column but the per-call list, and these
     named = {"round", "warmup", "tokens", "ok", "temp_c", "llm_calls", "sentences", "turn_start_ns", "prompt_tokens"}
     named |= {"prompt_cached_tokens", "load_avg_1m", "other_cpu_share", "asr_error_rate", "answer_quality"}
-    named |= {"packets_lost", "packets_late", "device", "devices", "asr_forced_switches"}
+    named |= {"packets_lost", "packets_late", "device", "devices", "asr_forced_switches", "cut_off", "utterances"}
+    named |= {"vad_decisions"}
     by_suffix = {c for c in COLUMNS if c.endswith("_ms") and c != "llm_first_token_ms_per_call"}
     assert by_suffix | named == NUMERIC
 

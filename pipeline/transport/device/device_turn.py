@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, SAMPLE_RATE, AudioFrame, AudioOut, Event
-from pipeline.run.device_side import Ask, Player, close, drain
+from pipeline.run.device_side import Ask, Player, close, drain, truth_frame
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.device_recording import NS_PER_SAMPLE, AudioRecording
@@ -132,9 +132,10 @@ class DeviceTurn:
             self.recorder.timeline.vad.first_frame_ns = now
         if frame is not None and frame.seq == self.speech_end_seq:
             t.speech_end_frame = frame.seq
-            # captured in the frame's length before ``captured``; the speech ended this far into it
-            into_ms = min(max(0, self.speech_end_ms - frame.seq * FRAME_MS), frame.duration_ms)
-            self.recorder.timeline.vad.user_speech_end_ns = captured - (frame.duration_ms - into_ms) * 1_000_000
+            self.recorder.timeline.vad.user_speech_end_ns = _captured_at(frame, captured, self.speech_end_ms)
+        true_end = self.ask.true_end_ms
+        if frame is not None and true_end is not None and frame.seq == truth_frame(true_end):
+            self.recorder.timeline.vad.true_end_ns = _captured_at(frame, captured, true_end)
 
     async def send(self) -> None:
         """Auto and manual mode's microphone: each frame once its 60 ms are captured; in auto mode the
@@ -381,3 +382,10 @@ async def abandon(link: DeviceLink, session_id: str, wait_s: float = 5.0) -> Non
                 _at, item = await link.recv_at()
                 if isinstance(item, Tts) and item.state == "stop":
                     return
+
+
+def _captured_at(frame: AudioFrame, captured: int, offset_ms: float) -> int:
+    """When the microphone captured the audio ``offset_ms`` into the clip, ``frame`` holding it: the frame was
+    captured in its length before ``captured``, and that audio lies this far into it."""
+    into_ms = min(max(0.0, offset_ms - frame.seq * FRAME_MS), frame.duration_ms)
+    return captured - round((frame.duration_ms - into_ms) * 1_000_000)

@@ -1,0 +1,83 @@
+"""A turn's end-point scored against the truth of its question, from the spans alone.
+
+A question that carries a truth (``truth.csv``: where its user really finished, and where they paused) is
+traced with that truth and the moment its last speech reached the server (the turn span's
+``true_speech_end`` event: in a turn that ended before then, the microphone's schedule; a device's: the moment
+its microphone captured it), and its VAD span says at what
+point of the audio the end-point was declared (``lab.vad.declared_at_ms``). From those:
+
+- ``cut_off``: 1 when the end was declared before the user finished (the audio in hand at the declaration
+  ends before the question's last speech sample): the pipeline answered part of a question, inside a pause;
+- ``utterances``: how many utterances the run's end-of-turn detector makes of the whole question, heard alone
+  and untimed (1: it held the question together);
+- ``endpoint_delay_ms``: the true end of speech -> the end-point declared (negative when cut off);
+- the silence from the true end of speech: to the first audio played (in-process) or to the answer's first
+  audible sample (a device), beside the same figures from the end the pipeline itself chose.
+
+A question without a truth gives every one of these empty, never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.analysis.numbers import ms
+from pipeline.analysis.traces import AttrValue, ReadSpan
+from pipeline.analysis.turns import TurnSpans
+from pipeline.tracing import names
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointTruth:
+    """The truth columns of one turn's row (``TurnRow``'s of the same names)."""
+
+    cut_off: int | None = None
+    utterances: int | None = None
+    endpoint_delay_ms: float | None = None
+    true_end_first_audio_ms: float | None = None
+    true_end_first_audible_ms: float | None = None
+
+
+NO_TRUTH = EndpointTruth()
+
+
+def _number(value: AttrValue) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _vad(t: TurnSpans, server: TurnSpans | None) -> ReadSpan | None:
+    """The VAD span that declared the end-point: the turn's own, or (a device's turn) its server's."""
+    found = t.first(names.VAD)
+    return found if found is not None or server is None else server.first(names.VAD)
+
+
+def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTruth:
+    """The turn's end-point against its question's truth; ``NO_TRUTH`` for a question that has none."""
+    a = t.turn.attributes
+    true_end_ms = _number(a.get(names.TRUTH_SPEECH_END_MS))
+    if true_end_ms is None:
+        return NO_TRUTH
+    true_end = t.turn.event_ns(names.EV_TRUE_SPEECH_END)  # None: the turn failed before any audio came
+    vad = _vad(t, server)
+    declared = vad if vad is not None and vad.status_code != names.STATUS_ERROR else None
+    declared_at = _number(declared.attributes.get(names.DECLARED_AT_MS)) if declared is not None else None
+    playback = t.first(names.PLAYBACK)
+    device = t.first(names.DEVICE)
+    utterances = _number(a.get(names.TRUTH_UTTERANCES))
+    return EndpointTruth(
+        cut_off=None if declared_at is None else int(declared_at < true_end_ms),
+        utterances=None if utterances is None else int(utterances),
+        endpoint_delay_ms=ms(true_end, declared.end_ns) if declared is not None and declared_at is not None else None,
+        true_end_first_audio_ms=ms(true_end, playback.start_ns) if playback is not None and device is None else None,
+        true_end_first_audible_ms=ms(true_end, device.event_ns(names.EV_FIRST_AUDIBLE)) if device else None,
+    )
+
+
+def decisions(vad: ReadSpan | None) -> tuple[int | None, float | None]:
+    """The end-of-turn decisions a VAD span records, and the CPU they took, summed (ms): (None, None) where it
+    records none; the CPU None where no decision carries one."""
+    made = [e for e in vad.events if e.name == names.EV_VAD_DECISION] if vad is not None else []
+    if not made:
+        return None, None
+    cpu = [c for e in made if (c := _number(e.attributes.get(names.DECISION_CPU_MS))) is not None]
+    return len(made), (round(sum(cpu), 3) if cpu else None)
