@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from pipeline.settings.config import Config
-from pipeline.sweep.variables import Overrides, SweepError, Variable, get_variable, overrides, parse_value
+from pipeline.sweep.variables import PRESETS, Overrides, SweepError, Variable, get_variable, overrides, parse_value
 
 REPLAY = "pipeline.replay"
 OFFLINE = "pipeline.offline"  # condition B': the replay inside a network namespace, with a verdict
@@ -53,7 +53,8 @@ def parse_vary(texts: Sequence[str]) -> tuple[Variable, list[str]]:
     if not sep:
         raise SweepError(f"--vary {texts[0]!r}: write NAME=V1,V2,... (e.g. max_tokens=32,64,128)")
     variable = get_variable(name.strip())
-    values = [parse_value(variable, v) for v in listed.split(",")]
+    preset = PRESETS.get(variable.name, {}).get(listed.strip())
+    values = [parse_value(variable, v) for v in (preset or listed.split(","))]
     if len(values) < 2:
         raise SweepError(f"{variable.name}: a sweep needs at least two values, got {', '.join(values)}")
     repeated = sorted({v for v in values if values.count(v) > 1})

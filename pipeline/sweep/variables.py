@@ -19,11 +19,19 @@ files for every point.
 - ``condition``: ``A`` (the emulated cloud behind the ``internet`` profile, as
   ``pipeline.experiment`` runs it), ``B`` (the base settings) or ``B'`` (B offline, through
   ``pipeline.offline``).
+- ``endpoint``: the end-of-turn detector and how long it waits, ``IMPL[:PROFILE][@MS]``: ``silero@400``
+  (``[vad] impl = "silero"``, ``silence_ms = 400``), ``silero:xiaozhi-server`` (the real server's rule and
+  its shipped 200 ms; ``@MS`` sets its ``[vad.xiaozhi_server] silence_ms``), ``ten@300``, ``fsmn@500``,
+  ``smart-turn@200`` (Smart Turn stacked on its inner VAD, which hears a pause of 200 ms). The whole
+  ``[vad]`` section is the point's own: the base's other VAD keys do not carry over. ``endpoint=frontier``
+  is the preset ``FRONTIER``: read on questions with a truth (``audio_fixtures/paused/``), the report's
+  section "What the silence costs" draws their frontier.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +46,20 @@ EMULATED_CLOUD: Overrides = {
     "cloud": {"emulator": "fast-70b-api"},
 }
 CONDITIONS = ("A", "B", "B'")
+# the end-of-turn settings a frontier is drawn over: Silero waiting from 200 ms (the real server's wait) to 900 ms,
+# the real server's own rule, TEN VAD short and long, and Smart Turn on Silero's 200 ms pause
+FRONTIER = (
+    "silero@200",
+    "silero@400",
+    "silero@600",
+    "silero@900",
+    "silero:xiaozhi-server",
+    "ten@300",
+    "ten@600",
+    "smart-turn@200",
+)
+PRESETS = {"endpoint": {"frontier": FRONTIER}}  # a variable's named value lists: ``--vary endpoint=frontier``
+ENDPOINT_RE = re.compile(r"^(?P<impl>[a-z][a-z0-9-]*)(?::(?P<profile>[a-z][a-z0-9-]*))?(?:@(?P<ms>[0-9]+))?$")
 
 
 class SweepError(ValueError):
@@ -51,7 +73,7 @@ class Variable:
     name: str
     section: str  # where the setting lives ([section] key)
     key: str
-    kind: str  # "int", "choice" (one of ``choices``) or "name" (any text)
+    kind: str  # "int", "choice" (one of ``choices``), "name" (any text) or "endpoint" (``IMPL[:PROFILE][@MS]``)
     settings: tuple[str, ...]  # what the points may differ in (the M11 check)
     choices: tuple[str, ...] = ()
 
@@ -79,6 +101,7 @@ VARIABLES: dict[str, Variable] = {
         _llm("prompt_cache", "choice", choices=("off", "prefix", "carry")),
         Variable("network", "network", "profile", "name", ("network.profile",)),
         Variable("condition", "run", "condition", "choice", _condition_settings(), choices=CONDITIONS),
+        Variable("endpoint", "vad", "impl", "endpoint", ("vad.*",)),
     )
 }
 
@@ -106,7 +129,26 @@ def parse_value(variable: Variable, text: str) -> str:
             raise SweepError(f"{variable.name}={value}: a whole number is expected") from None
     if variable.kind == "choice" and value not in variable.choices:
         raise SweepError(f"{variable.name}={value}: choose from {', '.join(variable.choices)}")
+    if variable.kind == "endpoint" and not ENDPOINT_RE.match(value):
+        raise SweepError(f"{variable.name}={value}: write IMPL[:PROFILE][@MS], e.g. silero@400, silero:xiaozhi-server")
     return value
+
+
+def endpoint_section(value: str) -> dict[str, Any]:
+    """The ``[vad]`` section an ``endpoint`` value names: the implementation, its profile, how long it waits."""
+    found = ENDPOINT_RE.match(value)
+    if found is None:
+        raise SweepError(f"endpoint={value}: write IMPL[:PROFILE][@MS], e.g. silero@400, silero:xiaozhi-server")
+    impl, profile, wait = found["impl"], found["profile"], found["ms"]
+    section: dict[str, Any] = {"impl": impl}
+    if profile:
+        section["profile"] = profile
+    if wait is not None:
+        if profile == "xiaozhi-server":  # the server's rule keeps its own settings (stages/vad/silero.py)
+            section["xiaozhi_server"] = {"silence_ms": int(wait)}
+        else:
+            section["inner_silence_ms" if impl == "smart-turn" else "silence_ms"] = int(wait)
+    return section
 
 
 def setting_value(variable: Variable, value: str) -> int | str:
@@ -122,6 +164,8 @@ def overrides(variable: Variable, value: str, base: Config) -> Overrides:
     """The settings this point overrides on top of the base ``--config`` files."""
     if variable.name == "condition":
         return {"run": {"condition": value}, **(_cloud("internet") if value == "A" else {})}
+    if variable.name == "endpoint":
+        return {"vad": endpoint_section(value)}
     own: Overrides = {variable.section: {variable.key: setting_value(variable, value)}}
     if variable.name == "network" and base.llm.impl != "openai":
         # held the same for every point: only the profile differs between them
