@@ -46,9 +46,13 @@ def _number(value: AttrValue) -> float | None:
 
 
 def _vad(t: TurnSpans, server: TurnSpans | None) -> ReadSpan | None:
-    """The VAD span that declared the end-point: the turn's own, or (a device's turn) its server's."""
-    found = t.first(names.VAD)
-    return found if found is not None or server is None else server.first(names.VAD)
+    """The VAD span that declared the end-point: the turn's own, or (a device's turn, whose own VAD span only
+    marks the frames it sent) its server's, read beside it."""
+    for turn in (t, server):
+        found = turn.first(names.VAD) if turn is not None else None
+        if found is not None and found.attributes.get(names.DECLARED_AT_MS) is not None:
+            return found
+    return None
 
 
 def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTruth:

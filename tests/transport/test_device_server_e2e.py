@@ -197,3 +197,37 @@ def test_fixtures_over_the_mqtt_front_end_and_udp_match_in_process(tmp_path: Pat
         )
     assert all(r.transport == "udp" and r.packets_lost == 0 for r in dev)
     assert all(r.packets_lost == 0 and r.packets_late == 0 for r in served)
+
+
+def test_a_devices_turns_are_scored_against_the_truth_once_the_servers_traces_are_read_beside(tmp_path: Path) -> None:
+    paused = ROOT / "audio_fixtures" / "paused"
+    command = [sys.executable, "-m", "pipeline.serve", str(paused), "--config", str(SIMULATOR), "--port", "0"]
+    server = subprocess.Popen(
+        [*command, "--out", str(tmp_path / "server"), "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdout is not None
+    found = re.search(r"serving (ws://\S+)", server.stdout.readline())
+    try:
+        assert found is not None
+        common = [str(paused), "--config", str(SIMULATOR), "--limit", "2", "--rounds", "1", "--quiet"]
+        assert replay.main([*common, "--server", found.group(1), "--out", str(tmp_path / "dev")], env={}) == 0
+    finally:
+        stop(server)
+    # the device's own rows: the silence from where the user really finished, and what the VAD makes of the clip
+    dev = {r.question_id: r for r in rows(tmp_path / "dev" / "bench.csv")}
+    assert set(dev) == {"zh01_paused", "zh01_plain"}
+    assert (dev["zh01_paused"].utterances, dev["zh01_plain"].utterances) == (2, 1)
+    cut, whole = dev["zh01_paused"], dev["zh01_plain"]
+    assert cut.true_end_first_audible_ms is not None and cut.true_end_first_audible_ms < 0  # answered mid-question
+    assert whole.true_end_first_audible_ms is not None and whole.true_end_first_audible_ms > 0
+    assert cut.cut_off is None  # the end-point was the server's: its VAD span is in the server's traces
+    # read beside the server's traces, the server's end-point scores the device's turn
+    problems = ReadProblems()
+    both = [
+        s for d in ("dev", "server") for f in trace_files(tmp_path / d / "traces") for s in read_trace_file(f, problems)
+    ]
+    joined = {r.question_id: r for r in rows_from_spans(both) if r.transport}
+    assert (joined["zh01_paused"].cut_off, joined["zh01_plain"].cut_off) == (1, 0)
+    delay = joined["zh01_plain"].endpoint_delay_ms
+    # the simulator's VAD waits 600 ms of quiet after the speech it hears, which may end a little before the truth
+    assert delay is not None and 500 < delay < 700
