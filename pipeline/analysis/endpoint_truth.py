@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.analysis.numbers import ms
-from pipeline.analysis.traces import AttrValue, ReadSpan
+from pipeline.analysis.traces import ReadSpan, attr_number
 from pipeline.analysis.turns import TurnSpans
 from pipeline.tracing import names
 
@@ -41,10 +41,6 @@ class EndpointTruth:
 NO_TRUTH = EndpointTruth()
 
 
-def _number(value: AttrValue) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _vad(t: TurnSpans, server: TurnSpans | None) -> ReadSpan | None:
     """The VAD span that declared the end-point: the turn's own, or (a device's turn, whose own VAD span only
     marks the frames it sent) its server's, read beside it."""
@@ -58,16 +54,16 @@ def _vad(t: TurnSpans, server: TurnSpans | None) -> ReadSpan | None:
 def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTruth:
     """The turn's end-point against its question's truth; ``NO_TRUTH`` for a question that has none."""
     a = t.turn.attributes
-    true_end_ms = _number(a.get(names.TRUTH_SPEECH_END_MS))
+    true_end_ms = attr_number(a.get(names.TRUTH_SPEECH_END_MS))
     if true_end_ms is None:
         return NO_TRUTH
     true_end = t.turn.event_ns(names.EV_TRUE_SPEECH_END)  # None: the turn failed before any audio came
     vad = _vad(t, server)
     declared = vad if vad is not None and vad.status_code != names.STATUS_ERROR else None
-    declared_at = _number(declared.attributes.get(names.DECLARED_AT_MS)) if declared is not None else None
+    declared_at = attr_number(declared.attributes.get(names.DECLARED_AT_MS)) if declared is not None else None
     playback = t.first(names.PLAYBACK)
     device = t.first(names.DEVICE)
-    utterances = _number(a.get(names.TRUTH_UTTERANCES))
+    utterances = attr_number(a.get(names.TRUTH_UTTERANCES))
     return EndpointTruth(
         cut_off=None if declared_at is None else int(declared_at < true_end_ms),
         utterances=None if utterances is None else int(utterances),
@@ -83,5 +79,5 @@ def decisions(vad: ReadSpan | None) -> tuple[int | None, float | None]:
     made = [e for e in vad.events if e.name == names.EV_VAD_DECISION] if vad is not None else []
     if not made:
         return None, None
-    cpu = [c for e in made if (c := _number(e.attributes.get(names.DECISION_CPU_MS))) is not None]
+    cpu = [c for e in made if (c := attr_number(e.attributes.get(names.DECISION_CPU_MS))) is not None]
     return len(made), (round(sum(cpu), 3) if cpu else None)

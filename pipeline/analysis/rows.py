@@ -14,7 +14,7 @@ from functools import lru_cache
 from pipeline.analysis import textmetrics
 from pipeline.analysis.endpoint_truth import decisions, endpoint_truth
 from pipeline.analysis.numbers import median, ms
-from pipeline.analysis.traces import AttrValue, ReadSpan
+from pipeline.analysis.traces import AttrValue, ReadSpan, attr_number
 from pipeline.analysis.turns import TurnSpans
 from pipeline.analysis.wire_segment import wire_split
 from pipeline.records.turn_row import TurnRow
@@ -38,7 +38,8 @@ def _optional_int(value: AttrValue) -> int | None:
 
 def _cpu_ms(span: ReadSpan) -> float | None:
     """This process's CPU time (user and system) the stage's span records, from its start to its first output."""
-    user, system = _float(span.attributes.get(names.CPU_USER_MS)), _float(span.attributes.get(names.CPU_SYSTEM_MS))
+    a = span.attributes
+    user, system = attr_number(a.get(names.CPU_USER_MS)), attr_number(a.get(names.CPU_SYSTEM_MS))
     return None if user is None or system is None else round(user + system, 1)
 
 
@@ -48,10 +49,6 @@ def _share(other_cpu_ms: float | None, turn: ReadSpan) -> float | None:
     if other_cpu_ms is None or duration_ms <= 0:
         return None
     return round(other_cpu_ms / duration_ms, 3)
-
-
-def _float(value: AttrValue) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _str(value: AttrValue) -> str:
@@ -94,7 +91,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     device = t.first(names.DEVICE)
     language = _language(a, asr)
     ok = get(names.OK) is True
-    other_cpu_ms = _float(get(names.HOST_OTHER_CPU_MS))
+    other_cpu_ms = attr_number(get(names.HOST_OTHER_CPU_MS))
     first_chunk, generation, tool_ms, prompt, cached, s_queue, s_prompt, s_generation, model = _llm_segments(calls)
     asr_error, asr_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
     (
@@ -122,7 +119,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         tokens=sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
         ok=int(ok),
         error="" if ok else _str(get(names.ERROR_TYPE)) or "unknown",
-        temp_c=_float(get(names.TEMP_C)),
+        temp_c=attr_number(get(names.TEMP_C)),
         note=_str(get(names.NOTE)),
         whole_turn_ms=ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,
         first_audio_ms=ms(speech_end, playback.start_ns) if playback else None,
@@ -143,14 +140,14 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         device_tool_ms=_device_tools_ms(t, server),
         prompt_tokens=prompt,
         prompt_cached_tokens=cached,
-        leftover_wait_ms=_float(get(names.LEFTOVER_WAIT_MS)),
+        leftover_wait_ms=attr_number(get(names.LEFTOVER_WAIT_MS)),
         other_cpu_ms=other_cpu_ms,
         other_cpu_share=_share(other_cpu_ms, t.turn),
-        load_avg_1m=_float(get(names.HOST_LOAD_AVG_1M)),
+        load_avg_1m=attr_number(get(names.HOST_LOAD_AVG_1M)),
         asr_cpu_ms=_cpu_ms(asr) if asr else None,
         asr_forced_switches=_optional_int(asr.attributes.get(names.CPU_INVOLUNTARY)) if asr else None,
-        asr_other_cpu_ms=_float(asr.attributes.get(names.CPU_OTHER_MS)) if asr else None,
-        asr_steal_ms=_float(asr.attributes.get(names.CPU_STEAL_MS)) if asr else None,
+        asr_other_cpu_ms=attr_number(asr.attributes.get(names.CPU_OTHER_MS)) if asr else None,
+        asr_steal_ms=attr_number(asr.attributes.get(names.CPU_STEAL_MS)) if asr else None,
         tts_first_frame_cpu_ms=_cpu_ms(tts[0]) if tts else None,
         first_token_cpu_ms=_cpu_ms(calls[0]) if calls else None,
         server_queue_ms=s_queue,

@@ -31,6 +31,11 @@ from msgspec import UNSET, UnsetType
 AttrValue = str | bool | int | float | list[Any] | None
 
 
+def attr_number(value: AttrValue) -> float | None:
+    """An attribute's number as a float; None where it is not one (a flag is not a number)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 # Structs, not dataclasses: built in C, about ten times cheaper than a frozen dataclass's
 # __init__, which matters at a million spans; gc=False as they hold no cycles.
 class ReadEvent(msgspec.Struct, frozen=True, gc=False):

@@ -144,9 +144,10 @@ async def speech_end_ms(vad: Stage, frames: Sequence[AudioFrame]) -> int | None:
     return None
 
 
-def truth_frame(true_end_ms: float) -> int:
-    """The 60 ms frame that holds a question's last speech sample (its truth's end is that sample's end)."""
-    return max(0, math.ceil(true_end_ms / FRAME_MS) - 1)
+def frame_holding(end_ms: float) -> int:
+    """The 60 ms frame that holds the last sample of speech ending ``end_ms`` into the clip (the VAD's end of
+    speech, or a truth's)."""
+    return max(0, math.ceil(end_ms / FRAME_MS) - 1)
 
 
 def mark_true_end(timeline: TurnTimeline, question: Question) -> None:
@@ -158,7 +159,7 @@ def mark_true_end(timeline: TurnTimeline, question: Question) -> None:
     vad = timeline.vad
     if question.truth is None or vad.first_frame_ns is None:
         return
-    frame = truth_frame(question.truth.speech_end_ms)
+    frame = frame_holding(question.truth.speech_end_ms)
     vad.true_end_ns = vad.frame_arrival_ns.get(frame, vad.first_frame_ns + frame * FRAME_MS * 1_000_000)
 
 

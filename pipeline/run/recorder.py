@@ -33,6 +33,7 @@ from pipeline.events import (
     VadDecision,
 )
 from pipeline.run.cpu import CpuMeter, CpuReading
+from pipeline.run.device_side import frame_holding
 from pipeline.tracing.timeline import (
     CallTiming,
     DownlinkTiming,
@@ -169,8 +170,7 @@ class TurnRecorder:
             vad.end_ns = t
             vad.speech_end_offset_ms = event.offset_ms
             # The user stopped speaking when the frame holding the last speech arrived.
-            last_frame = max(0, (event.offset_ms - 1) // FRAME_MS)
-            vad.user_speech_end_ns = vad.frame_arrival_ns.get(last_frame, t)
+            vad.user_speech_end_ns = vad.frame_arrival_ns.get(frame_holding(event.offset_ms), t)
             vad.declared_at_ms = (max(vad.frame_arrival_ns) + 1) * FRAME_MS if vad.frame_arrival_ns else None
         elif isinstance(event, VadDecision):
             vad.decisions.append((t, event))

@@ -129,8 +129,8 @@ def parse_value(variable: Variable, text: str) -> str:
             raise SweepError(f"{variable.name}={value}: a whole number is expected") from None
     if variable.kind == "choice" and value not in variable.choices:
         raise SweepError(f"{variable.name}={value}: choose from {', '.join(variable.choices)}")
-    if variable.kind == "endpoint" and not ENDPOINT_RE.match(value):
-        raise SweepError(f"{variable.name}={value}: write IMPL[:PROFILE][@MS], e.g. silero@400, silero:xiaozhi-server")
+    if variable.kind == "endpoint":
+        endpoint_section(value)  # refuses a value that names no detector
     return value
 
 

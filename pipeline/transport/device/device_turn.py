@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.clock import Clock
 from pipeline.events import FRAME_MS, SAMPLE_RATE, AudioFrame, AudioOut, Event
-from pipeline.run.device_side import Ask, Player, close, drain, truth_frame
+from pipeline.run.device_side import Ask, Player, close, drain, frame_holding
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.device_recording import NS_PER_SAMPLE, AudioRecording
@@ -75,7 +75,7 @@ class DeviceTurn:
         # the frame that holds the last speech; no speech found: the clip's last frame
         end = ask.speech_end_ms if ask.speech_end_ms is not None else len(frames) * FRAME_MS
         self.speech_end_ms = end
-        self.speech_end_seq = min(max(0, (end - 1) // FRAME_MS), max(0, len(frames) - 1))
+        self.speech_end_seq = min(frame_holding(end), max(0, len(frames) - 1))
         self.recorder.timeline.vad.speech_end_offset_ms = ask.speech_end_ms  # where the clip's speech ends
         self.heard = asyncio.Event()
         self.sounding = asyncio.Event()  # the answer became audible
@@ -134,7 +134,7 @@ class DeviceTurn:
             t.speech_end_frame = frame.seq
             self.recorder.timeline.vad.user_speech_end_ns = _captured_at(frame, captured, self.speech_end_ms)
         true_end = self.ask.true_end_ms
-        if frame is not None and true_end is not None and frame.seq == truth_frame(true_end):
+        if frame is not None and true_end is not None and frame.seq == frame_holding(true_end):
             self.recorder.timeline.vad.true_end_ns = _captured_at(frame, captured, true_end)
 
     async def send(self) -> None:
