@@ -24,7 +24,6 @@ default) runs the questions at real-time pace, the detectors' cost inside the si
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import shutil
 import subprocess
@@ -36,9 +35,10 @@ from pathlib import Path
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 from pipeline.analysis.numbers import quantile
-from pipeline.records.truth import TRUTH
+from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.report.cutoffs import EndSetting, end_settings, on_frontier
 from pipeline.report.load import load_paths
+from pipeline.settings.fixtures import load_questions
 from pipeline.sweep.points import slug
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,21 +56,10 @@ def question_number(question_id: str) -> int:
 def write_half(fixtures: Path, target: Path, keep_odd: bool) -> list[str]:
     """A fixtures folder of the questions of one half (their audio linked, their manifest and truth lines);
     returns their ids."""
-    target.mkdir(parents=True)
-    with (fixtures / "manifest.csv").open(encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    kept = [r for r in rows if question_number(r["id"]) % 2 == int(keep_odd)]
-    with (target / "manifest.csv").open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(kept)
-    audio = {r["audio"] for r in kept}
-    for name in audio:
-        (target / name).symlink_to((fixtures / name).resolve())
-    lines = (fixtures / TRUTH).read_text(encoding="utf-8").splitlines()
-    truth = [lines[0], *(line for line in lines[1:] if line.split(",", 1)[0] in audio)]
-    (target / TRUTH).write_text("\n".join(truth) + "\n", encoding="utf-8")
-    return [r["id"] for r in kept]
+    ids = [q.id for q in load_questions(fixtures).questions]
+    other = [i for i in ids if question_number(i) % 2 != int(keep_odd)]
+    fixtures_without(fixtures, ",".join(other), target)
+    return [i for i in ids if i not in other]
 
 
 def sweep(half: Path, out: Path, name: str, args: argparse.Namespace) -> float:

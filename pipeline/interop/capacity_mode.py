@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.interop.process_group import InteropError
+from pipeline.records.truth import TRUTH, read_truth, write_truth
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,8 @@ def capacity_intro(args: CapacityRun, fixtures: Path) -> str:
 
 def fixtures_without(folder: Path, exclude: str, target: Path) -> Path:
     """A fixtures folder like ``folder`` without the questions ``exclude`` names: its manifest filtered, the audio
-    linked, not copied. An id that is not in the manifest is an error (a typo would silently leave it in)."""
+    linked, not copied, and the truth of the clips kept (``truth.csv``, where the folder has one). An id that is
+    not in the manifest is an error (a typo would silently leave it in)."""
     manifest = folder / "manifest.csv"
     if not manifest.is_file():
         raise InteropError(f"--exclude needs a manifest.csv in {folder}")
@@ -74,4 +76,7 @@ def fixtures_without(folder: Path, exclude: str, target: Path) -> Path:
         link = target / row["audio"]
         if not link.exists():
             link.symlink_to((folder / row["audio"]).resolve())
+    if (folder / TRUTH).is_file():
+        truths = read_truth(folder / TRUTH)
+        write_truth(target / TRUTH, [truths[row["audio"]] for row in kept if row["audio"] in truths])
     return target

@@ -13,6 +13,7 @@ from pipeline.interop.process_group import InteropError
 from pipeline.interop.ramp_table import SHOWN, ramp_markdown, step_table
 from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, cpu_seconds, ramp_argv
 from pipeline.records.ramp_result import STEP_COLUMNS, Capacity, Quantiles, Step, write
+from pipeline.records.truth import TRUTH, read_truth
 from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -57,6 +58,11 @@ def test_excluded_questions_leave_a_manifest_without_them_and_the_rest_linked(tm
         ids = [row["id"] for row in csv.DictReader(fh)]
     assert "zh02" not in ids and "zh06" not in ids and ids[:3] == ["zh01", "en01", "en02"]
     assert (folder / "zh01.wav").resolve() == (ROOT / "audio_fixtures" / "zh01.wav").resolve()
+    kept = read_truth(folder / TRUTH)
+    assert (
+        set(kept) == {f"{q}.wav" for q in ids}
+        and kept["zh01.wav"] == read_truth(ROOT / "audio_fixtures" / TRUTH)["zh01.wav"]
+    )
 
 
 def test_an_unknown_question_is_refused_by_name(tmp_path: Path) -> None:
