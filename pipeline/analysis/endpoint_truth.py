@@ -7,9 +7,17 @@ its microphone captured it), and its VAD span says at what
 point of the audio the end-point was declared (``lab.vad.declared_at_ms``). From those:
 
 - ``cut_off``: 1 when the end was declared before the user finished (the audio in hand at the declaration
-  ends before the question's last speech sample): the pipeline answered part of a question, inside a pause;
+  ends before the question's last speech sample): the pipeline answered part of a question, inside a pause.
+  ``cut_off_by`` says how it was seen: ``declared``, from the VAD span that declared the end (in one process, or
+  a device's turn read beside its server's traces); ``stt``, a device alone (a server that writes no spans of
+  ours, such as the real xiaozhi-esp32-server), inferred from the server's recognised-text messages: the first
+  came before the user finished (a server recognises text only once it has declared an end), or more than one
+  came (it heard the question as several utterances). The inference can miss a cut (a short pause whose
+  recognition lands after the true end, the second utterance's ``stt`` after the answer ended); it never
+  invents one;
 - ``utterances``: how many utterances the run's end-of-turn detector makes of the whole question, heard alone
-  and untimed (1: it held the question together);
+  and untimed (1: it held the question together); empty where the cut was seen in ``stt`` (the detector is the
+  server's, unseen);
 - ``endpoint_delay_ms``: the true end of speech -> the end-point declared (negative when cut off);
 - the silence from the true end of speech: to the first audio played (in-process) or to the answer's first
   audible sample (a device), beside the same figures from the end the pipeline itself chose.
@@ -32,6 +40,7 @@ class EndpointTruth:
     """The truth columns of one turn's row (``TurnRow``'s of the same names)."""
 
     cut_off: int | None = None
+    cut_off_by: str | None = None  # "declared" or "stt" (see the module's docstring)
     utterances: int | None = None
     endpoint_delay_ms: float | None = None
     true_end_first_audio_ms: float | None = None
@@ -39,6 +48,7 @@ class EndpointTruth:
 
 
 NO_TRUTH = EndpointTruth()
+DECLARED, SEEN_IN_STT = "declared", "stt"  # how a cut was seen (``cut_off_by``)
 
 
 def _vad(t: TurnSpans, server: TurnSpans | None) -> ReadSpan | None:
@@ -64,13 +74,30 @@ def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTru
     playback = t.first(names.PLAYBACK)
     device = t.first(names.DEVICE)
     utterances = attr_number(a.get(names.TRUTH_UTTERANCES))
+    cut_off, cut_off_by = (None, None) if declared_at is None else (int(declared_at < true_end_ms), DECLARED)
+    if cut_off is None and device is not None:
+        cut_off = seen_by_device(device, true_end)
+        cut_off_by = None if cut_off is None else SEEN_IN_STT
+        utterances = None  # the device's own VAD is not the detector that ended the turn: its server's is
     return EndpointTruth(
-        cut_off=None if declared_at is None else int(declared_at < true_end_ms),
+        cut_off=cut_off,
+        cut_off_by=cut_off_by,
         utterances=None if utterances is None else int(utterances),
         endpoint_delay_ms=ms(true_end, declared.end_ns) if declared is not None and declared_at is not None else None,
         true_end_first_audio_ms=ms(true_end, playback.start_ns) if playback is not None and device is None else None,
         true_end_first_audible_ms=ms(true_end, device.event_ns(names.EV_FIRST_AUDIBLE)) if device else None,
     )
+
+
+def seen_by_device(device: ReadSpan, true_end_ns: int | None) -> int | None:
+    """A device's own view of a cut (its server's end-point unseen): 1 where the server's first recognised text
+    came before the user finished, or more than one came; None where none came (nothing to judge by)."""
+    first = device.event_ns(names.EV_FIRST_STT) or device.event_ns(names.EV_STT)
+    if first is None:
+        return None
+    messages = attr_number(device.attributes.get(names.STT_MESSAGES))
+    early = true_end_ns is not None and first < true_end_ns
+    return int(early or (messages is not None and messages > 1))
 
 
 def decisions(vad: ReadSpan | None) -> tuple[int | None, float | None]:

@@ -182,6 +182,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         downlink_ms=downlink,
         device_buffer_ms=device_buffer,
         cut_off=truth.cut_off,
+        cut_off_by=truth.cut_off_by or "",
         utterances=truth.utterances,
         endpoint_delay_ms=truth.endpoint_delay_ms,
         true_end_first_audio_ms=truth.true_end_first_audio_ms,

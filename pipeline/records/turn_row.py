@@ -322,6 +322,18 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
             TRUTH,
         ),
     ] = None
+    cut_off_by: Annotated[
+        str,
+        _m(
+            TEXT,
+            "how `cut_off` was seen: `declared`, from the VAD span that declared the end-point (in one process, or "
+            "a device read beside its server's traces); `stt`, a device alone, inferred from its server's "
+            "recognised-text messages (the first before the user finished, or more than one): it can miss a cut, "
+            "never invent one",
+            TRUTH,
+            repeated=True,
+        ),
+    ] = ""
     utterances: Annotated[
         int | None,
         _m(

@@ -38,7 +38,8 @@ EV_FIRST_FRAME = "first_frame"
 EV_SENTENCE_AUDIO = "sentence_audio_start"
 # device events (a real transport)
 EV_LAST_UPLINK = "last_uplink_frame"
-EV_STT = "stt_received"
+EV_STT = "stt_received"  # the last stt of the turn (its transcript is the turn's)
+EV_FIRST_STT = "first_stt_received"  # the first, where the turn received more than one
 EV_LLM = "llm_received"
 EV_FIRST_AUDIO_RECEIVED = "first_audio_received"
 EV_FIRST_AUDIBLE = "first_audible_played"  # the answer's first sample above the audibility threshold
@@ -98,6 +99,9 @@ DECLARED_AT_MS = "lab.vad.declared_at_ms"
 TRUTH_SPEECH_END_MS = "lab.truth.speech_end_ms"
 TRUTH_PAUSES = "lab.truth.pauses"
 TRUTH_UTTERANCES = "lab.truth.utterances"
+# a device span's: the server's recognised-text (stt) messages received in the turn (more than one: the server heard
+# the question as several utterances)
+STT_MESSAGES = "lab.device.stt_messages"
 # a vad_decision event's: its verdict ("end", "finished", "wait", "max_silence", "end_of_input"), the audio time it
 # was made at, an end-of-turn model's probability that the turn is finished, the CPU the deciding thread spent on
 # it (a model's inference; a frame VAD's frames, summed) and the frames classified; speech_end_offset_ms as above

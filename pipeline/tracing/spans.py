@@ -254,6 +254,7 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
         names.UNDECODABLE_FRAMES: device.undecodable_frames,
         names.DROPPED_FRAMES: device.dropped_frames,
         names.RECONNECTS: device.reconnects,
+        names.STT_MESSAGES: device.stt_messages,
     }
     if device.temperature:
         attrs[names.TURN_TEMPERATURE] = device.temperature
@@ -262,6 +263,7 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
     for name, t in (
         (names.EV_LAST_UPLINK, device.last_uplink_ns),
         (names.EV_STT, device.stt_ns),
+        (names.EV_FIRST_STT, device.first_stt_ns if device.stt_messages > 1 else None),
         (names.EV_LLM, device.llm_ns),
         (names.EV_FIRST_AUDIO_RECEIVED, device.first_audio_received_ns),
         (names.EV_FIRST_AUDIBLE, device.first_audible_ns),

@@ -150,7 +150,7 @@ class DeviceTiming:
     protocol_version: int
     first_uplink_ns: int | None = None
     last_uplink_ns: int | None = None
-    stt_ns: int | None = None
+    stt_ns: int | None = None  # the last stt received (the server may send one per utterance it heard)
     llm_ns: int | None = None
     first_audio_received_ns: int | None = None
     first_audible_ns: int | None = None  # the answer's first sample above the audibility threshold played
@@ -167,6 +167,8 @@ class DeviceTiming:
     reconnects: int = 0  # the connection was gone when the turn began and was opened again (0 or 1)
     temperature: str = ""  # cold_connection, cold_wake or warm (``TURN_TEMPERATURES``)
     last_audible_ns: int | None = None  # the end of the answer's last sample above the threshold (its start + 1 sample)
+    first_stt_ns: int | None = None  # the first stt received
+    stt_messages: int = 0  # stt messages received: more than one, the server heard several utterances
 
 
 @dataclass(frozen=True, slots=True)

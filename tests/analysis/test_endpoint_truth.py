@@ -20,7 +20,7 @@ from pipeline.run.turn import run_turn
 from pipeline.settings.fixtures import Question
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
-from pipeline.tracing.timeline import TurnTimeline
+from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
 from stages.llm.scripted import ScriptedReply
 from stages.vad.endpointer import FrameVad
 from stages.vad.energy import EnergyClassifier
@@ -66,7 +66,7 @@ def test_a_detector_that_ends_inside_a_pause_cuts_the_user_off_and_answers_befor
     # the last speech frame (47, ending at 2880 ms) arrives at 2880 ms; the VAD declared after frame 34
     assert (ms(tl, tl.vad.true_end_ns), ms(tl, tl.vad.end_ns), tl.vad.declared_at_ms) == (2880, 2100, 2100)
     row = row_of(tl, tmp_path, utterances=2)
-    assert (row.cut_off, row.utterances, row.endpoint_delay_ms) == (1, 2, -780.0)
+    assert (row.cut_off, row.cut_off_by, row.utterances, row.endpoint_delay_ms) == (1, "declared", 2, -780.0)
     # from its own end-point the answer came after 1 s; from the true end, 80 ms before the user finished
     assert (row.first_audio_ms, row.true_end_first_audio_ms) == (1000.0, -80.0)
 
@@ -76,13 +76,13 @@ def test_a_detector_that_waits_out_the_pause_gives_the_exact_end_point_delay(tmp
     assert tl.ok, tl.error_message
     assert (ms(tl, tl.vad.true_end_ns), ms(tl, tl.vad.end_ns), tl.vad.declared_at_ms) == (2880, 3480, 3480)
     row = row_of(tl, tmp_path)
-    assert (row.cut_off, row.utterances, row.endpoint_delay_ms) == (0, 1, 600.0)
+    assert (row.cut_off, row.cut_off_by, row.utterances, row.endpoint_delay_ms) == (0, "declared", 1, 600.0)
     assert (row.first_audio_ms, row.true_end_first_audio_ms) == (1300.0, 1300.0)
 
 
 def test_a_question_without_truth_leaves_every_truth_column_empty_never_zero(tmp_path: Path) -> None:
     row = row_of(turn(silence_ms=300), tmp_path, truth=False)
-    assert [getattr(row, c) for c in TRUTH_COLUMNS] == [None] * len(TRUTH_COLUMNS)
+    assert [getattr(row, c) for c in TRUTH_COLUMNS] == [None, "", None, None, None, None]
     assert row.first_audio_ms == 1000.0
 
 
@@ -95,3 +95,35 @@ def test_the_utterances_a_detector_makes_of_the_whole_question() -> None:
     assert (count(300), count(600)) == (2, 1)
     silent = [AudioFrame(seq=i, pcm=SILENCE) for i in range(20)]
     assert run_on_clock(utterances_in(lambda: FrameVad(EnergyClassifier(), silence_ms=300), silent), clock) == 0
+
+
+def device_alone(tmp_path: Path, stt_at_ms: tuple[int, ...]) -> TurnRow:
+    """A device's turn read without its server's spans (a server that writes none): its VAD span declares
+    nothing, the server's stt messages came at ``stt_at_ms`` (turn ms); the user really finished at 2880 ms."""
+    tmp_path.mkdir(exist_ok=True)
+    tl = turn(silence_ms=600)
+    tl.vad.declared_at_ms = None
+    at = [tl.start_ns + t * 1_000_000 for t in stt_at_ms]
+    tl.device = DeviceTiming("websocket", 1, tl.start_ns, tl.start_ns + 3_000_000_000)
+    tl.device.stt_ns, tl.device.first_stt_ns, tl.device.stt_messages = (
+        max(at, default=None),
+        min(at, default=None),
+        len(at),
+    )
+    return row_of(tl, tmp_path, utterances=1)
+
+
+def test_a_device_alone_sees_a_cut_when_the_servers_text_comes_before_the_user_finished(tmp_path: Path) -> None:
+    row = device_alone(tmp_path, (2500,))
+    # the device cannot say what its server's detector makes of the question, nor when it declared the end
+    assert (row.cut_off, row.cut_off_by, row.utterances, row.endpoint_delay_ms) == (1, "stt", None, None)
+
+
+def test_a_device_alone_sees_a_cut_when_the_server_recognised_two_utterances(tmp_path: Path) -> None:
+    twice, once = (device_alone(tmp_path / n, at) for n, at in (("a", (3000, 4200)), ("b", (3000,))))
+    assert (twice.cut_off, once.cut_off) == (1, 0)
+
+
+def test_a_device_alone_without_any_recognised_text_has_nothing_to_judge_by(tmp_path: Path) -> None:
+    row = device_alone(tmp_path, ())
+    assert (row.cut_off, row.cut_off_by) == (None, "")

@@ -46,7 +46,7 @@ def experiment_rows() -> list[TurnRow]:
 def test_the_header_is_the_committed_bench_csvs() -> None:
     with (EXPERIMENT / "bench.csv").open(encoding="utf-8", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == COLUMNS
-    assert len(COLUMNS) == len(set(COLUMNS)) == 78
+    assert len(COLUMNS) == len(set(COLUMNS)) == 79
 
 
 def test_bench_csv_written_from_the_traces_is_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
@@ -77,6 +77,7 @@ def test_the_column_groups_and_numeric_columns_follow_the_declared_types() -> No
     assert WIRE_COLUMNS == ("uplink_ms", "server_first_audio_ms", "downlink_ms", "device_buffer_ms")
     assert TRUTH_COLUMNS == (
         "cut_off",
+        "cut_off_by",
         "utterances",
         "endpoint_delay_ms",
         "true_end_first_audio_ms",
@@ -125,6 +126,7 @@ def test_the_texts_a_reader_keeps_once_are_those_the_schema_marks_repeated() -> 
     assert (
         *("run_id", "condition", "config_id", "question_id", "error", "note", "llm_model", "llm_endpoint"),
         *("asr_error_metric", "language", "category", "scripted", "clock", "transport", "turn_temperature"),
+        "cut_off_by",
     ) == turn_row.REPEATED
     assert all(c.kind is str for c in turn_row.SCHEMA if c.repeated)
 

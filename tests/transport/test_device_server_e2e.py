@@ -213,14 +213,16 @@ def test_a_devices_turns_are_scored_against_the_truth_once_the_servers_traces_ar
         assert replay.main([*common, "--server", found.group(1), "--out", str(tmp_path / "dev")], env={}) == 0
     finally:
         stop(server)
-    # the device's own rows: the silence from where the user really finished, and what the VAD makes of the clip
+    # the device's own rows: the silence from where the user really finished
     dev = {r.question_id: r for r in rows(tmp_path / "dev" / "bench.csv")}
     assert set(dev) == {"zh01_paused", "zh01_plain"}
-    assert (dev["zh01_paused"].utterances, dev["zh01_plain"].utterances) == (2, 1)
     cut, whole = dev["zh01_paused"], dev["zh01_plain"]
     assert cut.true_end_first_audible_ms is not None and cut.true_end_first_audible_ms < 0  # answered mid-question
     assert whole.true_end_first_audible_ms is not None and whole.true_end_first_audible_ms > 0
-    assert cut.cut_off is None  # the end-point was the server's: its VAD span is in the server's traces
+    # the end-point was the server's, its VAD span in the server's traces: alone, the device sees the cut in the
+    # server's recognised text, which came before the user finished; what the server's VAD made of it, it cannot say
+    seen = (cut.cut_off, cut.cut_off_by, whole.cut_off, whole.cut_off_by, cut.utterances)
+    assert seen == (1, "stt", 0, "stt", None)
     # read beside the server's traces, the server's end-point scores the device's turn
     problems = ReadProblems()
     both = [
@@ -228,6 +230,8 @@ def test_a_devices_turns_are_scored_against_the_truth_once_the_servers_traces_ar
     ]
     joined = {r.question_id: r for r in rows_from_spans(both) if r.transport}
     assert (joined["zh01_paused"].cut_off, joined["zh01_plain"].cut_off) == (1, 0)
+    assert {r.cut_off_by for r in joined.values()} == {"declared"}
+    assert (joined["zh01_paused"].utterances, joined["zh01_plain"].utterances) == (2, 1)
     delay = joined["zh01_plain"].endpoint_delay_ms
     # the simulator's VAD waits 600 ms of quiet after the speech it hears, which may end a little before the truth
     assert delay is not None and 500 < delay < 700
