@@ -1,7 +1,8 @@
 """Benchmark of end-of-turn detection: the frontier (users cut off against silence) of every detector, tuned on
 one half of the paused questions and reported on the other.
 
-    python scripts/bench_turns.py [--detectors frontier] [--clock real|virtual] [--config FILE ...] [--out DIR]
+    python scripts/bench_turns.py [--detectors frontier] [--clock real|virtual] [--config FILE ...]
+        [--devices N] [--limit N] [--out DIR]
 
 The questions (``audio_fixtures/paused/``: each question twice, with its pauses and without) are split in two
 halves by question, a question's two takes always in the same half: odd question numbers tune, even ones are
@@ -14,6 +15,12 @@ the frontier. Then the goal: a lab setting that cuts off no more users than the 
 (``silero:xiaozhi-server``: the server's own rule and its shipped 200 ms) and keeps them waiting less. It is
 chosen on the tuning half (of those that cut off no more, the one with the least median silence) and judged
 on the held-out half; where none qualifies, the table says why. The script exits 0 either way: it measures.
+
+``--devices N`` asks the same with N devices at once on the one pipeline (``[fleet] devices``, staggered 500 ms
+apart, each with its own session and question order): every device's detector runs on the same CPU as the
+others' and as the rest of the pipeline, so a detector's inference cost shows in the silence and the
+cut-offs (the frontier at one device against the frontier at a server's knee). The devices share one process,
+the sessions ``pipeline.serve`` runs, without the wire. ``--limit N`` asks the first N questions of each half.
 
 ``--clock virtual`` runs the same detectors on the same audio in simulated time: the decisions (in audio time)
 are the same, the silences leave out what the detectors cost, which the CPU column still shows; ``real`` (the
@@ -66,12 +73,21 @@ def sweep(half: Path, out: Path, name: str, args: argparse.Namespace) -> float:
     """One ``pipeline.sweep`` over the detectors on one half; returns its wall time (s)."""
     configs = [c for path in args.config for c in ("--config", str(path))]
     command = [sys.executable, "-m", "pipeline.sweep", str(half), "--vary", f"endpoint={args.detectors}"]
-    command += [*configs, "--rounds", str(args.rounds), "--limit", "0", "--clock", args.clock]
+    command += [*configs, "--rounds", str(args.rounds), "--limit", str(args.limit), "--clock", args.clock]
     command += ["--out", str(out), "--name", name, "--no-report"]
     started = time.perf_counter()
     with (out.parent / "sweep.log").open("w", encoding="utf-8") as log:
         subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     return time.perf_counter() - started
+
+
+def fleet_config(out: Path, devices: int) -> Path:
+    """The settings that put ``devices`` devices on the pipeline at once, staggered so they do not all pause
+    together (a fleet's devices start when their users do)."""
+    path = out / "fleet.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[fleet]\ndevices = {devices}\narrival = "staggered"\ngap_ms = 500\n', encoding="utf-8")
+    return path
 
 
 def value_of(setting: EndSetting) -> str:
@@ -141,17 +157,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", type=Path, action="append", help="base settings (default: configs/simulator.toml)")
     p.add_argument("--clock", choices=("real", "virtual"), default="real")
     p.add_argument("--rounds", type=int, default=2, help="rounds per point, the first a warm-up (M6)")
+    p.add_argument("--devices", type=int, default=1, help="devices asking at once on the one pipeline")
+    p.add_argument("--limit", type=int, default=0, help="the first N questions of each half (0: all)")
     p.add_argument("--out", type=Path, default=Path("/tmp/bench-turns"), help="emptied first")
     args = p.parse_args(argv)
     args.config = [c.resolve() for c in (args.config or [SIMULATOR])]
     shutil.rmtree(args.out, ignore_errors=True)
+    if args.devices > 1:
+        args.config.append(fleet_config(args.out, args.devices))
     found: dict[str, dict[str, EndSetting]] = {}
     for half, odd in (("tune", True), ("held-out", False)):
         ids = write_half(args.fixtures.resolve(), args.out / half / "fixtures", odd)
         seconds = sweep(args.out / half / "fixtures", args.out / half / "runs", half, args)
         settings = end_settings(load_paths([args.out / half / "runs"]))
         found[half] = {value_of(s): s for s in settings}
-        print(f"\n{half}: {len(ids)} questions, {args.rounds} rounds ({args.clock} clock), {seconds:.0f} s")
+        asked = f"{len(ids)} questions" + (f" (the first {args.limit} asked)" if args.limit else "")
+        fleet = f", {args.devices} devices at once" if args.devices > 1 else ""
+        print(f"\n{half}: {asked}, {args.rounds} rounds ({args.clock} clock){fleet}, {seconds:.0f} s")
         print("\n".join(table(settings)))
     print()
     print("\n".join(verdict(found["tune"], found["held-out"])))

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from pipeline.analysis.endpoint_truth import SEEN_IN_STT
 from pipeline.analysis.numbers import measured
 from pipeline.analysis.proportions import Proportion
 from pipeline.report import cells, compare, identity, plots
@@ -195,6 +196,17 @@ def _notes(ctx: Context, settings: Sequence[EndSetting]) -> list[Block]:
             Paragraph(
                 f"{without} measured turn(s) carry no truth (their question has none): left out of this section, "
                 "never counted as not cut off.",
+                NOTE,
+            )
+        )
+    seen = [s.label for s in settings if any(r.cut_off_by == SEEN_IN_STT for r in s.rows)]
+    if seen:
+        out.append(
+            Paragraph(
+                f"Cuts seen by the device alone ({', '.join(seen)}): its server writes no spans of the lab's, so a "
+                "cut is inferred from the server's recognised text (it came before the user finished, or more "
+                "than once in the turn). That never invents a cut and can miss one: these cut-off rates are "
+                "lower bounds, and no end-point delay is given.",
                 NOTE,
             )
         )

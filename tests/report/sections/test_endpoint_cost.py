@@ -117,6 +117,18 @@ def test_the_frontier_on_rows_with_a_truth() -> None:
     ) in text
     assert "2 measured turn(s) carry no truth (their question has none)" in text
     assert "this one compares exactly that" in text  # the other sections refuse: the VAD settings differ (M11)
+    assert "Cuts seen by the device alone" not in text  # every cut here was declared on a VAD span
+
+
+def test_cuts_a_device_saw_alone_are_said_to_be_lower_bounds() -> None:
+    def seen_in_stt(r: TurnRow) -> TurnRow:
+        by = "stt" if r.run_id == "r-c600" and r.cut_off is not None else ""
+        return TurnRow(**{**{f: getattr(r, f) for f in r.__struct_fields__}, "cut_off_by": by})
+
+    rows = [seen_in_stt(r) for r in three_settings()]
+    text = build(Dataset.of_rows(rows, "test", runs=runs()), draw=False).text()
+    assert "Cuts seen by the device alone (silero, silence 600 ms): its server writes no spans" in text
+    assert "these cut-off rates are lower bounds" in text
 
 
 def test_the_figure_is_drawn_the_same_twice() -> None:
