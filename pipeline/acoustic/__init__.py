@@ -7,7 +7,8 @@ writes the turns as rows named as the device rows' columns, ``measured_by`` ``ac
 speaker right) exactly to the sample, and a single room microphone that hears both, through noise,
 reverberation and an unknown sound-card delay.
 
-- ``questions``: the questions as played: each clip's audio and its end of speech (the run's VAD).
+- ``questions``: the questions as played: each clip's audio and its end of speech (its truth's, where the
+  question carries one; else the run's VAD).
 - ``recording``: a recording read and checked: its microphone and speaker channels, what was clipped.
 - ``align``: where each question was played: normalised cross-correlation against the known clip.
 - ``onset``: an answer's first and last audible sample, on a clean channel or a room microphone.

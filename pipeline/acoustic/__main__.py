@@ -3,7 +3,9 @@
     python -m pipeline.acoustic measure RECORDING... --questions FIXTURES --out ROWS.csv [--layout stereo|mono]
         [--config TOML] [--model-cache DIR]
 
-One row per turn found (``pipeline.records.acoustic``). Every recording is measured even when another fails;
+One row per turn found (``pipeline.records.acoustic``), its silence from the question's end of speech: the
+question's truth where the fixtures carry one (``truth.csv``), else where ``--config``'s VAD ends the clip's
+speech; the row's ``speech_end_from`` says which. Every recording is measured even when another fails;
 the command exits 1 when any turn or file failed (the rows it has are written, the failures say why), 2
 when the questions themselves cannot be used.
 """
@@ -55,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         metavar="TOML",
-        help="the run's configuration: its VAD finds where each question's speech ends",
+        help="the run's configuration: its VAD finds where a question without a truth (truth.csv) ends its speech",
     )
     m.add_argument("--model-cache", type=Path, metavar="DIR", help="packaged models (default: the user's cache)")
     return parser

@@ -3,7 +3,8 @@ ended, and when the answer was first and last audible.
 
 The only inputs are the recording and the questions the lab played (``questions.PlayedQuestion``); nothing the
 run wrote beside the recording is read. Each occurrence of a question (``align``) starts a turn: its end
-of speech is the clip's own (the run's VAD) from where the clip was found; the answer is looked for from
+of speech is the clip's own (its truth's where it has one, else the run's VAD: ``questions``; the row's
+``speech_end_from`` says which) from where the clip was found; the answer is looked for from
 there until the next question's first sound (or the recording's end), on the speaker channel when there is
 one (``onset.clean_span``) and on the room microphone when there is not (``onset.room_span``). A turn
 that cannot be measured is a failed row naming the file; a file that cannot be read is one failed row;
@@ -94,6 +95,7 @@ def _turn(
             q.question_id,
             round_no,
             recording.note,
+            q.speech_end_from,
         )
     stop = len(recording.mic) if following is None else _first_sound(questions[following.question], following, rate)
     span = _answer(recording, end, stop, floor)
@@ -106,6 +108,7 @@ def _turn(
             q.question_id,
             round_no,
             recording.note,
+            q.speech_end_from,
         )
     return AcousticRow(
         run_id="",
@@ -121,6 +124,7 @@ def _turn(
         ok=True,
         error="",
         note=recording.note,
+        speech_end_from=q.speech_end_from,
     )
 
 

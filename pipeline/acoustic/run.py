@@ -204,7 +204,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--limit", type=int, metavar="N", help="the first N questions only")
     p.add_argument("--rounds", type=int, default=1, metavar="N", help="every question N times")
     p.add_argument("--device", default="device", help="the rows' device column")
-    p.add_argument("--config", type=Path, action="append", metavar="TOML", help="its VAD ends each question's speech")
+    p.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        metavar="TOML",
+        help="its VAD ends the speech of a question without a truth",
+    )
     p.add_argument("--model-cache", type=Path, metavar="DIR", help="packaged models (default: the user's cache)")
     return p.parse_args(argv)
 
@@ -229,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def load(args: argparse.Namespace) -> list[PlayedQuestion]:
-    """The questions as the acoustic measurement takes them (with their ends of speech, by the run's VAD)."""
+    """The questions as the acoustic measurement takes them (with their ends of speech: a question's truth, else
+    the run's VAD's)."""
     cfg = load_config(args.config) if args.config else None
     return load_questions(args.fixtures, cfg, args.model_cache)
 

@@ -3,7 +3,10 @@ writer (``pipeline.acoustic measure ... --out ROWS.csv``) and its one reader (th
 
 Times are seconds from the recording's first sample (``*_s``) and milliseconds from the end of the user's
 speech (``first_audible_ms``: the silence a person hears; ``whole_turn_ms``: to the answer's last audible
-sample), ``measured_by`` says ``acoustic`` so the report can set these rows beside the traces' own. A turn
+sample), ``measured_by`` says ``acoustic`` so the report can set these rows beside the traces' own.
+``speech_end_from`` says where that end of speech came from: ``truth`` (the question's truth manifest,
+``pipeline.records.truth``: where its user really finished) or ``vad`` (the run's VAD over the clip, for a
+question without a truth); a file written before the column existed was measured from the VAD. A turn
 that could not be measured is a row with ``ok`` false and ``error`` naming the file and the reason; a file
 that could not be measured at all is one such row with no question (and no round). ``note`` is what was
 noticed but did not stop the measurement (clipping), as the device rows' ``note`` is; ``recording`` the file
@@ -23,6 +26,9 @@ from typing import Annotated, Final
 from pipeline.records.schema import COUNT, MS, SECONDS, TEXT, meta, schema
 
 MEASURED_BY = "acoustic"
+FROM_TRUTH = "truth"  # the end of speech is the question's truth (truth.csv)
+FROM_VAD = "vad"  # the end of speech is where the run's VAD ends the clip's speech
+SPEECH_END_FROM = (FROM_TRUTH, FROM_VAD)
 # what a file must have to be read as acoustic rows; the rest may be missing (an older or a hand-made file)
 REQUIRED = ("run_id", "device", "question_id", "round", "first_audible_ms", "measured_by", "ok")
 OPTIONAL_NUMBERS = ("speech_end_s", "first_audible_s", "last_audible_s", "whole_turn_ms")
@@ -35,7 +41,8 @@ class AcousticError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class AcousticRow:
-    """One turn as the recording tells it (the contract's columns, in order, then ``note`` and ``recording``)."""
+    """One turn as the recording tells it (the contract's columns, in order, then ``note``, ``recording`` and
+    ``speech_end_from``)."""
 
     run_id: Annotated[str, meta(TEXT, "the run the turn belongs to, where known (empty: matched by its turn)")]
     device: Annotated[
@@ -53,6 +60,14 @@ class AcousticRow:
     error: Annotated[str, meta(TEXT, "why it could not be measured: the file and the reason")]
     note: Annotated[str, meta(TEXT, "what was noticed but did not stop the measurement (clipping)")] = ""
     recording: Annotated[str, meta(TEXT, "the file measured, so a reader can show its waveform")] = ""
+    speech_end_from: Annotated[
+        str,
+        meta(
+            TEXT,
+            "where the end of speech came from: `truth` (the question's truth.csv) or `vad` (the run's VAD over "
+            "the clip); empty: a file that could not be measured",
+        ),
+    ] = ""
     where: str = field(default="", compare=False)  # file:line, where a reader read the row; no column
 
     @property
@@ -67,10 +82,30 @@ COLUMNS: Final = tuple(c.name for c in SCHEMA)
 
 
 def failed_row(
-    device: str, error: str, question_id: str = "", round_no: int | None = None, note: str = ""
+    device: str,
+    error: str,
+    question_id: str = "",
+    round_no: int | None = None,
+    note: str = "",
+    speech_end_from: str = "",
 ) -> AcousticRow:
     """A turn (or a whole file, with no question) that could not be measured."""
-    return AcousticRow("", device, question_id, round_no, None, None, None, None, None, MEASURED_BY, False, error, note)
+    return AcousticRow(
+        "",
+        device,
+        question_id,
+        round_no,
+        None,
+        None,
+        None,
+        None,
+        None,
+        MEASURED_BY,
+        False,
+        error,
+        note,
+        speech_end_from=speech_end_from,
+    )
 
 
 def write_rows(path: Path, rows: Iterable[AcousticRow]) -> int:
@@ -132,10 +167,11 @@ def _row(line: dict[str, str], where: str) -> AcousticRow:
     except ValueError:
         raise AcousticError(f"{where}: round {line['round']!r} is not a whole number") from None
     numbers = {name: _number(line.get(name) or "", where, name) for name in OPTIONAL_NUMBERS}
+    question = line["question_id"].strip()
     return AcousticRow(
         run_id=line["run_id"].strip(),
         device=line["device"].strip(),
-        question_id=line["question_id"].strip(),
+        question_id=question,
         round=rnd,
         first_audible_ms=_number(line["first_audible_ms"], where, "first_audible_ms"),
         measured_by=MEASURED_BY,
@@ -143,6 +179,17 @@ def _row(line: dict[str, str], where: str) -> AcousticRow:
         error=(line.get("error") or "").strip(),
         note=(line.get("note") or "").strip(),
         recording=(line.get("recording") or "").strip(),
+        speech_end_from=_speech_end_from(line.get("speech_end_from"), question, where),
         where=where,
         **numbers,
     )
+
+
+def _speech_end_from(text: str | None, question: str, where: str) -> str:
+    """The column as written; a file without it (written before it existed) took every end from the VAD."""
+    if text is None:
+        return FROM_VAD if question else ""
+    value = text.strip()
+    if value and value not in SPEECH_END_FROM:
+        raise AcousticError(f"{where}: speech_end_from {text!r} is neither {' nor '.join(SPEECH_END_FROM)}")
+    return value

@@ -5,8 +5,11 @@ device columns' names, read by their record's one reader (``pipeline.records.aco
 matched to the trace turn of the same run (where the row names one), device, question and round. A
 recording's device is its file's stem: the number at its end is the device's index (``device-2`` -> 2);
 a stem without a number is device 0, the one device of a run without several. A row with an empty
-``run_id`` is matched where exactly one run has that turn. Every silence compared is the trace's
-(``silence.silence_ms``) minus the recording's.
+``run_id`` is matched where exactly one run has that turn. Every silence compared is the trace's minus the
+recording's, each from the same end of speech: a row whose end is its question's truth (``speech_end_from``
+= ``truth``) against the trace's silence from the true end (``true_end_first_audible_ms``; a turn without it
+is not compared), any other row against the trace's silence from its VAD's end (``silence.silence_ms``).
+``Match.compared`` names the trace column compared.
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.records.acoustic import AcousticError, AcousticRow, read_rows
+from pipeline.records.acoustic import FROM_TRUTH, AcousticError, AcousticRow, read_rows
 from pipeline.records.turn_row import TurnRow
+from pipeline.report.conditions import number
 from pipeline.report.silence import silence_ms
 
 EMULATOR_TOLERANCE_MS = 5.0  # issue 33: the emulator's own recording; a room's is 20 ms
-# --config: the run's own; its VAD decides where each question's speech ends (another VAD's end differed from
-# the traces' by 60-120 ms on an emulator recording here, where the run's own agreed to 0.1 ms)
+# --config: the run's own; its VAD decides where a question without a truth ends its speech (another VAD's end
+# differed from the traces' by 60-120 ms on an emulator recording here, where the run's own agreed to 0.1 ms)
 MEASURE_COMMAND = (
     "python -m pipeline.acoustic measure RECORDING... --questions audio_fixtures/ --config RUN.toml --out ROWS.csv"
 )
+TRUE_END_COLUMN = "true_end_first_audible_ms"  # the trace's silence from the question's truth
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,21 @@ class Match:
     row: AcousticRow
 
     @property
+    def compared(self) -> str:
+        """The trace column the recording's silence is compared with: the silence from the true end where the
+        row's end of speech is the truth's, else the one ``silence.silence_ms`` reads (from the VAD's end)."""
+        if self.row.speech_end_from == FROM_TRUTH:
+            return TRUE_END_COLUMN
+        # as silence_ms chooses: a device's turn has its first audible sample, one process its playback's start
+        return (
+            "first_audible_ms" if self.trace.transport or self.trace.first_audible_ms is not None else "first_audio_ms"
+        )
+
+    @property
     def trace_ms(self) -> float | None:
+        """The trace's silence from the same end of speech as the row's (``compared``); None where it has none."""
+        if self.row.speech_end_from == FROM_TRUTH:
+            return number(self.trace.true_end_first_audible_ms)
         return silence_ms(self.trace)
 
     @property

@@ -3,7 +3,6 @@ sample, at the pipeline's rate and at others, rounds counted, the rows written w
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,6 @@ from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import load_questions
 from pipeline.events import FRAME_MS
 from pipeline.records.acoustic import COLUMNS, read_rows, write_rows
-from pipeline.run.assembly import Engines, build_vad
-from pipeline.run.device_side import speech_end_ms
 from pipeline.settings.audio import load_audio
 from pipeline.settings.fixtures import load_questions as load_fixtures
 from tests.acoustic_synth import ENERGY, FIXTURES, Built, build, fixture_questions, of_language
@@ -33,6 +30,7 @@ def assert_exact(built: Built, path: Path) -> None:
     assert [(r.question_id, r.round) for r in rows] == [(t.question_id, t.round) for t in built.turns]
     for row, truth in zip(rows, built.turns, strict=True):
         assert row.ok and not row.error and row.measured_by == "acoustic" and row.device == path.stem
+        assert row.speech_end_from == "truth"  # the shipped fixtures carry a truth for every clip
         assert row.speech_end_s == truth.speech_end / rate
         assert row.first_audible_s == truth.first_audible / rate
         assert row.last_audible_s == truth.last_audible / rate
@@ -60,15 +58,14 @@ def test_a_flac_recording_reads_as_its_wav(tmp_path: Path) -> None:
     assert_exact(built, built.write(tmp_path / "device.flac"))
 
 
-def test_the_end_of_speech_is_the_runs_own() -> None:
-    """Each question's end of speech is what the emulated device's VAD finds in the clip (speech_end_ms)."""
+def test_the_end_of_speech_is_the_questions_truth() -> None:
+    """The shipped fixtures carry a truth for every clip: each question's end of speech is its truth's
+    (where its user really finished), not where the VAD ends it (``test_measure_truth``: a question without)."""
     fixtures = load_fixtures(FIXTURES).questions
     for q, fixture in zip(fixture_questions(), fixtures, strict=True):
         frames = load_audio(fixture.audio).frames
-        end = asyncio.run(speech_end_ms(build_vad(ENERGY, Engines(), fixture), frames))
-        assert q.question_id == fixture.id and q.speech_end_s * 1000 == (
-            end if end is not None else len(frames) * FRAME_MS
-        )
+        assert fixture.truth is not None and q.question_id == fixture.id
+        assert q.speech_end_s * 1000 == fixture.truth.speech_end_ms and q.speech_end_from == "truth"
         assert q.sample_rate == 16000 and len(q.pcm) == len(frames) * 960 and q.pcm.dtype == np.float32
 
 

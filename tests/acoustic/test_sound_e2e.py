@@ -25,7 +25,10 @@ from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import load_questions as acoustic_questions
 from pipeline.acoustic.sound import Pcm, Recorder
 from pipeline.acoustic.sound_server import PulseServer
+from pipeline.analysis.read import read_traces
+from pipeline.analysis.traces import trace_files
 from pipeline.events import SAMPLE_RATE
+from pipeline.report.acoustic_match import match
 from pipeline.settings.config import load_config
 from pipeline.settings.fixtures import load_questions
 from tests.sound_server import pulse
@@ -72,12 +75,16 @@ def test_the_emulator_heard_through_a_sound_server_agrees_with_its_traces(pulse:
 
 
 def test_the_acoustic_measurement_of_the_sink_agrees_with_the_traces(pulse: PulseServer, tmp_path: Path) -> None:
+    """Each turn's silence against the traces' from the same end of speech, as the report pairs them
+    (``acoustic_match``): the fixtures carry a truth, so the silence from the true end on both sides."""
     heard_through_the_sink(tmp_path)
     wav = tmp_path / "room.wav"
     rows = measure_recording(wav, acoustic_questions(FIXTURES, load_config([SIMULATOR])), layout="mono")
-    trace = traced(tmp_path / "dev")
-    measured = {r.question_id: r.first_audible_ms for r in rows if r.ok}
-    assert set(measured) == set(trace), [r.error for r in rows if not r.ok]
-    differences = {qid: round((measured[qid] or float("nan")) - silence, 1) for qid, (_, silence) in trace.items()}
-    print(f"acoustic - trace silence (ms): {differences}")
+    assert all(r.ok and r.speech_end_from == "truth" for r in rows), [r.error for r in rows if not r.ok]
+    turns = read_traces(trace_files(tmp_path / "dev" / "traces"), workers=1).rows
+    matches, unmatched = match(turns, rows)
+    assert len(matches) == 2 and not unmatched, unmatched
+    assert {m.compared for m in matches} == {"true_end_first_audible_ms"}
+    differences = {m.row.question_id: round(-(m.difference_ms or float("nan")), 1) for m in matches}
+    print(f"acoustic - trace silence from the true end (ms): {differences}")
     assert all(abs(d) <= 20 for d in differences.values()), differences
