@@ -147,7 +147,8 @@ class Users:
             now = self.run.clock.now_ns()
             return TurnTimeline(start_ns=now, end_ns=now, error_type="bad_audio", error_message=str(clip)), ""
         round_no = asked // len(self.run.selected()) + 1
-        ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn())
+        true_end = q.truth.speech_end_ms if q.truth is not None else None  # a truth: its silence from the true end
+        ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn(), true_end)
         return await device.turn(ask), ask.traceparent
 
     def _record(self, index: int, q: Question, asked: int, timeline: TurnTimeline, reserved: str = "") -> None:

@@ -36,6 +36,7 @@ class FakeDevice:
     """A session whose every turn takes ``TURN_S`` of the clock; ``refuse``: its session never opens."""
 
     opened: list[tuple[int, float]] = []  # noqa: RUF012 - (device, second) of every session opened, for the test
+    asked: list[Ask] = []  # noqa: RUF012 - every question asked, for the test
 
     def __init__(self, index: int, clock: Clock, refuse: bool = False) -> None:
         self.index, self.clock, self.refuse = index, clock, refuse
@@ -52,6 +53,7 @@ class FakeDevice:
     async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline:
         import asyncio
 
+        FakeDevice.asked.append(ask)
         start = self.clock.now_ns()
         await asyncio.sleep(TURN_S)
         return TurnTimeline(start_ns=start, end_ns=self.clock.now_ns())
@@ -67,7 +69,7 @@ START_NS = [0]
 def step(
     tmp_path: Path, profile: LoadProfile, devices: int, refused: frozenset[int] = frozenset(), run_id: str = "cap-1"
 ) -> tuple[Window, list[Any], Path]:
-    FakeDevice.opened = []
+    FakeDevice.opened, FakeDevice.asked = [], []
     clock = VirtualClock()
     questions = load_questions(FIXTURES)
     questions = dataclasses.replace(
@@ -118,6 +120,12 @@ def test_devices_arrive_ask_think_and_stop_at_the_holds_end(tmp_path: Path) -> N
     # the traces read back with the project's reader give the very rows the run wrote, and bench.csv holds them
     assert read_traces([trace], workers=1).rows == sorted(rows, key=lambda r: r.turn_start_ns)
     assert read_bench_csv(tmp_path / "bench.csv") == rows
+
+
+def test_each_question_is_asked_with_its_truth_so_its_silence_runs_from_where_the_user_finished(tmp_path: Path) -> None:
+    step(tmp_path, LoadProfile(arrival="together", ramp_s=0, think_s=1), devices=1)
+    truths = {q.id: q.truth.speech_end_ms for q in load_questions(FIXTURES).questions if q.truth is not None}
+    assert FakeDevice.asked and all(a.true_end_ms == truths[a.question_id] for a in FakeDevice.asked)
 
 
 def test_questions_per_hour_and_the_session_length(tmp_path: Path) -> None:
