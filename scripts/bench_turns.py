@@ -9,12 +9,14 @@ halves by question, a question's two takes always in the same half: odd question
 held out. Each half is one ``pipeline.sweep`` over ``endpoint`` (the same base settings, rounds and clock for
 every detector), read back from its traces as the report reads them (``pipeline.report.cutoffs``).
 
-Printed, per half: each setting's cut-off rate with its 95 % Wilson interval, the silence from the true end of
-speech (median, P90), the end-point delay (median), the CPU per decision of the detector, and whether it is on
-the frontier. Then the goal: a lab setting that cuts off no more users than the real server's shipped setting
-(``silero:xiaozhi-server``: the server's own rule and its shipped 200 ms) and keeps them waiting less. It is
-chosen on the tuning half (of those that cut off no more, the one with the least median silence) and judged
-on the held-out half; where none qualifies, the table says why. The script exits 0 either way: it measures.
+Each half's sweep writes its report (``runs/report/``), whose section "What the silence costs" draws the frontier
+(``plots/endpoint-frontier.png``). Printed, per half: each setting's cut-off rate with its 95 % Wilson interval,
+the silence from the true end of speech (median, P90), the end-point delay (median), the CPU per decision of the
+detector, and whether it is on the frontier. Then the goal: a lab setting that cuts off no more users than the
+real server's shipped setting (``silero:xiaozhi-server``: the server's own rule and its shipped 200 ms) and keeps
+them waiting less. It is chosen on the tuning half (of those that cut off no more, the one with the least median
+silence) and judged on the held-out half; where none qualifies, the table says why. The script exits 0 either way:
+it measures.
 
 ``--devices N`` asks the same with N devices at once on the one pipeline (``[fleet] devices``, staggered 500 ms
 apart, each with its own session and question order): every device's detector runs on the same CPU as the
@@ -74,7 +76,7 @@ def sweep(half: Path, out: Path, name: str, args: argparse.Namespace) -> float:
     configs = [c for path in args.config for c in ("--config", str(path))]
     command = [sys.executable, "-m", "pipeline.sweep", str(half), "--vary", f"endpoint={args.detectors}"]
     command += [*configs, "--rounds", str(args.rounds), "--limit", str(args.limit), "--clock", args.clock]
-    command += ["--out", str(out), "--name", name, "--no-report"]
+    command += ["--out", str(out), "--name", name]  # its report draws the frontier (section 1d's figure)
     started = time.perf_counter()
     with (out.parent / "sweep.log").open("w", encoding="utf-8") as log:
         subprocess.run(command, check=True, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -175,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fleet = f", {args.devices} devices at once" if args.devices > 1 else ""
         print(f"\n{half}: {asked}, {args.rounds} rounds ({args.clock} clock){fleet}, {seconds:.0f} s")
         print("\n".join(table(settings)))
+        print(f"frontier drawn: {args.out / half / 'runs' / 'report' / 'plots' / 'endpoint-frontier.png'}")
     print()
     print("\n".join(verdict(found["tune"], found["held-out"])))
     print(f"\nload while measuring: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} cores)")

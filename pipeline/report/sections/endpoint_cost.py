@@ -165,26 +165,32 @@ def looks_quickest_words(settings: Sequence[EndSetting]) -> str | None:
 
 def frontier_plot(settings: Sequence[EndSetting], labels: Sequence[str]) -> bytes:
     """Cut-off rate (its interval as error bars) against the median silence from the true end, one point per
-    setting (filled: on the frontier; coloured by condition where they span several), the frontier joined."""
-    fig, ax = plt.subplots(figsize=(9, 5))
+    setting (filled: on the frontier; coloured by condition where they span several), the frontier joined. Each
+    point carries its number and the legend its setting: settings close on both axes would overlap their names."""
+    fig, ax = plt.subplots(figsize=(12, 5))
     fronts = on_frontier(settings)
     placed = [(s, x, on) for s, on in zip(settings, fronts, strict=True) if (x := s.silence) is not None]
     by_condition = len({s.condition for s in settings}) > 1  # else a colour per setting
+    spots: dict[tuple[float, float], list[str]] = {}  # settings at one spot share one label ("3, 7")
     for i, (s, x, on) in enumerate(placed):
         y = 100 * s.cut.share
         colour = (
             plots.colour(s.condition, labels) if by_condition else plots.OTHER_COLOURS[i % len(plots.OTHER_COLOURS)]
         )
         bars = [[y - 100 * s.cut.low], [100 * s.cut.high - y]]
-        ax.errorbar([x], [y], yerr=bars, fmt="o", color=colour, mfc=colour if on else "none", capsize=4)
-        ax.annotate(plots.plain(s.label), (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8)
+        name = f"{i + 1}. {plots.plain(s.label)}"
+        ax.errorbar([x], [y], yerr=bars, fmt="o", color=colour, mfc=colour if on else "none", capsize=4, label=name)
+        spots.setdefault((round(x), round(y, 1)), []).append(str(i + 1))
+    for (x, y), numbers in spots.items():
+        ax.annotate(", ".join(numbers), (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
     line = sorted((x, 100 * s.cut.share) for s, x, on in placed if on)
     ax.plot([x for x, _ in line], [y for _, y in line], "-", color="black", linewidth=1, label="frontier")
     ax.set_xlabel("silence from the true end of speech, median (ms)")
     ax.set_ylabel("questions cut off (%, 95% Wilson interval)")
     ax.set_ylim(bottom=-2)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     return plots.png(fig)
 
 
