@@ -8,14 +8,19 @@ import nothing of the tests.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.acoustic.recording import AUDIBLE
 from pipeline.acoustic.sound import Pcm
+from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import ReadProblems, ReadSpan, read_trace_file, trace_files
 from pipeline.events import FRAME_MS
+from pipeline.records.acoustic import AcousticRow
+from pipeline.records.turn_row import TurnRow
+from pipeline.report.acoustic_match import match
 from pipeline.settings.audio import load_audio
 from pipeline.tracing import names
 
@@ -42,7 +47,8 @@ def answer_onset(recording: Pcm, clip: Pcm, at: int) -> int | None:
 
 
 def traced(out: Path) -> dict[str, tuple[float, float]]:
-    """Per question: the trace's first-frame capture start -> first audible, and its silence (ms)."""
+    """Per question: the trace's first-frame capture start -> first audible, and its silence from the VAD's end of
+    speech (``user_speech_end``: the traces' ``first_audible_ms``), in ms."""
     spans: list[ReadSpan] = [s for f in trace_files(out / "traces") for s in read_trace_file(f, ReadProblems())]
     by_id = {s.span_id: s for s in spans}
     found = {}
@@ -52,4 +58,20 @@ def traced(out: Path) -> dict[str, tuple[float, float]]:
         spoken = next(e.time_ns for e in turn.events if e.name == names.EV_USER_SPEECH_END)
         captured = device.start_ns - FRAME_MS * 1_000_000
         found[str(turn.attributes[names.QUESTION_ID])] = ((audible - captured) / 1e6, (audible - spoken) / 1e6)
+    return found
+
+
+def trace_turns(out: Path) -> list[TurnRow]:
+    """The turns of a replay's traces (``out/traces``), read as the report reads them."""
+    return list(read_traces(trace_files(out / "traces"), workers=1).rows)
+
+
+def acoustic_minus_trace(turns: Sequence[TurnRow], rows: Sequence[AcousticRow]) -> dict[str, list[float]]:
+    """Per trace column compared (``Match.compared``), in the rows' order: each turn's silence from the recording
+    minus the traces' from the same end of speech (ms). A row the report would not compare (unmatched, not
+    measured, or a trace without that column) is left out."""
+    found: dict[str, list[float]] = {}
+    for m in match(turns, rows)[0]:
+        if (difference := m.difference_ms) is not None:
+            found.setdefault(m.compared, []).append(-difference)  # the report's is trace - recording
     return found

@@ -13,8 +13,11 @@ Starts a private PulseAudio daemon (a null sink and its monitor, ``pipeline.acou
    playing each answer into the sink (``replay --voice --speaker``), the monitor recorded. Per turn:
    question start -> first audible from the sound (the clip found by cross-correlation, the answer
    after it) against the traces' (first frame's capture start -> ``first_audible_played``); and,
-   ``pipeline.acoustic.measure``'s silence from the mono recording against the
-   traces' ``first_audible_ms``.
+   ``pipeline.acoustic.measure``'s silence from the mono recording against the traces' from the same
+   end of speech, matched as the report's check matches them (``labtools.heard.acoustic_minus_trace``):
+   a row from its question's truth (every clip of ``audio_fixtures`` has one) against
+   ``true_end_first_audible_ms``, a row from the VAD's end against ``first_audible_ms``; each line
+   names the column compared.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 import numpy as np
 import soundfile
 
-from labtools.heard import answer_onset, clip_pcm, find, traced
+from labtools.heard import acoustic_minus_trace, answer_onset, clip_pcm, find, trace_turns, traced
 from labtools.transport_skews import start_serve, stop_serve
 from pipeline import replay
 from pipeline.acoustic.measure import measure_recording
@@ -105,7 +108,7 @@ def turns(count: int, out: Path) -> dict[str, list[float]]:
     soundfile.write(wav, heard, RATE, subtype="PCM_16")
     trace = traced(out / "dev")
     questions = {q.id: q for q in load_questions(FIXTURES).questions}
-    result: dict[str, list[float]] = {"simple: heard - traced (ms)": [], "acoustic - trace silence (ms)": []}
+    result: dict[str, list[float]] = {"simple: heard - traced (ms)": []}
     for qid, (start_to_audible, _) in trace.items():
         clip = clip_pcm(questions[qid].audio)
         at = find(heard, clip)
@@ -113,13 +116,19 @@ def turns(count: int, out: Path) -> dict[str, list[float]]:
         if onset is not None:
             result["simple: heard - traced (ms)"].append((onset - at) * 1000 / RATE - start_to_audible)
     played = acoustic_questions(FIXTURES, load_config([SIMULATOR]))
-    rows = {r.question_id: r.first_audible_ms for r in measure_recording(wav, played, layout="mono") if r.ok}
-    for qid, (_, silence) in trace.items():
-        measured = rows.get(qid)
-        if measured is not None:
-            result["acoustic - trace silence (ms)"].append(measured - silence)
+    rows = measure_recording(wav, played, layout="mono")
+    by_column = acoustic_minus_trace(trace_turns(out / "dev"), rows)
     print(f"turns: {len(trace)} traced, recording {len(heard) / RATE:.1f} s, input lost {lost:.3f} s: {wav}")
-    return result
+    print(f"acoustic rows: {len(rows)}, compared {sum(map(len, by_column.values()))}")
+    return result | acoustic_result(by_column)
+
+
+def acoustic_result(by_column: dict[str, list[float]]) -> dict[str, list[float]]:
+    """The recording's silence minus the traces', one entry per trace column compared, named in the entry, so a
+    reader sees which end of speech both sides were measured from; one empty entry where none was compared."""
+    if not by_column:
+        return {"acoustic - trace silence (ms)": []}
+    return {f"acoustic - trace {column} (ms)": values for column, values in by_column.items()}
 
 
 def summary(name: str, values: list[float]) -> str:

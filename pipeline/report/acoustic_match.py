@@ -8,7 +8,7 @@ a stem without a number is device 0, the one device of a run without several. A 
 ``run_id`` is matched where exactly one run has that turn. Every silence compared is the trace's minus the
 recording's, each from the same end of speech: a row whose end is its question's truth (``speech_end_from``
 = ``truth``) against the trace's silence from the true end (``true_end_first_audible_ms``; a turn without it
-is not compared), any other row against the trace's silence from its VAD's end (``silence.silence_ms``).
+is not compared), any other row against the trace's silence from its VAD's end (``silence.silence_of``).
 ``Match.compared`` names the trace column compared.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from pipeline.records.acoustic import FROM_TRUTH, AcousticError, AcousticRow, read_rows
 from pipeline.records.turn_row import TurnRow
 from pipeline.report.conditions import number
-from pipeline.report.silence import silence_ms
+from pipeline.report.silence import Silence, silence_of
 
 EMULATOR_TOLERANCE_MS = 5.0  # issue 33: the emulator's own recording; a room's is 20 ms
 # --config: the run's own; its VAD decides where a question without a truth ends its speech (another VAD's end
@@ -56,22 +56,22 @@ class Match:
     row: AcousticRow
 
     @property
-    def compared(self) -> str:
-        """The trace column the recording's silence is compared with: the silence from the true end where the
-        row's end of speech is the truth's, else the one ``silence.silence_ms`` reads (from the VAD's end)."""
+    def silence(self) -> Silence:
+        """The trace's silence from the same end of speech as the row's, and its column: from the true end where
+        the row's end of speech is the truth's, else from the VAD's end (``silence.silence_of``)."""
         if self.row.speech_end_from == FROM_TRUTH:
-            return TRUE_END_COLUMN
-        # as silence_ms chooses: a device's turn has its first audible sample, one process its playback's start
-        return (
-            "first_audible_ms" if self.trace.transport or self.trace.first_audible_ms is not None else "first_audio_ms"
-        )
+            return Silence(TRUE_END_COLUMN, number(self.trace.true_end_first_audible_ms))
+        return silence_of(self.trace)
+
+    @property
+    def compared(self) -> str:
+        """The trace column the recording's silence is compared with."""
+        return self.silence.column
 
     @property
     def trace_ms(self) -> float | None:
-        """The trace's silence from the same end of speech as the row's (``compared``); None where it has none."""
-        if self.row.speech_end_from == FROM_TRUTH:
-            return number(self.trace.true_end_first_audible_ms)
-        return silence_ms(self.trace)
+        """The trace's silence in ``compared``; None where it has none."""
+        return self.silence.ms
 
     @property
     def difference_ms(self) -> float | None:

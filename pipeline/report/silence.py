@@ -4,12 +4,13 @@ A device's turn (over a transport) has it as ``first_audible_ms``: the first fra
 it began to play on the device. In one process the playback starts with the first synthesised
 frame, so its ``first_audio_ms`` is that moment (section 2c's path to the first audible point ends
 there too). One rule for every section that shows the silence: the first table, cold vs warm, and
-the recording's check.
+the recording's check, which also names the column (``silence_of``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,11 +23,24 @@ COLUMN_NOTE = (
 )
 
 
+class Silence(NamedTuple):
+    """A turn's silence: the column it is read from and its value in ms (None where the spans do not give it)."""
+
+    column: str
+    ms: float | None
+
+
+def silence_of(row: TurnRow) -> Silence:
+    """The turn's silence and the column it comes from: a device's turn has its first audible sample (a device
+    that heard nothing still has no silence, never its server's playback start), one process its playback's start."""
+    if row.transport or row.first_audible_ms is not None:
+        return Silence("first_audible_ms", number(row.first_audible_ms))
+    return Silence("first_audio_ms", number(row.first_audio_ms))
+
+
 def silence_ms(row: TurnRow) -> float | None:
     """The turn's silence in ms, or None where its spans do not give it."""
-    if row.transport or row.first_audible_ms is not None:
-        return number(row.first_audible_ms)
-    return number(row.first_audio_ms)
+    return silence_of(row).ms
 
 
 def sorted_silences(rows: Iterable[TurnRow]) -> np.ndarray:

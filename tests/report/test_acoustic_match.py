@@ -10,6 +10,7 @@ from pipeline.records.acoustic import AcousticRow, read_rows, write_rows
 from pipeline.records.turn_row import TurnRow
 from pipeline.report import acoustic_match
 from pipeline.report.acoustic_match import Match
+from pipeline.report.silence import silence_of
 
 
 def trace(question: str, true_end: float | None = 950.0) -> TurnRow:
@@ -82,3 +83,10 @@ def test_the_rows_read_back_pick_their_columns_and_older_rows_compare_as_the_vad
         ("q2", "first_audible_ms", 2.5),
         ("q3", "first_audible_ms", 4.0),
     ]
+
+
+def test_a_vad_rows_trace_silence_is_the_reports_own() -> None:
+    """The column and its value come from ``silence.silence_of``, the rule every section's silence reads."""
+    for turn in (trace("q1"), TurnRow(run_id="r1", question_id="q1", round=1, ok=1, first_audio_ms=800.0)):
+        m = Match(turn, row("q1", 797.0, "vad"))
+        assert m.silence == silence_of(turn) and (m.compared, m.trace_ms) == silence_of(turn)

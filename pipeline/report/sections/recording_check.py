@@ -3,9 +3,11 @@
 Given acoustic rows (``python -m pipeline.report ... --acoustic ROWS.csv``), per run: each turn's
 trace silence minus the recording's, their median and the worst, and the turns that disagree by
 more than the tolerance (5 ms on the emulator's own recording, 20 ms in a room:
-``--acoustic-tolerance-ms``), by how much. One turn's waveform is drawn with both methods' marks:
-the turn that disagrees most, so the figure shows the difference a reader must judge. Without
-acoustic rows the section says how to get them.
+``--acoustic-tolerance-ms``), by how much. Each table names the trace column compared (``Match.compared``):
+the silence from the question's true end where the row's end of speech is its truth, else from the VAD's end;
+the run's ``--config`` is asked after only where a turn beyond the tolerance took its end from a VAD. One
+turn's waveform is drawn with both methods' marks: the turn that disagrees most, so the figure shows the
+difference a reader must judge. Without acoustic rows the section says how to get them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from pipeline.analysis.numbers import median
 from pipeline.report import cells
-from pipeline.report.acoustic_match import MEASURE_COMMAND, Acoustic, Match
+from pipeline.report.acoustic_match import MEASURE_COMMAND, TRUE_END_COLUMN, Acoustic, Match
 from pipeline.report.document import NOTE, WARNING, Block, Bullets, Figure, Heading, Paragraph, Table
 from pipeline.report.sections.base import Context
 from pipeline.report.waveform import Mark, WaveformError, read_wav, waveform_plot
@@ -23,6 +25,11 @@ from pipeline.report.waveform import Mark, WaveformError, read_wav, waveform_plo
 HEADING = "1c. What the recording says"
 ATTRIBUTION = "measured (traces and recording)"
 MOST_TURNS = 100  # every compared turn listed up to this many; past it, the turns beyond the tolerance only
+COMPARED = (
+    f"Trace column: the traces' silence compared, from the same end of speech as the recording's: `{TRUE_END_COLUMN}` "
+    "where the acoustic row's end of speech is its question's truth, else from the VAD's end (`first_audible_ms`; "
+    "in one process `first_audio_ms`)."
+)
 HOW = (
     "No acoustic rows were given, so the traces' silence is not checked against a recording here. To check it: "
     "record the run (`python -m pipeline.replay FIXTURES --transport websocket --record-audio DIR ...`), measure "
@@ -45,6 +52,16 @@ def _differences(matches: Sequence[Match]) -> list[tuple[Match, float]]:
     return [(m, d) for m in matches if (d := m.difference_ms) is not None]
 
 
+def _beyond(matches: Sequence[Match], tolerance_ms: float) -> list[tuple[Match, float]]:
+    """The compared turns beyond the tolerance, the largest difference first."""
+    found = [(m, d) for m, d in _differences(matches) if abs(d) > tolerance_ms]
+    return sorted(found, key=lambda f: (-abs(f[1]), _turn(f[0])))
+
+
+def _columns(matches: Sequence[Match]) -> str:
+    return ", ".join(sorted({m.compared for m in matches}))
+
+
 def beyond(ctx: Context) -> int:
     """How many compared turns differ by more than the tolerance (0 without acoustic rows)."""
     if ctx.acoustic is None:
@@ -61,7 +78,7 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     for run, mine in by_run.items():
         found = _differences(mine)
         if not found:
-            rows.append((run, f"0/{len(mine)}", "-", "-", "-", "-", "-", ATTRIBUTION))
+            rows.append((run, f"0/{len(mine)}", _columns(mine), "-", "-", "-", "-", "-", ATTRIBUTION))
             continue
         worst, by = max(found, key=lambda f: abs(f[1]))
         beyond = sum(1 for _, d in found if abs(d) > tolerance_ms)
@@ -69,6 +86,7 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
             (
                 run,
                 f"{len(found)}/{len(mine)}",
+                _columns(mine),
                 cells.ms(median([m.trace_ms for m, _ in found if m.trace_ms is not None])),
                 cells.ms(median([m.row.first_audible_ms for m, _ in found if m.row.first_audible_ms is not None])),
                 _signed(median([d for _, d in found]), ""),
@@ -80,6 +98,7 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     headers = (
         "run",
         "turns compared / matched",
+        "trace column",
         "silence median, traces (ms)",
         "silence median, recording (ms)",
         "median difference (ms)",
@@ -89,7 +108,7 @@ def run_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     )
     caption = (
         "Difference: the traces' silence (end of speech -> first audible sound) minus the recording's, per turn. "
-        "A turn is compared where both give a silence."
+        f"A turn is compared where both give a silence. {COMPARED}"
     )
     return Table("recording-runs", headers, tuple(rows), caption)
 
@@ -99,6 +118,7 @@ def turn_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     rows = tuple(
         (
             _turn(m),
+            m.compared,
             cells.ms(m.trace_ms),
             cells.ms(m.row.first_audible_ms),
             _signed(d, ""),
@@ -106,24 +126,33 @@ def turn_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
         )
         for m, d in _differences(matches)
     )
-    headers = ("turn", "traces (ms)", "recording (ms)", "difference (ms)", "within the tolerance")
-    return Table(
-        "recording-turns", headers, rows, "Every turn both measured: the silence, end of speech -> first audible sound."
-    )
+    headers = ("turn", "trace column", "traces (ms)", "recording (ms)", "difference (ms)", "within the tolerance")
+    caption = f"Every turn both measured: the silence, end of speech -> first audible sound. {COMPARED}"
+    return Table("recording-turns", headers, rows, caption)
 
 
 def disagreement_table(matches: Sequence[Match], tolerance_ms: float) -> Table:
     """Every turn beyond the tolerance, the largest difference first."""
-    found = sorted(
-        ((m, d) for m, d in _differences(matches) if abs(d) > tolerance_ms), key=lambda f: (-abs(f[1]), _turn(f[0]))
-    )
     rows = tuple(
-        (_turn(m), cells.ms(m.trace_ms), cells.ms(m.row.first_audible_ms), _signed(d, ""), m.row.where)
-        for m, d in found
+        (_turn(m), m.compared, cells.ms(m.trace_ms), cells.ms(m.row.first_audible_ms), _signed(d, ""), m.row.where)
+        for m, d in _beyond(matches, tolerance_ms)
     )
-    headers = ("turn", "traces (ms)", "recording (ms)", "difference (ms)", "acoustic row")
-    return Table(
-        "recording-disagree", headers, rows, f"Turns whose two silences differ by more than {tolerance_ms:g} ms."
+    headers = ("turn", "trace column", "traces (ms)", "recording (ms)", "difference (ms)", "acoustic row")
+    caption = f"Turns whose two silences differ by more than {tolerance_ms:g} ms. {COMPARED}"
+    return Table("recording-disagree", headers, rows, caption)
+
+
+def disagreement_warning(matches: Sequence[Match], tolerance_ms: float) -> str:
+    """What the turns beyond the tolerance say. The run's VAD is asked after only where some of them took their end
+    of speech from a VAD: a turn compared from its question's truth on both sides has no VAD in its difference."""
+    beyond = _beyond(matches, tolerance_ms)
+    said = f"{len(beyond)} turn(s) disagree by more than ±{tolerance_ms:g} ms"
+    from_vad = sum(1 for m, _ in beyond if m.compared != TRUE_END_COLUMN)
+    if not from_vad:
+        return f"{said}, each compared from its question's true end of speech (`{TRUE_END_COLUMN}`), no VAD's:"
+    return (
+        f"{said}, {from_vad} of them from the VAD's end of speech. Were the recordings measured with the run's own "
+        "configuration (`--config`)? Its VAD decides where the speech of a question without a truth ends:"
     )
 
 
@@ -209,13 +238,7 @@ def section(ctx: Context) -> list[Block]:
         )
     beyond = disagreement_table(matches, tolerance)
     if beyond.rows:
-        out.append(
-            Paragraph(
-                f"{len(beyond.rows)} turn(s) disagree by more than ±{tolerance:g} ms. Were the recordings measured "
-                "with the run's own configuration (`--config`)? Its VAD decides where each question's speech ends:",
-                WARNING,
-            )
-        )
+        out.append(Paragraph(disagreement_warning(matches, tolerance), WARNING))
         out.append(beyond)
     elif _differences(matches):
         out.append(Paragraph(f"Every compared turn agrees within ±{tolerance:g} ms."))

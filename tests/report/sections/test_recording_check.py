@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.records.acoustic import AcousticError, AcousticRow, read_rows
+from pipeline.records.acoustic import write_rows as write_acoustic_rows
 from pipeline.records.turn_row import TurnRow
 from pipeline.report import acoustic_match
 from pipeline.report.__main__ import main
@@ -39,7 +40,8 @@ FIELDS = (
 RATE = 16_000
 
 
-def trace(question: str, silence: float) -> TurnRow:
+def trace(question: str, silence: float, true_end: float | None = None) -> TurnRow:
+    """A device's turn: ``silence`` from its VAD's end of speech, ``true_end`` from its question's truth."""
     n = int(question[1:])
     return TurnRow(
         run_id="r1",
@@ -49,6 +51,7 @@ def trace(question: str, silence: float) -> TurnRow:
         ok=1,
         transport="websocket",
         first_audible_ms=silence,
+        true_end_first_audible_ms=true_end,
         device=0,
         turn_start_ns=n,
     )
@@ -108,17 +111,31 @@ def doc(tmp_path: Path) -> Document:
 
 def test_per_run_median_worst_and_the_turns_beyond_the_tolerance(doc: Document, tmp_path: Path) -> None:
     assert doc.table("recording-runs").rows == (
-        ("r1", "2/3", "1250.0", "1244.0", "+6.0", "+10.0 (q2 round 2)", "1/2", recording_check.ATTRIBUTION),
+        (
+            "r1",
+            "2/3",
+            "first_audible_ms",
+            "1250.0",
+            "1244.0",
+            "+6.0",
+            "+10.0 (q2 round 2)",
+            "1/2",
+            recording_check.ATTRIBUTION,
+        ),
     )
-    assert doc.table("recording-runs").headers[6] == "beyond ±5 ms"
+    assert doc.table("recording-runs").headers[7] == "beyond ±5 ms"
     assert doc.table("recording-turns").rows == (
-        ("r1 device 0, q1 round 2", "1000.0", "998.0", "+2.0", "yes"),
-        ("r1 device 0, q2 round 2", "1500.0", "1490.0", "+10.0", "no: beyond ±5 ms"),
+        ("r1 device 0, q1 round 2", "first_audible_ms", "1000.0", "998.0", "+2.0", "yes"),
+        ("r1 device 0, q2 round 2", "first_audible_ms", "1500.0", "1490.0", "+10.0", "no: beyond ±5 ms"),
     )
     assert doc.table("recording-disagree").rows == (
-        ("r1 device 0, q2 round 2", "1500.0", "1490.0", "+10.0", f"{tmp_path / 'rows.csv'}:3"),
+        ("r1 device 0, q2 round 2", "first_audible_ms", "1500.0", "1490.0", "+10.0", f"{tmp_path / 'rows.csv'}:3"),
     )
     text = doc.text()
+    assert (  # rows written without speech_end_from took their end from the VAD: the run's --config matters
+        "1 turn(s) disagree by more than ±5 ms, 1 of them from the VAD's end of speech. Were the recordings measured "
+        "with the run's own configuration (`--config`)?" in text
+    )
     assert (
         "The recording disagrees with the traces on 1 turn(s) by more than ±5 ms: see 1c. What the recording says."
         in text
@@ -147,7 +164,7 @@ def test_the_waveform_of_the_turn_that_disagrees_most_is_drawn(doc: Document) ->
 def test_a_wider_tolerance_agrees(tmp_path: Path) -> None:
     given = acoustic_match.load([rows_csv(tmp_path)], tolerance_ms=20.0)
     doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=given)
-    assert doc.table("recording-runs").rows[0][6] == "0/2"
+    assert doc.table("recording-runs").rows[0][7] == "0/2"
     assert "recording-disagree" not in doc.table_keys()
     assert "Every compared turn agrees within ±20 ms." in doc.text()
     assert "The recording disagrees" not in doc.text()
@@ -224,7 +241,65 @@ def test_a_difference_that_rounds_to_nothing_reads_plus_zero(tmp_path: Path) -> 
         tmp_path / "r.csv", [{"device": "0", "question_id": "q1", "round": "2", "first_audible_ms": "1000.04"}]
     )
     doc = build(Dataset.of_rows(TRACES, "test"), draw=False, acoustic=acoustic_match.load([rows]))
-    assert doc.table("recording-turns").rows == (("r1 device 0, q1 round 2", "1000.0", "1000.0", "+0.0", "yes"),)
+    assert doc.table("recording-turns").rows == (
+        ("r1 device 0, q1 round 2", "first_audible_ms", "1000.0", "1000.0", "+0.0", "yes"),
+    )
     assert {r[0]: r[2] for r in doc.table("result").rows}["silence: trace - recording, median / worst (ms)"] == (
         "+0.0 / +0.0 · ⚠ 1/3"
     )
+
+
+def test_each_table_names_the_trace_column_each_turn_was_compared_with(tmp_path: Path) -> None:
+    """A row from its question's truth is set against the silence from the true end, one from the VAD against
+    the silence from the VAD's end; a run with both names both, and a turn without a true end is not compared."""
+    traces = [trace("q1", 1000.0, 950.0), trace("q2", 1500.0, 1420.0), trace("q3", 2000.0, None)]
+    rows = write_truth_rows(tmp_path, [("q1", "940.0", "truth"), ("q2", "1490.0", "vad"), ("q3", "1900.0", "truth")])
+    doc = build(Dataset.of_rows(traces, "test"), draw=False, acoustic=acoustic_match.load([rows]))
+    (run,) = doc.table("recording-runs").rows
+    assert run[:3] == ("r1", "2/3", "first_audible_ms, true_end_first_audible_ms")
+    assert doc.table("recording-runs").headers[2] == "trace column"
+    assert doc.table("recording-turns").rows == (
+        ("r1 device 0, q1 round 2", "true_end_first_audible_ms", "950.0", "940.0", "+10.0", "no: beyond ±5 ms"),
+        ("r1 device 0, q2 round 2", "first_audible_ms", "1500.0", "1490.0", "+10.0", "no: beyond ±5 ms"),
+    )
+    assert [r[:2] for r in doc.table("recording-disagree").rows] == [
+        ("r1 device 0, q1 round 2", "true_end_first_audible_ms"),
+        ("r1 device 0, q2 round 2", "first_audible_ms"),
+    ]
+    assert "`true_end_first_audible_ms` where the acoustic row's end of speech is its question's truth" in (
+        doc.table("recording-turns").caption
+    )
+    assert (
+        "2 turn(s) disagree by more than ±5 ms, 1 of them from the VAD's end of speech. Were the recordings measured "
+        "with the run's own configuration (`--config`)? Its VAD decides where the speech of a question without a "
+        "truth ends:" in doc.text()
+    )
+
+
+def test_turns_from_their_truth_alone_do_not_ask_after_the_runs_vad(tmp_path: Path) -> None:
+    traces = [trace("q1", 1000.0, 950.0), trace("q2", 1500.0, 1420.0)]
+    rows = write_truth_rows(tmp_path, [("q1", "940.0", "truth"), ("q2", "1419.0", "truth")])
+    doc = build(Dataset.of_rows(traces, "test"), draw=False, acoustic=acoustic_match.load([rows]))
+    assert doc.table("recording-disagree").rows == (
+        ("r1 device 0, q1 round 2", "true_end_first_audible_ms", "950.0", "940.0", "+10.0", f"{rows}:2"),
+    )
+    text = doc.text()
+    assert (
+        "1 turn(s) disagree by more than ±5 ms, each compared from its question's true end of speech "
+        "(`true_end_first_audible_ms`), no VAD's:" in text
+    )
+    assert "--config" not in text and "Its VAD decides" not in text
+
+
+def acoustic_row(question: str, silence: float, end_from: str) -> AcousticRow:
+    """A measured turn of device 0, round 2, its end of speech from ``end_from`` (truth or vad)."""
+    return AcousticRow(
+        "", "device-0", question, 2, None, None, None, silence, None, "acoustic", True, "", speech_end_from=end_from
+    )
+
+
+def write_truth_rows(tmp_path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    """Acoustic rows as ``pipeline.acoustic measure`` writes them: (question, silence, truth or vad) each."""
+    path = tmp_path / "truth-rows.csv"
+    write_acoustic_rows(path, [acoustic_row(q, float(ms), end_from) for q, ms, end_from in rows])
+    return path
