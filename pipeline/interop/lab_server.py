@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 
 
-def lab_config(condition: str, relay_url: str, asr_url: str, tts_url: str, model: str) -> str:
-    """The TOML text."""
+def lab_config(
+    condition: str, relay_url: str, asr_url: str, tts_url: str, model: str, vad_wait_ms: int | None = None
+) -> str:
+    """The TOML text; ``vad_wait_ms``: the profile's silence (the real server's ``min_silence_duration_ms``),
+    None for the profile's own (the real server's shipped value)."""
     q = json.dumps  # a TOML basic string is a JSON string for these (ASCII URLs and names)
+    wait = "" if vad_wait_ms is None else f"\n[vad.xiaozhi_server]\nsilence_ms = {vad_wait_ms}\n"
     return f"""# written by scripts/interop/xiaozhi_server.py: the lab's server on the interop run's services
 [run]
 condition = {q(condition)}
@@ -26,7 +30,7 @@ turn_timeout_s = 60
 impl = "silero"
 model = "silero-vad"
 profile = "xiaozhi-server"
-
+{wait}
 [asr]
 impl = "service"
 url = {q(asr_url)}

@@ -110,8 +110,11 @@ def ensure_ffmpeg() -> None:
         raise InteropError(f"ffmpeg could not be installed: {done.stderr.strip()[-300:]}")
 
 
-def prepare_copy(folder: Path, target: Path, services: Services, ws_port: int, http_port: int) -> Path:
-    """A copy of the server folder with its ``data/.config.yaml`` written for this run."""
+def prepare_copy(
+    folder: Path, target: Path, services: Services, ws_port: int, http_port: int, vad_wait_ms: int | None = None
+) -> Path:
+    """A copy of the server folder with its ``data/.config.yaml`` written for this run (``vad_wait_ms``: its
+    VAD's ``min_silence_duration_ms``; None keeps the checkout's)."""
     if target.exists():
         shutil.rmtree(target)
 
@@ -122,14 +125,19 @@ def prepare_copy(folder: Path, target: Path, services: Services, ws_port: int, h
     shutil.copytree(folder, target, ignore=ignore)
     (target / "data").mkdir()
     # JSON is YAML: the server's yaml.safe_load reads it as written
-    config = server_config(services, ws_port, http_port)
+    config = server_config(services, ws_port, http_port, vad_wait_ms)
     (target / "data" / ".config.yaml").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
     return target
 
 
-def server_config(s: Services, ws_port: int, http_port: int) -> dict[str, object]:
+def server_config(s: Services, ws_port: int, http_port: int, vad_wait_ms: int | None = None) -> dict[str, object]:
+    """What ``data/.config.yaml`` holds: the server merges it key by key over its ``config.yaml``
+    (config_loader.merge_configs), so a VAD wait given here changes that one value and keeps the rest of
+    SileroVAD's settings (threshold, model) as shipped."""
     host = "127.0.0.1"
+    vad = {} if vad_wait_ms is None else {"VAD": {"SileroVAD": {"min_silence_duration_ms": vad_wait_ms}}}
     return {
+        **vad,
         "server": {
             "ip": host,
             "port": ws_port,

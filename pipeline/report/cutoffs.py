@@ -138,25 +138,30 @@ def end_settings(data: Dataset) -> list[EndSetting]:
     labels = {k: _label(k, [data.runs[r] for r in run_ids[k] if r in data.runs], named) for k in keys}
     settings = []
     for key in keys:
-        rows = groups[key]
-        ok = [r for r in rows if r.ok]
         label = labels[key]
         if list(labels.values()).count(label) > 1:  # the same VAD in words, other settings differ
             label += f" (config {key[1] or '-'})"
-        settings.append(
-            EndSetting(
-                condition=key[0],
-                config_id=key[1],
-                label=label,
-                rows=tuple(rows),
-                cut=proportion(sum(1 for r in rows if r.cut_off), len(rows)),
-                true_end=_sorted([true_end_silence(r) for r in ok]),
-                pipeline_end=_sorted([silence_ms(r) for r in ok]),
-                delay=_sorted([number(r.endpoint_delay_ms) for r in rows]),
-                utterances=tuple(int(u) for r in rows if (u := number(r.utterances)) is not None),
-            )
-        )
+        settings.append(setting_from(key[0], key[1], label, groups[key]))
     return settings
+
+
+def setting_from(condition: str, config_id: str, label: str, rows: Sequence[TurnRow]) -> EndSetting:
+    """One setting from its turns, however they were grouped (by config here; by run where runs share a config,
+    as a device's do against servers of their own): of ``rows`` only the measured turns with a truth count, and at
+    least one must (a share of no turns has no interval)."""
+    scored = [r for r in rows if measured(r) and has_truth(r)]
+    ok = [r for r in scored if r.ok]
+    return EndSetting(
+        condition=condition,
+        config_id=config_id,
+        label=label,
+        rows=tuple(scored),
+        cut=proportion(sum(1 for r in scored if r.cut_off), len(scored)),
+        true_end=_sorted([true_end_silence(r) for r in ok]),
+        pipeline_end=_sorted([silence_ms(r) for r in ok]),
+        delay=_sorted([number(r.endpoint_delay_ms) for r in scored]),
+        utterances=tuple(int(u) for r in scored if (u := number(r.utterances)) is not None),
+    )
 
 
 def _label(key: tuple[str, str], runs: Sequence[RunInfo], named: bool) -> str:

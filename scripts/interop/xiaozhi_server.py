@@ -18,6 +18,10 @@ instead, on the fixed-latency stand-ins of ``configs/capacity-services.toml`` (c
 and the output is ``capacity.md`` (devices held side by side) and each ramp's folder under
 ``capacity/`` (``pipeline/interop/capacity_mode.py``, ``ramp.py``, ``ramp_table.py``).
 
+With ``--vad-waits 200,500,800`` (turns mode: ``turns_mode.py``) the real server runs at each wait of its VAD
+(``min_silence_duration_ms``; the shipped one first), the lab's at the first; ``turns.md`` scores every run against
+the fixtures' truth: users cut off, silence from their true end (``pipeline/report/cutoffs_by_run.py``).
+
 Output under --out: ``interop.md`` (the side-by-side table), ``segments.csv`` (every turn's
 segments), ``runs/`` (each run's traces and bench.csv), ``services/`` (the services' spans),
 ``logs/`` (every process's output). The real server runs in a venv of its own (--venv),
@@ -47,8 +51,10 @@ from pipeline.interop.process_group import InteropError, ProcessGroup, StartedPr
 from pipeline.interop.ramp_table import ramp_markdown
 from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, ramp_argv
 from pipeline.interop.side_by_side import RunResult, markdown
+from pipeline.interop.turns_mode import LAB, REAL, planned, turns_arguments, turns_intro, turns_problem, turns_runs
 from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.segment import write_segments
+from pipeline.report.cutoffs_by_run import score_run, turns_markdown
 from pipeline.settings.models import ModelError, default_cache, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,12 +96,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-lab", action="store_true", help="measure the real server only")
     p.add_argument("--start-timeout", type=float, default=120, help="seconds the real server has to come up")
     capacity_arguments(p)
+    turns_arguments(p)
     args = p.parse_args(argv)
     args.conditions = args.conditions or ("A" if args.capacity else "A,B")
     args.services_config = args.services_config or (CAPACITY_SERVICES if args.capacity else SERVICES_CONFIG)
     bad = sorted(set(args.conditions.split(",")) - {"A", "B"})
-    if bad:
-        p.error(f"--conditions: unknown {', '.join(bad)} (A or B)")
+    if bad or turns_problem(args):
+        p.error(turns_problem(args) or f"--conditions: unknown {', '.join(bad)} (A or B)")
     return args
 
 
@@ -116,12 +123,13 @@ class Interop:
         self.metered: dict[str, int] = {}  # the run's processes whose CPU a ramp records, by role
         names = ("speech", "cloud", "real_ws", "real_http", "lab_ws", "mqtt", "udp", "admin")
         self.ports = dict(zip(names, free_ports(len(names), args.ports_from), strict=True))
+        self.server_folder = real_server.server_folder(args.checkout.resolve())
+        self.gateway_folder = real_gateway.gateway_folder(args.gateway.resolve()) if args.gateway else None
+        self.plan = planned(args, self.server_folder)  # the servers to ask; in turns mode, one a VAD wait
 
     # --- the whole run ---------------------------------------------------------------------
 
     def main(self) -> list[RunResult]:
-        server_folder = real_server.server_folder(self.args.checkout.resolve())
-        gateway_folder = real_gateway.gateway_folder(self.args.gateway.resolve()) if self.args.gateway else None
         if not (self.args.fixtures / "manifest.csv").is_file():
             raise InteropError(f"{self.args.fixtures}: no manifest.csv (give the fixtures folder)")
         self.out.mkdir(parents=True, exist_ok=True)
@@ -129,14 +137,14 @@ class Interop:
             self.fixtures = fixtures_without(self.args.fixtures, self.args.exclude, self.out / "fixtures")
         with ProcessGroup(self.out / "logs", self.env) as processes:
             real_server.ensure_ffmpeg()
-            python = self.args.python or real_server.ensure_venv(server_folder, self.venv, processes)
+            python = self.args.python or real_server.ensure_venv(self.server_folder, self.venv, processes)
             try:
                 for condition in self.args.conditions.split(","):
                     with self.llm(condition, processes) as (upstream, model, key):
                         services = self.services(condition, upstream, key, processes)
                         try:
                             base = f"http://127.0.0.1:{self.ports['speech']}/v1"
-                            self.measure(condition, base, model, python, server_folder, gateway_folder, processes)
+                            self.measure(condition, base, model, python, processes)
                         finally:
                             processes.stop(services)
             except BaseException:
@@ -186,46 +194,36 @@ class Interop:
         self.metered["services"] = started.process.pid
         return started
 
-    def measure(
-        self,
-        condition: str,
-        base: str,
-        model: str,
-        python: Path,
-        server_folder: Path,
-        gateway_folder: Path | None,
-        processes: ProcessGroup,
-    ) -> None:
+    def measure(self, condition: str, base: str, model: str, python: Path, processes: ProcessGroup) -> None:
         asr, tts = f"{base}/audio/transcriptions", f"{base}/audio/speech"
         services = real_server.Services(base, model, asr, tts, api_key="lab-loopback", voice="lab")
-        copy = real_server.prepare_copy(
-            server_folder, self.out / f"xiaozhi-server-{condition}", services,
-            self.ports["real_ws"], self.ports["real_http"],
-        )  # fmt: skip
-        real_ws = f"ws://127.0.0.1:{self.ports['real_ws']}/xiaozhi/v1/"
-        lab_ws = f"ws://127.0.0.1:{self.ports['lab_ws']}/xiaozhi/v1/"
-        config = self.out / f"lab-{condition}.toml"
-        config.write_text(lab_config(condition, base, asr, tts, model), encoding="utf-8")
-        servers = [("real server", real_ws)] + ([] if self.args.no_lab else [("lab server", lab_ws)])
-        for name, ws in servers:
-            if name == "real server":
+        for run in self.plan:  # each server once; in turns mode, once per VAD wait
+            name, tagged = run.server, condition + run.tag
+            ws = f"ws://127.0.0.1:{self.ports['real_ws' if name == REAL else 'lab_ws']}/xiaozhi/v1/"
+            if name == REAL:
+                copy = real_server.prepare_copy(
+                    self.server_folder, self.out / f"xiaozhi-server-{tagged}", services,
+                    self.ports["real_ws"], self.ports["real_http"], run.wait_ms,
+                )  # fmt: skip
                 server = real_server.start(
-                    processes, python, copy, self.ports["real_ws"], f"real-server-{condition}", self.args.start_timeout
+                    processes, python, copy, self.ports["real_ws"], f"real-server-{tagged}", self.args.start_timeout
                 )
             else:
-                server = self.start_lab(condition, config, processes)
+                server = self.start_lab(tagged, lab_config(condition, base, asr, tts, model, run.wait_ms), processes)
             self.metered["server"] = server.process.pid
             try:
-                self.ask(f"{name}, {condition}", condition, ws, processes)
+                self.ask(run.label(condition), condition, ws, processes)
                 # capacity mode ramps the lab's server over WebSocket only: its own MQTT front is another run
-                if gateway_folder is not None and not (self.args.capacity and name == "lab server"):
+                if self.gateway_folder is not None and not (self.args.capacity and name == LAB):
                     self.through_gateway(
-                        f"{name} via MQTT gateway, {condition}", condition, ws, gateway_folder, processes
+                        f"{name} via MQTT gateway, {condition}", condition, ws, self.gateway_folder, processes
                     )
             finally:
                 processes.stop(server)
 
-    def start_lab(self, condition: str, config: Path, processes: ProcessGroup) -> StartedProcess:
+    def start_lab(self, condition: str, settings: str, processes: ProcessGroup) -> StartedProcess:
+        config = self.out / f"lab-{condition}.toml"
+        config.write_text(settings, encoding="utf-8")
         argv = [self.python, "-m", "pipeline.serve", str(self.fixtures), "--config", str(config)]
         argv += ["--port", str(self.ports["lab_ws"]), "--out", str(self.out / "serve" / condition), "--quiet"]
         started = processes.start(f"lab-server-{condition}", argv)
@@ -311,6 +309,10 @@ class Interop:
         write_segments(self.out / "segments.csv", rows_by_run)
         table = markdown(results)
         (self.out / "interop.md").write_text(intro(self.args) + table, encoding="utf-8")
+        if self.args.vad_waits:  # turns mode: each run's turns against the truth
+            scores = [score_run(*r) for r in turns_runs(self.plan, self.runs, self.out)]
+            text = turns_markdown(scores, turns_intro(self.args, self.server_folder))
+            (self.out / "turns.md").write_text(text, encoding="utf-8")
         for message in problems:
             print(f"warning: {message}", file=sys.stderr)
         return results
@@ -388,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if interop.ramps and all(r.code == 0 for r in interop.ramps) else 1
     print((interop.out / "interop.md").read_text(encoding="utf-8"))
     print(f"written: {interop.out / 'interop.md'}, {interop.out / 'segments.csv'}")
+    if args.vad_waits:
+        print(f"\n{(interop.out / 'turns.md').read_text(encoding='utf-8')}written: {interop.out / 'turns.md'}")
     return 0 if all(r.summary.ok == r.summary.turns for r in results) else 1
 
 
