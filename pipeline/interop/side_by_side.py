@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.analysis.server_segments import SegmentSummary
+from pipeline.records.bench_csv import read_bench_csv
 
 HEADERS = (
     ("to_asr_ms", "to ASR"),
@@ -62,3 +64,29 @@ def markdown(results: Sequence[RunResult]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- {r.label}: {r.note}" for r in results if r.note]
     return "\n".join([*lines, *(["", *notes] if notes else [])]) + "\n"
+
+
+def interop_intro(fixtures: str, limit: int, rounds: int) -> str:
+    """interop.md's heading and first paragraph: what was asked and how the table's figures were measured."""
+    return (
+        "# A real xiaozhi server beside the lab's\n\n"
+        f"Fixtures {fixtures}, the first {limit} question(s), {rounds} round(s) (the first a "
+        "warm-up, left out). Medians in ms over the measured turns that succeeded, from spans: the device's and "
+        "the lab's speech services' and LLM relay's, on one clock. `server own (derived)` is first audible less "
+        "ASR, LLM first token, LLM to first sentence, TTS and the device buffer: it holds uplink, end-pointing "
+        "and downlink (loopback) besides the server's own work. Prompt tokens and how many the LLM server took "
+        "from its cache are as the LLM server counted them (llama.cpp's timings), the state the first token "
+        "depends on. A: the emulated cloud (estimated compute "
+        "profile fast-70b-api); B: llama.cpp's server with the local model.\n\n"
+    )
+
+
+def packets(bench: Path) -> tuple[int | None, int | None]:
+    """Packets lost and late over a run's measured turns; None where no turn counted packets (WebSocket)."""
+    if not bench.is_file():
+        return None, None
+    rows = [r for r in read_bench_csv(bench) if not r.warmup]
+    lost = [r.packets_lost for r in rows if r.packets_lost is not None]
+    if not lost:
+        return None, None
+    return sum(lost), sum(r.packets_late or 0 for r in rows if r.packets_lost is not None)

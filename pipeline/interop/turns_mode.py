@@ -10,7 +10,6 @@ Without ``--vad-waits`` the runs are the script's usual two: each server with it
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +52,28 @@ class MadeRun(Protocol):
     def folder(self) -> Path: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TurnsOptions:
+    """The script's options that turns mode reads (its command line, parsed by the script)."""
+
+    vad_waits: str | None  # "200,500,800" as given; None: not turns mode
+    lab_vad_waits: str | None
+    capacity: bool  # capacity mode asked for
+    gateway: bool  # a gateway checkout given
+    lab: bool  # the lab's server asked too (no --no-lab)
+    fixtures: Path
+    limit: int
+    rounds: int
+
+    @property
+    def waits(self) -> tuple[int, ...]:
+        return waits(self.vad_waits) if self.vad_waits else ()
+
+    @property
+    def lab_waits(self) -> tuple[int, ...]:
+        return waits(self.lab_vad_waits) if self.lab_vad_waits else ()
+
+
 class TurnsRun(NamedTuple):
     """A finished run as the turns table scores it (``cutoffs_by_run.score_run``'s arguments)."""
 
@@ -68,32 +89,23 @@ def waits(text: str) -> tuple[int, ...]:
     try:
         found = tuple(int(w) for w in text.split(",") if w.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: waits in ms, comma-separated (200,500,800)") from None
+        raise ValueError(f"{text!r}: waits in ms, comma-separated (200,500,800)") from None
     if not found or any(w <= 0 for w in found) or len(set(found)) != len(found):
-        raise argparse.ArgumentTypeError(f"{text!r}: one or more distinct positive waits in ms")
+        raise ValueError(f"{text!r}: one or more distinct positive waits in ms")
     return found
 
 
-def turns_arguments(p: argparse.ArgumentParser) -> None:
-    """The turns mode's options, added to the script's parser."""
-    group = p.add_argument_group("turns mode (each server at several VAD waits, scored against the fixtures' truth)")
-    group.add_argument(
-        "--vad-waits", type=waits, metavar="MS,...", help="the real server's VAD.SileroVAD.min_silence_duration_ms, "
-        "one run each; the first is the reference (e.g. 200,500,800 with the shipped 200 first)",
-    )  # fmt: skip
-    group.add_argument(
-        "--lab-vad-waits", type=waits, metavar="MS,...", help="of those, the waits the lab's server runs at too "
-        "([vad.xiaozhi_server] silence_ms; default: the first)",
-    )  # fmt: skip
-
-
-def turns_problem(args: argparse.Namespace) -> str:
+def turns_problem(o: TurnsOptions) -> str:
     """Why the turns mode's options cannot be used as given; "" when they can."""
-    if args.vad_waits is None:
-        return "--lab-vad-waits needs --vad-waits" if args.lab_vad_waits else ""
-    if args.capacity or args.gateway:
+    try:
+        vad_waits, lab_waits = o.waits, o.lab_waits
+    except ValueError as exc:
+        return f"--vad-waits / --lab-vad-waits: {exc}"
+    if not vad_waits:
+        return "--lab-vad-waits needs --vad-waits" if lab_waits else ""
+    if o.capacity or o.gateway:
         return "--vad-waits asks each server over WebSocket, one question at a time: not with --capacity or --gateway"
-    extra = sorted(set(args.lab_vad_waits or ()) - set(args.vad_waits))
+    extra = sorted(set(lab_waits) - set(vad_waits))
     return f"--lab-vad-waits: {', '.join(map(str, extra))} not in --vad-waits" if extra else ""
 
 
@@ -133,10 +145,10 @@ def server_runs(
     return runs
 
 
-def planned(args: argparse.Namespace, server_folder: Path) -> list[ServerRun]:
-    """The script's runs for its arguments and the checkout (the shipped wait read from it in turns mode)."""
-    shipped = shipped_wait(server_folder) if args.vad_waits else None
-    return server_runs(args.vad_waits, args.lab_vad_waits, shipped, not args.no_lab)
+def planned(o: TurnsOptions, server_folder: Path) -> list[ServerRun]:
+    """The script's runs for its options and the checkout (the shipped wait read from it in turns mode)."""
+    shipped = shipped_wait(server_folder) if o.waits else None
+    return server_runs(o.waits, o.lab_waits or None, shipped, o.lab)
 
 
 def lab_traces(out: Path, condition: str, run: ServerRun) -> Path:
@@ -158,9 +170,9 @@ def turns_runs(plan: Sequence[ServerRun], finished: Sequence[MadeRun], out: Path
     return scored
 
 
-def turns_intro(args: argparse.Namespace, server_folder: Path) -> str:
+def turns_intro(o: TurnsOptions, server_folder: Path) -> str:
     """The heading and first paragraph of ``turns.md``."""
-    fixtures, limit, rounds, shipped = args.fixtures, args.limit, args.rounds, shipped_wait(server_folder)
+    fixtures, limit, rounds, shipped = o.fixtures, o.limit, o.rounds, shipped_wait(server_folder)
     ships = f"{shipped} ms" if shipped is not None else "no value (the server's own default applies)"
     return (
         "# What the silence costs: the real server's VAD wait beside the lab's server\n\n"

@@ -12,7 +12,8 @@ Modules, in the order data flows through them:
   (quantiles with their intervals and differences, per-run summaries, M11 and M20 checks), ``confound``
   (the stages two conditions share, watched: M15), ``silence``
   (end of speech -> first audible sound, one rule for every section), ``cutoffs`` (each end-of-turn
-  setting's cut-off rate and silence from the true end, and their frontier); the
+  setting's cut-off rate and silence from the true end, and their frontier; ``cutoffs_by_run``, the same per run
+  for ``scripts/interop/xiaozhi_server.py --vad-waits``: a server at several waits); the
   intervals themselves are statistics, ``pipeline.analysis.bootstrap``.
 - ``sections/``: one module per section of the report, each owning its numbers, its tables and its
   words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),

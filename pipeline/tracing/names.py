@@ -39,7 +39,7 @@ EV_SENTENCE_AUDIO = "sentence_audio_start"
 # device events (a real transport)
 EV_LAST_UPLINK = "last_uplink_frame"
 EV_STT = "stt_received"  # the last stt of the turn (its transcript is the turn's)
-EV_FIRST_STT = "first_stt_received"  # the first, where the turn received more than one
+EV_STT_MESSAGE = "stt_message"  # each stt of the turn, where it received more than one
 EV_LLM = "llm_received"
 EV_FIRST_AUDIO_RECEIVED = "first_audio_received"
 EV_FIRST_AUDIBLE = "first_audible_played"  # the answer's first sample above the audibility threshold

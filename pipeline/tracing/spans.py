@@ -254,7 +254,7 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
         names.UNDECODABLE_FRAMES: device.undecodable_frames,
         names.DROPPED_FRAMES: device.dropped_frames,
         names.RECONNECTS: device.reconnects,
-        names.STT_MESSAGES: device.stt_messages,
+        names.STT_MESSAGES: len(device.stt_at),
     }
     if device.temperature:
         attrs[names.TURN_TEMPERATURE] = device.temperature
@@ -263,7 +263,6 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
     for name, t in (
         (names.EV_LAST_UPLINK, device.last_uplink_ns),
         (names.EV_STT, device.stt_ns),
-        (names.EV_FIRST_STT, device.first_stt_ns if device.stt_messages > 1 else None),
         (names.EV_LLM, device.llm_ns),
         (names.EV_FIRST_AUDIO_RECEIVED, device.first_audio_received_ns),
         (names.EV_FIRST_AUDIBLE, device.first_audible_ns),
@@ -274,6 +273,8 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
     ):
         if t is not None:
             span.add_event(name, t)
+    for t in device.stt_at if len(device.stt_at) > 1 else ():
+        span.add_event(names.EV_STT_MESSAGE, t)
     for index, (t, text) in enumerate(device.sentence_starts):
         span.add_event(names.EV_SENTENCE_START, t, {names.SENTENCE_INDEX: index, names.SENTENCE_TEXT: text})
 

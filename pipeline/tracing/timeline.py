@@ -167,8 +167,7 @@ class DeviceTiming:
     reconnects: int = 0  # the connection was gone when the turn began and was opened again (0 or 1)
     temperature: str = ""  # cold_connection, cold_wake or warm (``TURN_TEMPERATURES``)
     last_audible_ns: int | None = None  # the end of the answer's last sample above the threshold (its start + 1 sample)
-    first_stt_ns: int | None = None  # the first stt received
-    stt_messages: int = 0  # stt messages received: more than one, the server heard several utterances
+    stt_at: list[int] = field(default_factory=list)  # every stt received (several: several utterances heard)
 
 
 @dataclass(frozen=True, slots=True)

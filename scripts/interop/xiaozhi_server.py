@@ -50,9 +50,8 @@ from pipeline.interop.lab_server import lab_config
 from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports
 from pipeline.interop.ramp_table import ramp_markdown
 from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, ramp_argv
-from pipeline.interop.side_by_side import RunResult, markdown
-from pipeline.interop.turns_mode import LAB, REAL, planned, turns_arguments, turns_intro, turns_problem, turns_runs
-from pipeline.records.bench_csv import read_bench_csv
+from pipeline.interop.side_by_side import RunResult, interop_intro, markdown, packets
+from pipeline.interop.turns_mode import LAB, REAL, TurnsOptions, planned, turns_intro, turns_problem, turns_runs
 from pipeline.records.segment import write_segments
 from pipeline.report.cutoffs_by_run import score_run, turns_markdown
 from pipeline.settings.models import ModelError, default_cache, resolve
@@ -98,11 +97,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     capacity_arguments(p)
     turns_arguments(p)
     args = p.parse_args(argv)
+    args.turns = TurnsOptions(
+        args.vad_waits, args.lab_vad_waits, bool(args.capacity), args.gateway is not None, not args.no_lab,
+        args.fixtures, args.limit, args.rounds,
+    )  # fmt: skip
     args.conditions = args.conditions or ("A" if args.capacity else "A,B")
     args.services_config = args.services_config or (CAPACITY_SERVICES if args.capacity else SERVICES_CONFIG)
     bad = sorted(set(args.conditions.split(",")) - {"A", "B"})
-    if bad or turns_problem(args):
-        p.error(turns_problem(args) or f"--conditions: unknown {', '.join(bad)} (A or B)")
+    if bad or turns_problem(args.turns):
+        p.error(turns_problem(args.turns) or f"--conditions: unknown {', '.join(bad)} (A or B)")
     return args
 
 
@@ -125,7 +128,7 @@ class Interop:
         self.ports = dict(zip(names, free_ports(len(names), args.ports_from), strict=True))
         self.server_folder = real_server.server_folder(args.checkout.resolve())
         self.gateway_folder = real_gateway.gateway_folder(args.gateway.resolve()) if args.gateway else None
-        self.plan = planned(args, self.server_folder)  # the servers to ask; in turns mode, one a VAD wait
+        self.plan = planned(args.turns, self.server_folder)  # the servers to ask; in turns mode, one a VAD wait
 
     # --- the whole run ---------------------------------------------------------------------
 
@@ -308,39 +311,15 @@ class Interop:
             results.append(RunResult(run.label, run.condition, summarize(rows), lost, late, run.note))
         write_segments(self.out / "segments.csv", rows_by_run)
         table = markdown(results)
-        (self.out / "interop.md").write_text(intro(self.args) + table, encoding="utf-8")
+        head = interop_intro(self.args.fixtures.name, self.args.limit, self.args.rounds)
+        (self.out / "interop.md").write_text(head + table, encoding="utf-8")
         if self.args.vad_waits:  # turns mode: each run's turns against the truth
             scores = [score_run(*r) for r in turns_runs(self.plan, self.runs, self.out)]
-            text = turns_markdown(scores, turns_intro(self.args, self.server_folder))
+            text = turns_markdown(scores, turns_intro(self.args.turns, self.server_folder))
             (self.out / "turns.md").write_text(text, encoding="utf-8")
         for message in problems:
             print(f"warning: {message}", file=sys.stderr)
         return results
-
-
-def packets(bench: Path) -> tuple[int | None, int | None]:
-    """Packets lost and late over the measured turns; None where no turn counted packets (WebSocket)."""
-    if not bench.is_file():
-        return None, None
-    rows = [r for r in read_bench_csv(bench) if not r.warmup]
-    lost = [r.packets_lost for r in rows if r.packets_lost is not None]
-    if not lost:
-        return None, None
-    return sum(lost), sum(r.packets_late or 0 for r in rows if r.packets_lost is not None)
-
-
-def intro(args: argparse.Namespace) -> str:
-    return (
-        "# A real xiaozhi server beside the lab's\n\n"
-        f"Fixtures {args.fixtures.name}, the first {args.limit} question(s), {args.rounds} round(s) (the first a "
-        "warm-up, left out). Medians in ms over the measured turns that succeeded, from spans: the device's and "
-        "the lab's speech services' and LLM relay's, on one clock. `server own (derived)` is first audible less "
-        "ASR, LLM first token, LLM to first sentence, TTS and the device buffer: it holds uplink, end-pointing "
-        "and downlink (loopback) besides the server's own work. Prompt tokens and how many the LLM server took "
-        "from its cache are as the LLM server counted them (llama.cpp's timings), the state the first token "
-        "depends on. A: the emulated cloud (estimated compute "
-        "profile fast-70b-api); B: llama.cpp's server with the local model.\n\n"
-    )
 
 
 def capacity_arguments(p: argparse.ArgumentParser) -> None:
@@ -358,6 +337,19 @@ def capacity_arguments(p: argparse.ArgumentParser) -> None:
         metavar="IDS",
         help="question ids left out of the fixtures every server is asked (comma-separated)",
     )
+
+
+def turns_arguments(p: argparse.ArgumentParser) -> None:
+    """The turns mode's options (``pipeline/interop/turns_mode.py`` checks them: ``turns_problem``)."""
+    group = p.add_argument_group("turns mode (each server at several VAD waits, scored against the fixtures' truth)")
+    group.add_argument(
+        "--vad-waits",
+        metavar="MS,...",
+        help="the real server's VAD.SileroVAD.min_silence_duration_ms, "
+        "one run each; the first is the reference (e.g. 200,500,800 with the shipped 200 first)",
+    )
+    group.add_argument("--lab-vad-waits", metavar="MS,...", help="of those, the waits the lab's server runs at too "
+                       "([vad.xiaozhi_server] silence_ms; default: the first)")  # fmt: skip
 
 
 def capacity_run(args: argparse.Namespace) -> CapacityRun:

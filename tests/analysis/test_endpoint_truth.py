@@ -99,17 +99,14 @@ def test_the_utterances_a_detector_makes_of_the_whole_question() -> None:
 
 def device_alone(tmp_path: Path, stt_at_ms: tuple[int, ...]) -> TurnRow:
     """A device's turn read without its server's spans (a server that writes none): its VAD span declares
-    nothing, the server's stt messages came at ``stt_at_ms`` (turn ms); the user really finished at 2880 ms."""
+    nothing, the server's stt messages came at ``stt_at_ms`` (turn ms); the user paused at 1800 ms and really
+    finished at 2880 ms."""
     tmp_path.mkdir(exist_ok=True)
     tl = turn(silence_ms=600)
     tl.vad.declared_at_ms = None
     at = [tl.start_ns + t * 1_000_000 for t in stt_at_ms]
     tl.device = DeviceTiming("websocket", 1, tl.start_ns, tl.start_ns + 3_000_000_000)
-    tl.device.stt_ns, tl.device.first_stt_ns, tl.device.stt_messages = (
-        max(at, default=None),
-        min(at, default=None),
-        len(at),
-    )
+    tl.device.stt_ns, tl.device.stt_at = max(at, default=None), at
     return row_of(tl, tmp_path, utterances=1)
 
 
@@ -122,6 +119,12 @@ def test_a_device_alone_sees_a_cut_when_the_servers_text_comes_before_the_user_f
 def test_a_device_alone_sees_a_cut_when_the_server_recognised_two_utterances(tmp_path: Path) -> None:
     twice, once = (device_alone(tmp_path / n, at) for n, at in (("a", (3000, 4200)), ("b", (3000,))))
     assert (twice.cut_off, once.cut_off) == (1, 0)
+
+
+def test_text_from_before_the_first_pause_is_an_earlier_exchanges_and_not_counted(tmp_path: Path) -> None:
+    # at 1000 ms nothing of the question could have ended: the server was still answering the question before
+    spilled, only = (device_alone(tmp_path / n, at) for n, at in (("a", (1000, 3000)), ("b", (1000,))))
+    assert (spilled.cut_off, spilled.cut_off_by, only.cut_off, only.cut_off_by) == (0, "stt", None, "")
 
 
 def test_a_device_alone_without_any_recognised_text_has_nothing_to_judge_by(tmp_path: Path) -> None:

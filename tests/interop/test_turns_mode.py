@@ -3,7 +3,6 @@ server's config."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import tomllib
 from pathlib import Path
@@ -16,10 +15,10 @@ from pipeline.interop.turns_mode import (
     LAB,
     REAL,
     ServerRun,
+    TurnsOptions,
     TurnsRun,
     server_runs,
     shipped_wait,
-    turns_arguments,
     turns_problem,
     turns_runs,
     waits,
@@ -101,23 +100,21 @@ def test_each_wait_is_a_run_of_the_real_server_and_the_lab_runs_at_the_first() -
     assert [r.server for r in server_runs((200, 800), None, 200, lab=False)] == [REAL, REAL]
 
 
+def options(vad_waits: str | None = None, lab_vad_waits: str | None = None, capacity: bool = False) -> TurnsOptions:
+    return TurnsOptions(vad_waits, lab_vad_waits, capacity, False, True, Path("paused"), 40, 2)
+
+
 def test_the_waits_are_parsed_and_checked() -> None:
     assert waits("200,500, 800") == (200, 500, 800)
     for bad in ("200,x", "200,200", "0", ""):
-        with pytest.raises(argparse.ArgumentTypeError):
+        with pytest.raises(ValueError):
             waits(bad)
-    p = argparse.ArgumentParser()
-    turns_arguments(p)
-    p.add_argument("--capacity", default="")
-    p.add_argument("--gateway")
-
-    def problem(*argv: str) -> str:
-        return turns_problem(p.parse_args(list(argv)))
-
-    assert problem() == "" and problem("--vad-waits", "200,800") == ""
-    assert problem("--vad-waits", "200,800", "--lab-vad-waits", "500") == "--lab-vad-waits: 500 not in --vad-waits"
-    assert problem("--lab-vad-waits", "200") == "--lab-vad-waits needs --vad-waits"
-    assert "not with --capacity" in problem("--vad-waits", "200", "--capacity", "1,2")
+    assert turns_problem(options()) == "" and turns_problem(options("200,800")) == ""
+    assert turns_problem(options("200,800", "500")) == "--lab-vad-waits: 500 not in --vad-waits"
+    assert turns_problem(options(None, "200")) == "--lab-vad-waits needs --vad-waits"
+    assert "not with --capacity" in turns_problem(options("200", capacity=True))
+    said = "--vad-waits / --lab-vad-waits: '200,x': waits in ms, comma-separated (200,500,800)"
+    assert turns_problem(options("200,x")) == said
 
 
 class Done:

@@ -245,9 +245,7 @@ class DeviceTurn:
         """Stamps what the message says; a ``tts`` message's state, or what it was."""
         if isinstance(item, Stt):
             self.timing.stt_ns = now
-            if self.timing.first_stt_ns is None:
-                self.timing.first_stt_ns = now
-            self.timing.stt_messages += 1
+            self.timing.stt_at.append(now)
             self.timing.transcript = item.text
             self._heard()
         elif isinstance(item, Llm) and self.timing.llm_ns is None:

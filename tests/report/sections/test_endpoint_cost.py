@@ -128,7 +128,7 @@ def test_cuts_a_device_saw_alone_are_said_to_be_lower_bounds() -> None:
     rows = [seen_in_stt(r) for r in three_settings()]
     text = build(Dataset.of_rows(rows, "test", runs=runs()), draw=False).text()
     assert "Cuts seen by the device alone (silero, silence 600 ms): its server writes no spans" in text
-    assert "these cut-off rates are lower bounds" in text
+    assert "That can miss a cut, and take an earlier exchange's late text for one" in text
 
 
 def test_the_figure_is_drawn_the_same_twice() -> None:
