@@ -116,6 +116,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="frames the device holds before an answer starts playing (the firmware: 0)",
     )
     device.add_argument(
+        "--settle-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="before each question, wait until the server has sent nothing for MS ms (what it sent is dropped, "
+        "counted): a server still answering an earlier question, e.g. the second half of one it cut off, "
+        "would otherwise answer into this one (default 0: ask at once)",
+    )
+    device.add_argument(
         "--uplink-encoder",
         choices=tuple(PRESETS),
         default="firmware",
@@ -170,6 +179,7 @@ def plan_of(args: argparse.Namespace, run_id: str) -> RunPlan:
         protocol_version=args.protocol_version,
         listen_mode=args.listen_mode,
         jitter_frames=args.jitter_frames,
+        settle_ms=args.settle_ms,
         uplink_encoder=args.uplink_encoder,
         link_profile=args.link_profile,
         record_audio=args.record_audio,

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 REAL, LAB = "real server", "lab server"
+# turns mode's devices ask each question of a quiet server (``pipeline.replay --settle-ms``): a server that cut a
+# question in two answers its second half after the device's turn has ended, into the next question otherwise
+SETTLE_MS = 2000
 VAD_KEYS = ("VAD", "SileroVAD", "min_silence_duration_ms")  # the real server's wait, in its config.yaml
 
 
@@ -149,6 +152,11 @@ def planned(o: TurnsOptions, server_folder: Path) -> list[ServerRun]:
     """The script's runs for its options and the checkout (the shipped wait read from it in turns mode)."""
     shipped = shipped_wait(server_folder) if o.waits else None
     return server_runs(o.waits, o.lab_waits or None, shipped, o.lab)
+
+
+def settle(o: TurnsOptions) -> list[str]:
+    """The replay's options that wait for a quiet server before each question, in turns mode only."""
+    return ["--settle-ms", str(SETTLE_MS)] if o.waits else []
 
 
 def lab_traces(out: Path, condition: str, run: ServerRun) -> Path:

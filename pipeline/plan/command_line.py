@@ -73,6 +73,7 @@ def device_argv(device: DeviceOptions) -> list[str]:
         ("--protocol-version", device.protocol_version, usual.protocol_version),
         ("--listen-mode", device.listen_mode, usual.listen_mode),
         ("--jitter-frames", device.jitter_frames, usual.jitter_frames),
+        ("--settle-ms", device.settle_ms, usual.settle_ms),
         ("--uplink-encoder", device.uplink_encoder, usual.uplink_encoder),
         ("--link-profile", device.link_profile, usual.link_profile),
         ("--record-audio", device.record_audio, usual.record_audio),

@@ -63,6 +63,7 @@ def device_of(plan: RunPlan, cfg: Config, env: Mapping[str, str]) -> DeviceSetti
         barge_in_after_ms=d.barge_in_after_ms,
         barge_in_with=d.barge_in_with,
         jitter_frames=d.jitter_frames,
+        settle_ms=d.settle_ms,
         encoder_preset=d.uplink_encoder,
         profile=get_profile(d.link_profile) if d.link_profile else None,
         sound=SoundOutputs(speaker=d.speaker, voice=d.voice),
@@ -111,6 +112,8 @@ def identify_device(engines: Engines, remote: DeviceSettings, clock: Clock) -> N
     engines.endpoint, engines.identity["server"] = EmulatedDevice(remote, clock).label, remote.url
     if remote.profile is not None:  # the link changes every latency the device sees (M11)
         engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
+    if remote.settle_ms:  # each question waits for a quiet server: the turns no longer follow each other at once
+        engines.identity["settle_ms"] = str(remote.settle_ms)
     if remote.barge_in_after_ms is not None:  # an interrupted answer is another experiment
         engines.identity["barge_in"] = f"{remote.barge_in_with} after {remote.barge_in_after_ms} ms"
     # the device's differences from the firmware, and its listening mode (DEVICE_CHOICES)

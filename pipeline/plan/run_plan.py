@@ -47,6 +47,7 @@ class DeviceOptions:
     protocol_version: int = 1
     listen_mode: str = "auto"
     jitter_frames: int = 0
+    settle_ms: int = 0  # before each question: the server quiet this long
     uplink_encoder: str = "firmware"  # the Opus encoder preset
     link_profile: str | None = None  # a network profile between device and server
     record_audio: Path | None = None  # each device's recording goes here
@@ -66,6 +67,8 @@ class DeviceOptions:
                 )
             if self.jitter_frames < 0:
                 raise ValueError(f"--jitter-frames {self.jitter_frames}: 0 or more")
+            if self.settle_ms < 0:
+                raise ValueError(f"--settle-ms {self.settle_ms}: 0 or more")
         if self.record_audio is not None and not self.server:
             raise ValueError("--record-audio records emulated devices: it needs --server")
 

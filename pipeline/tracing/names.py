@@ -102,6 +102,7 @@ TRUTH_UTTERANCES = "lab.truth.utterances"
 # a device span's: the server's recognised-text (stt) messages received in the turn (more than one: the server heard
 # the question as several utterances)
 STT_MESSAGES = "lab.device.stt_messages"
+SETTLE_WAIT_MS = "lab.device.settle_wait_ms"  # before the turn, waited this long for a quiet server (--settle-ms)
 # a vad_decision event's: its verdict ("end", "finished", "wait", "max_silence", "end_of_input"), the audio time it
 # was made at, an end-of-turn model's probability that the turn is finished, the CPU the deciding thread spent on
 # it (a model's inference; a frame VAD's frames, summed) and the frames classified; speech_end_offset_ms as above

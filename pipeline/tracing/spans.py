@@ -256,6 +256,8 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
         names.RECONNECTS: device.reconnects,
         names.STT_MESSAGES: len(device.stt_at),
     }
+    if device.settle_wait_ns:
+        attrs[names.SETTLE_WAIT_MS] = device.settle_wait_ns / 1e6
     if device.temperature:
         attrs[names.TURN_TEMPERATURE] = device.temperature
     start = device.first_uplink_ns if device.first_uplink_ns is not None else child.end

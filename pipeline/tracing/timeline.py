@@ -168,6 +168,7 @@ class DeviceTiming:
     temperature: str = ""  # cold_connection, cold_wake or warm (``TURN_TEMPERATURES``)
     last_audible_ns: int | None = None  # the end of the answer's last sample above the threshold (its start + 1 sample)
     stt_at: list[int] = field(default_factory=list)  # every stt received (several: several utterances heard)
+    settle_wait_ns: int = 0  # before the turn: waited this long for the server to fall quiet (--settle-ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ from pipeline.interop.process_group import InteropError, ProcessGroup, StartedPr
 from pipeline.interop.ramp_table import ramp_markdown
 from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, ramp_argv
 from pipeline.interop.side_by_side import RunResult, interop_intro, markdown, packets
-from pipeline.interop.turns_mode import LAB, REAL, TurnsOptions, planned, turns_intro, turns_problem, turns_runs
+from pipeline.interop.turns_mode import LAB, REAL, TurnsOptions, planned, settle, turns_intro, turns_problem, turns_runs
 from pipeline.records.segment import write_segments
 from pipeline.report.cutoffs_by_run import score_run, turns_markdown
 from pipeline.settings.models import ModelError, default_cache, resolve
@@ -285,7 +285,7 @@ class Interop:
         folder = self.out / "runs" / label.replace(", ", "-").replace(" ", "-")
         argv = [self.python, "-m", "pipeline.replay", str(self.fixtures), "--server", server]
         argv += ["--condition", condition, "--limit", str(self.args.limit), "--rounds", str(self.args.rounds)]
-        argv += ["--out", str(folder), "--run-id", folder.name, "--timeout", "120"]
+        argv += ["--out", str(folder), "--run-id", folder.name, "--timeout", "120", *settle(self.args.turns)]
         print(f"{label}: {self.args.limit} question(s) x {self.args.rounds} round(s) against {server}", flush=True)
         started = processes.start(f"replay-{folder.name}", argv, env=env)
         code = started.process.wait()

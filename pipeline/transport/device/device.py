@@ -33,6 +33,8 @@ from pipeline.transport.wire import mcp
 from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.messages import LabTag, Listen, Mcp
 
+SETTLE_MAX_S = 30.0  # a server that never falls quiet: ask all the same, the wait recorded on the turn
+
 __all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
 
 
@@ -161,7 +163,9 @@ class EmulatedDevice:
                 failed.timing.temperature = "cold_connection"  # it tried to set one up
                 failed.recorder.fail("disconnected", str(exc))
                 return failed.recorder.finish()
+        settled = await self._settle()
         turn = DeviceTurn(self, ask)
+        turn.timing.settle_wait_ns = settled
         turn.timing.temperature = self._temperature(woken=False)
         turn.timing.reconnects = reconnected
         try:
@@ -201,6 +205,19 @@ class EmulatedDevice:
         turn.timing.temperature = self._temperature(woken=self.settings.barge_in_with == "wake")
         turn.sending = asyncio.create_task(turn.start_speaking(after, listen))
         self._pending = turn
+
+    async def _settle(self) -> int:
+        """Before a question: wait until the server has sent nothing for ``settle_ms`` (at most ``SETTLE_MAX_S``);
+        how long it waited (ns). What it sent meanwhile belongs to no turn (the turn's start drops it, counted)."""
+        quiet = self.settings.settle_ms * 1_000_000
+        if not quiet:
+            return 0
+        start = now = self.clock.now_ns()
+        give_up = start + round(SETTLE_MAX_S * 1e9)
+        while (last := self.link.last_arrival_ns()) is not None and now - last < quiet and now < give_up:
+            await asyncio.sleep(min(quiet - (now - last), give_up - now) / 1e9)
+            now = self.clock.now_ns()
+        return now - start
 
     def _temperature(self, woken: bool) -> str:
         """A new turn's label: the first on its connection, one a wake word started, or warm."""

@@ -54,6 +54,9 @@ class DeviceSettings:
     turn_timeout_s: float = 60.0
     barge_in_after_ms: int | None = None  # the user cuts in this long after the answer became audible
     barge_in_with: str = "wake"  # one of BARGE_IN_WAYS
+    # before each question, wait until the server has sent nothing for this long (0: ask at once): a server
+    # still answering an earlier question (its second half, after it cut the user off) would answer into this one
+    settle_ms: int = 0
     encoder_preset: str = "firmware"  # the uplink Opus encoder (pipeline.transport.wire.opus presets)
     mcp_wait_s: float = 3.0  # after hello: wait this long at most for the server's tools/list
     profile: NetProfile | None = None  # the link emulator between device and server; None: direct
@@ -68,6 +71,8 @@ class DeviceSettings:
             raise ValueError(f"barge_in_with {self.barge_in_with!r}: one of {', '.join(BARGE_IN_WAYS)}")
         if self.jitter_frames < 0:
             raise ValueError(f"jitter_frames {self.jitter_frames}: 0 or more")
+        if self.settle_ms < 0:
+            raise ValueError(f"settle_ms {self.settle_ms}: 0 or more")
         if self.sound.voice and self.listen_mode == "realtime":
             raise ValueError("a voice into a sound device needs listen_mode auto or manual (realtime: not yet)")
 

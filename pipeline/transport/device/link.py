@@ -57,6 +57,9 @@ class DeviceLink(Protocol):
     def turn_started(self, drain: bool = True) -> int:
         """A new turn: what is still waiting belongs to none (``drain``); how many audio frames went."""
 
+    def last_arrival_ns(self) -> int | None:
+        """When the server's last message or frame arrived (None: nothing yet)."""
+
     def packet_counts(self) -> PacketCounts | None: ...
 
 
@@ -67,9 +70,11 @@ class Inbox:
         self.clock = clock
         self.queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
         self.gone = ""  # why the connection ended; "": it has not
+        self.last_ns: int | None = None  # when the last item arrived
 
     def put(self, item: Inbound) -> None:
-        self.queue.put_nowait((self.clock.now_ns(), item))
+        self.last_ns = self.clock.now_ns()
+        self.queue.put_nowait((self.last_ns, item))
 
     def end(self, reason: str) -> None:
         if not self.gone:

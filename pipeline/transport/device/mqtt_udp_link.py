@@ -240,6 +240,9 @@ class MqttUdpLink:
         self.check = self.check.next_turn()
         return self.inbox.drain() if drain else 0
 
+    def last_arrival_ns(self) -> int | None:
+        return self.inbox.last_ns
+
     def packet_counts(self) -> PacketCounts | None:
         return PacketCounts(self.check.received, self.check.lost, self.check.late)
 

@@ -145,5 +145,8 @@ class WebSocketLink:
         """A new turn: what is still waiting belongs to none (``drain``); the audio frames thrown away."""
         return self.inbox.drain() if drain else 0
 
+    def last_arrival_ns(self) -> int | None:
+        return self.inbox.last_ns
+
     def packet_counts(self) -> PacketCounts | None:
         return None

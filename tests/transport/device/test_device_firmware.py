@@ -376,6 +376,35 @@ def test_audio_outside_tts_start_and_stop_is_dropped_counted_and_never_reaches_t
 
 
 @pytest.mark.transport
+def test_with_settle_ms_the_next_question_waits_for_a_server_still_answering_the_last() -> None:
+    async def script(conn: Conn) -> None:
+        await conn.next_json("listen")
+        await conn.audio(len(CLIP))
+        await conn.answer(4)
+        # the server heard a second utterance of the first question, and answers it after the turn ended
+        await asyncio.sleep(0.1)
+        await conn.answer(3, gap_s=0.05)
+        await conn.next_json("listen")
+        await conn.audio(len(CLIP))
+        await conn.answer(4)
+        await conn.until_closed()
+
+    async def scenario() -> tuple[list[TurnTimeline], list[Conn]]:
+        async with scripted(script) as (url, conns), EmulatedDevice(settings(url, settle_ms=300), CLOCK) as device:
+            return [await device.turn(ask("q1")), await device.turn(ask("q2"))], conns
+
+    (first, second), [conn] = real(scenario)
+    assert first.ok and second.ok, (first.error_message, second.error_message)
+    assert first.device is not None and second.device is not None
+    # the second question was asked 300 ms after the server's last message, what it sent meanwhile no turn's
+    last_stray = conn.when_sent("tts/stop")[1]
+    second_listen = conn.of("listen", "start")[1][0]
+    assert second_listen - last_stray >= 0.3e9
+    assert len(second.device.stt_at) == 1 and second.device.stt_at[0] > second_listen
+    assert second.device.settle_wait_ns > 0
+
+
+@pytest.mark.transport
 @pytest.mark.parametrize("jitter", [0, 2])
 def test_jitter_frames_hold_only_the_start_of_an_answer(jitter: int) -> None:
     async def script(conn: Conn) -> None:
