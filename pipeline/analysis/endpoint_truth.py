@@ -12,10 +12,11 @@ point of the audio the end-point was declared (``lab.vad.declared_at_ms``). From
   a device's turn read beside its server's traces); ``stt``, a device alone (a server that writes no spans of
   ours, such as the real xiaozhi-esp32-server), inferred from the server's recognised-text messages: the first
   came before the user finished (a server recognises text only once it has declared an end), or more than one
-  came (it heard the question as several utterances); text that came before the question's first pause began
-  is an earlier exchange's and not counted (``seen_by_device``). The inference can miss a cut (a short pause
-  whose recognition lands after the true end, the second utterance's ``stt`` after the answer ended) and
-  mistake an earlier exchange's late text, after the first pause began, for this question's;
+  came (it heard the question as several utterances) (``seen_by_device``). The inference can miss a cut (a
+  short pause whose recognition lands after the true end, the second utterance's ``stt`` after the answer
+  ended), and take an earlier exchange's late text for this question's: a server answering the second half
+  of a question it cut off after the device's turn ended answers into the next turn, unless the device waits
+  for a quiet server before each question (``pipeline.replay --settle-ms``);
 - ``utterances``: how many utterances the run's end-of-turn detector makes of the whole question, heard alone
   and untimed (1: it held the question together); empty where the cut was seen in ``stt`` (the detector is the
   server's, unseen);
@@ -77,7 +78,7 @@ def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTru
     utterances = attr_number(a.get(names.TRUTH_UTTERANCES))
     cut_off, cut_off_by = (None, None) if declared_at is None else (int(declared_at < true_end_ms), DECLARED)
     if cut_off is None and device is not None:
-        cut_off = seen_by_device(device, true_end_ms, str(a.get(names.TRUTH_PAUSES) or ""), true_end)
+        cut_off = seen_by_device(device, true_end)
         cut_off_by = None if cut_off is None else SEEN_IN_STT
         utterances = None  # the device's own VAD is not the detector that ended the turn: its server's is
     return EndpointTruth(
@@ -90,30 +91,15 @@ def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTru
     )
 
 
-def seen_by_device(device: ReadSpan, truth_ms: float, pauses: str, true_end_ns: int | None) -> int | None:
-    """A device's own view of a cut (its server's end-point unseen): 1 where the server's first recognised text of
-    this question came before the user finished, or more than one came; None where none came.
-
-    Text that came before the question's first pause began (a question without pauses: before its true end)
-    cannot be of this question's end, nothing of it having been heard to end yet: it is an earlier exchange's
-    (the server answering the last question's second half as this one starts), and is not counted."""
-    heard = [e.time_ns for e in device.events if e.name == names.EV_STT_MESSAGE]
+def seen_by_device(device: ReadSpan, true_end_ns: int | None) -> int | None:
+    """A device's own view of a cut (its server's end-point unseen): 1 where the server's first recognised text
+    came before the user finished, or more than one came; None where none came (nothing to judge by)."""
+    heard = sorted(e.time_ns for e in device.events if e.name == names.EV_STT_MESSAGE)
     last = device.event_ns(names.EV_STT)
     heard = heard or ([last] if last is not None else [])
     if true_end_ns is None or not heard:
         return None
-    earliest = true_end_ns - round((truth_ms - first_pause_ms(pauses, truth_ms)) * 1e6)
-    own = sorted(t for t in heard if t >= earliest)
-    if not own:
-        return None
-    return int(own[0] < true_end_ns or len(own) > 1)
-
-
-def first_pause_ms(pauses: str, truth_ms: float) -> float:
-    """Where the question's first pause starts (clip ms; ``TRUTH_PAUSES``: "start-end;..."), its true end where it
-    has none."""
-    starts = [float(p.split("-", 1)[0]) for p in pauses.split(";") if p.strip()]
-    return min(starts, default=truth_ms)
+    return int(heard[0] < true_end_ns or len(heard) > 1)
 
 
 def decisions(vad: ReadSpan | None) -> tuple[int | None, float | None]:

@@ -328,8 +328,8 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
             TEXT,
             "how `cut_off` was seen: `declared`, from the VAD span that declared the end-point (in one process, or "
             "a device read beside its server's traces); `stt`, a device alone, inferred from its server's "
-            "recognised-text messages after the question's first pause began (the first before the user finished, "
-            "or more than one): it can miss a cut, and take an earlier exchange's late text for this one's",
+            "recognised-text messages (the first before the user finished, or more than one): it can miss a cut, "
+            "and take an earlier exchange's late text for this one's (`pipeline.replay --settle-ms` prevents it)",
             TRUTH,
             repeated=True,
         ),

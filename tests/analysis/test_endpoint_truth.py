@@ -121,12 +121,6 @@ def test_a_device_alone_sees_a_cut_when_the_server_recognised_two_utterances(tmp
     assert (twice.cut_off, once.cut_off) == (1, 0)
 
 
-def test_text_from_before_the_first_pause_is_an_earlier_exchanges_and_not_counted(tmp_path: Path) -> None:
-    # at 1000 ms nothing of the question could have ended: the server was still answering the question before
-    spilled, only = (device_alone(tmp_path / n, at) for n, at in (("a", (1000, 3000)), ("b", (1000,))))
-    assert (spilled.cut_off, spilled.cut_off_by, only.cut_off, only.cut_off_by) == (0, "stt", None, "")
-
-
 def test_a_device_alone_without_any_recognised_text_has_nothing_to_judge_by(tmp_path: Path) -> None:
     row = device_alone(tmp_path, ())
     assert (row.cut_off, row.cut_off_by) == (None, "")

@@ -210,9 +210,9 @@ def _notes(ctx: Context, settings: Sequence[EndSetting]) -> list[Block]:
         out.append(
             Paragraph(
                 f"Cuts seen by the device alone ({', '.join(seen)}): its server writes no spans of the lab's, so a "
-                "cut is inferred from the server's recognised text after the question's first pause began (it "
-                "came before the user finished, or more than once in the turn). That can miss a cut, and take an "
-                "earlier exchange's late text for one; no end-point delay is given.",
+                "cut is inferred from the server's recognised text (it came before the user finished, or more than "
+                "once in the turn). That can miss a cut, and take an earlier exchange's late text for one unless "
+                "each question waited for a quiet server (replay --settle-ms); no end-point delay is given.",
                 NOTE,
             )
         )
