@@ -93,13 +93,15 @@ def endpoint_truth(t: TurnSpans, server: TurnSpans | None = None) -> EndpointTru
 
 def seen_by_device(device: ReadSpan, true_end_ns: int | None) -> int | None:
     """A device's own view of a cut (its server's end-point unseen): 1 where the server's first recognised text
-    came before the user finished, or more than one came; None where none came (nothing to judge by)."""
+    came before the user finished, or more than one came; None where none came (nothing to judge by). Text
+    in a turn that never reached the true end (``true_end_ns`` None: it ended, answered, before the question's
+    last speech was sent) came before the user finished."""
     heard = sorted(e.time_ns for e in device.events if e.name == names.EV_STT_MESSAGE)
     last = device.event_ns(names.EV_STT)
     heard = heard or ([last] if last is not None else [])
-    if true_end_ns is None or not heard:
+    if not heard:
         return None
-    return int(heard[0] < true_end_ns or len(heard) > 1)
+    return int(true_end_ns is None or heard[0] < true_end_ns or len(heard) > 1)
 
 
 def decisions(vad: ReadSpan | None) -> tuple[int | None, float | None]:

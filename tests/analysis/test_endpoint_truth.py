@@ -121,6 +121,17 @@ def test_a_device_alone_sees_a_cut_when_the_server_recognised_two_utterances(tmp
     assert (twice.cut_off, once.cut_off) == (1, 0)
 
 
+def test_a_turn_answered_and_ended_before_the_user_finished_was_cut(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    tl = turn(silence_ms=600)
+    tl.vad.declared_at_ms, tl.vad.true_end_ns = None, None  # the device stopped before sending the true end
+    tl.device = DeviceTiming("websocket", 1, tl.start_ns, tl.start_ns + 2_000_000_000)
+    tl.device.stt_ns = tl.start_ns + 1_900_000_000
+    tl.device.stt_at = [tl.device.stt_ns]
+    row = row_of(tl, tmp_path)
+    assert (row.cut_off, row.cut_off_by, row.true_end_first_audible_ms) == (1, "stt", None)
+
+
 def test_a_device_alone_without_any_recognised_text_has_nothing_to_judge_by(tmp_path: Path) -> None:
     row = device_alone(tmp_path, ())
     assert (row.cut_off, row.cut_off_by) == (None, "")
