@@ -20,7 +20,7 @@ from pipeline.capacity.step_verdict import REFUSED
 from pipeline.clock import Clock
 from pipeline.fleet.arrivals import rotated, start_offsets_ms
 from pipeline.run.assembly import build_vad
-from pipeline.run.device_side import Ask, speech_end_ms
+from pipeline.run.device_side import Ask, speech_end_ms, true_end_ms
 from pipeline.run.session import RemoteTurns, Run, TraceSink, session_attributes, turn_attributes
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
 from pipeline.settings.fixtures import Question
@@ -147,8 +147,8 @@ class Users:
             now = self.run.clock.now_ns()
             return TurnTimeline(start_ns=now, end_ns=now, error_type="bad_audio", error_message=str(clip)), ""
         round_no = asked // len(self.run.selected()) + 1
-        true_end = q.truth.speech_end_ms if q.truth is not None else None  # a truth: its silence from the true end
-        ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn(), true_end)
+        # a question with a truth: its silence from the true end, and its cut-off
+        ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn(), true_end_ms(q))
         return await device.turn(ask), ask.traceparent
 
     def _record(self, index: int, q: Question, asked: int, timeline: TurnTimeline, reserved: str = "") -> None:

@@ -150,6 +150,11 @@ def frame_holding(end_ms: float) -> int:
     return max(0, math.ceil(end_ms / FRAME_MS) - 1)
 
 
+def true_end_ms(question: Question) -> float | None:
+    """Where the question's user really finished (clip ms), None for a question without a truth."""
+    return question.truth.speech_end_ms if question.truth is not None else None
+
+
 def mark_true_end(timeline: TurnTimeline, question: Question) -> None:
     """In-process: the question's true end of speech is when the frame holding its last speech sample reached
     the server, as the VAD's end of speech is its frame's arrival (``recorder``). A turn that ended before that

@@ -23,7 +23,7 @@ from pipeline.fleet.background import BackgroundLoad
 from pipeline.fleet.scheduler import BACKGROUND, Scheduler
 from pipeline.run.assembly import Engines, build_stages, build_vad, chat_backend, open_chat
 from pipeline.run.cpu import CpuMeter
-from pipeline.run.device_side import Ask, mark_true_end, speech_end_ms, utterances_in
+from pipeline.run.device_side import Ask, mark_true_end, speech_end_ms, true_end_ms, utterances_in
 from pipeline.run.gate import OPEN, TurnGate
 from pipeline.run.turn import run_turn
 from pipeline.settings.audio import BadAudio, LoadedAudio, load_audio
@@ -287,8 +287,8 @@ class _Fleet:
                     vad = build_vad(self.run.config, self.run.engines, q)
                     self.speech_ends[q.id] = await speech_end_ms(vad, clip.frames)
                 # the turn span's id, drawn now, goes to the server: its spans join this turn's trace
-                true_end = q.truth.speech_end_ms if q.truth is not None else None
-                ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, self.tracing.reserve_turn(), true_end)
+                reserved = self.tracing.reserve_turn()
+                ask = Ask(clip.frames, self.speech_ends[q.id], q.id, round_no, reserved, true_end_ms(q))
                 asks[pos] = ask
         return asks[pos]
 

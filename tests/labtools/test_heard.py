@@ -8,24 +8,10 @@ import csv
 
 from labtools.heard import acoustic_minus_trace, trace_turns
 from pipeline.records.acoustic import AcousticRow, failed_row
-from pipeline.records.turn_row import TurnRow
 from tests.paths import TEST_DATA
+from tests.report.test_acoustic_match import trace as turn
 
 EXPERIMENT = TEST_DATA / "report" / "experiment"
-
-
-def turn(question: str, true_end: float | None = 950.0) -> TurnRow:
-    """A device's turn: 1000 ms of silence from its VAD's end, ``true_end`` from its truth's (None: no truth)."""
-    return TurnRow(
-        run_id="r1",
-        question_id=question,
-        round=1,
-        ok=1,
-        transport="websocket",
-        device=0,
-        first_audible_ms=1000.0,
-        true_end_first_audible_ms=true_end,
-    )
 
 
 def row(question: str, silence: float, end_from: str) -> AcousticRow:
