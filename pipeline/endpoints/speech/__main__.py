@@ -2,7 +2,7 @@
 
     python -m pipeline.endpoints.speech --config configs/local.toml --port 8100 --out runs/speech \\
         [--host 127.0.0.1] [--api-key-env VAR] [--otlp-endpoint URL] [--run-id ID] [--max-body-mb 25] \\
-        [--fixtures audio_fixtures]
+        [--max-audio-s 1500] [--fixtures audio_fixtures]
 
 Loads the models ``[asr]`` and ``[tts]`` name, then prints one line,
 ``speech services listening on http://HOST:PORT/v1 (run RUN_ID)``, and serves until SIGINT or
@@ -29,6 +29,7 @@ from pathlib import Path
 from pipeline.clock import RealClock
 from pipeline.endpoints.serving import until_signalled
 from pipeline.endpoints.speech import DEFAULT_MAX_BODY, SpeechServices, SpeechStages
+from pipeline.endpoints.speech.bodies import MAX_AUDIO_S
 from pipeline.endpoints.speech.question_match import FixtureEars
 from pipeline.endpoints.speech.relay import LlmRelay
 from pipeline.plan.run_plan import new_run_id
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--otlp-endpoint", default="", help="also send spans to this OTLP/HTTP traces URL")
     parser.add_argument("--model-cache", type=Path, help="default: $XDG_CACHE_HOME/voice-latency-lab/models")
     parser.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY / (1024 * 1024))
+    parser.add_argument(
+        "--max-audio-s", type=float, default=MAX_AUDIO_S, help="longest upload decoded; longer ones are refused"
+    )
     parser.add_argument(
         "--llm-upstream",
         default="",
@@ -98,6 +102,7 @@ def _services(
         attributes={names.RUN_ID: run_id},
         relay=relay,
         ears=ears,
+        max_audio_s=args.max_audio_s,
     )
 
 

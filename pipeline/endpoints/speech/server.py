@@ -2,7 +2,8 @@
 
 Routes (OpenAI's audio API):
 
-- ``POST /v1/audio/transcriptions``: multipart ``file`` (any audio libsndfile reads) and ``model``;
+- ``POST /v1/audio/transcriptions``: multipart ``file`` (any audio libsndfile reads, no longer than
+  ``max_audio_s``: 1500 s, gpt-4o-transcribe's limit, unless set) and ``model``;
   optional ``language``, ``response_format`` (json, text, verbose_json), ``prompt`` (none),
   ``temperature`` (0). Answers ``{"text": ...}``.
 - ``POST /v1/audio/speech``: JSON ``model``, ``input``; optional ``voice``, ``response_format``
@@ -67,12 +68,15 @@ class SpeechServices(HttpApp):
         attributes: Mapping[str, Any] | None = None,
         relay: LlmRelay | None = None,
         ears: FixtureEars | None = None,
+        max_audio_s: float = bodies.MAX_AUDIO_S,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        if not max_audio_s > 0:
+            raise ValueError(f"max_audio_s must be positive, got {max_audio_s}")
         super().__init__(host, port)
         self.stages, self.tracing, self.clock = stages, tracing, clock
-        self.max_body_bytes = max_body_bytes
+        self.max_body_bytes, self.max_audio_s = max_body_bytes, max_audio_s
         self.attributes: Attributes = dict(attributes or {})  # on every span (the run id, say)
         self._api_key = api_key
         self.relay = relay  # chat requests passed on to an LLM and timed (``relay.py``), when given
@@ -200,7 +204,7 @@ class SpeechServices(HttpApp):
         read = self.clock.now_ns()
         timing.attributes[names.SERVICE_READ_MS] = _ms(timing.start_ns, read)
         timing.attributes[names.SERVICE_FORMAT] = form.response_format
-        upload = await asyncio.to_thread(_decode, form.audio)
+        upload = await asyncio.to_thread(_decode, form.audio, self.max_audio_s)
         decoded = self.clock.now_ns()
         timing.attributes[names.SERVICE_DECODE_MS] = _ms(read, decoded)
         timing.attributes[names.SERVICE_INPUT_FORMAT] = upload.kind
@@ -270,9 +274,11 @@ class SpeechServices(HttpApp):
         return web.json_response({"status": "ok", "asr": self.stages.asr.impl.name, "tts": self.stages.tts.impl.name})
 
 
-def _decode(data: bytes) -> bodies.Upload:
+def _decode(data: bytes, max_s: float) -> bodies.Upload:
     try:
-        return bodies.decode(data)
+        return bodies.decode(data, max_s)
+    except bodies.TooLong as exc:
+        raise ApiError(400, "audio_too_long", str(exc), "file") from None
     except bodies.NoSamples as exc:
         raise ApiError(400, "empty_file", f"the uploaded audio is empty: {exc}", "file") from None
     except bodies.NotAudio as exc:

@@ -268,6 +268,14 @@ def test_transcription_formats(scripted: SpeechStages, tmp_path: Path, fmt: str,
 EMPTY_WAV = wav(np.zeros(0, dtype=np.int16))
 CLIP = wav(np.zeros(8000, dtype=np.int16))
 
+
+def silence_flac(seconds: int, rate: int = 8000) -> bytes:
+    """Silence compresses to almost nothing: half an hour of it fits under the refusals' 64 KiB limit."""
+    buf = io.BytesIO()
+    soundfile.write(buf, np.zeros(seconds * rate, dtype=np.int16), rate, format="FLAC")
+    return buf.getvalue()
+
+
 ASR_CASES: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     "not audio": ({"data": form(b"<html>not audio</html>", model="m")}, 415, "invalid_file_format", "file"),
     "empty file": ({"data": form(b"", model="m")}, 400, "empty_file", "file"),
@@ -286,6 +294,12 @@ ASR_CASES: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     "no language to an oracle": ({"data": form(CLIP, model="m")}, 400, "unsupported_language", "language"),
     "json, not multipart": ({"json": {"model": "m"}}, 415, "unsupported_media_type", None),
     "too large": ({"data": form(bytes(100_000), model="m")}, 413, "request_too_large", None),
+    "half an hour of audio": (
+        {"data": form(silence_flac(1800), "a.flac", model="m", language="en")},
+        400,
+        "audio_too_long",
+        "file",
+    ),
 }
 
 
