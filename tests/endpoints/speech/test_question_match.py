@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -107,3 +109,40 @@ def test_the_services_oracle_answers_an_upload_with_its_fixture_text(tmp_path: P
     asr = [s for s in spans(tmp_path) if s.name == names.ASR]
     assert [s.attributes[names.HEARD_QUESTION] for s in asr] == [question.id, ""]
     assert [s.attributes[names.ASR_LANGUAGE] for s in asr] == [question.language, "und"]
+
+
+class Work:
+    """The arithmetic numpy is asked for, counted as each primitive costs it: a direct correlation one multiply
+    per pair of samples, an FFT n log2 n per column."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ops = 0.0
+        for module, name in ((np, "correlate"), (np.fft, "rfft"), (np.fft, "irfft")):
+            monkeypatch.setattr(module, name, self._counted(getattr(module, name), name))
+
+    def _counted(self, real: Any, name: str) -> Any:
+        def call(a: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+            if name == "correlate":
+                self.ops += len(a) * len(args[0])
+            else:
+                axis = kwargs.get("axis", -1)
+                n = (args[0] if args else kwargs.get("n")) or a.shape[axis]
+                self.ops += n * math.log2(max(n, 2)) * a.size / a.shape[axis]
+            return real(a, *args, **kwargs)
+
+        return call
+
+
+def test_hearing_an_upload_costs_in_proportion_to_its_length(
+    ears: FixtureEars, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack: a long upload froze the matcher (0.84 s for 45 s of audio, 3.16 s for 90 s: a correlation at
+    every offset, each the upload's length long). Twice the audio now costs about twice the work."""
+    talk = b"".join(through_opus(q.audio) for q in load_questions(FIXTURES).questions)
+    work = Work(monkeypatch)
+    ops = []
+    for seconds in (45, 90, 180):
+        work.ops = 0.0
+        ears.hear((talk * 3)[: seconds * RATE * 2])
+        ops.append(work.ops)
+    assert ops[1] / ops[0] < 2.5 and ops[2] / ops[0] < 5.0, ops  # a quadratic matcher's: about 4 and 16
