@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from pipeline.clock import Clock
 from pipeline.endpoints.serving import HttpApp
@@ -44,6 +45,7 @@ TRANSCRIPTIONS = "/v1/audio/transcriptions"
 SPEECH = "/v1/audio/speech"
 CHAT = "/v1/chat/completions"  # served only with a relay (``--llm-upstream``)
 DEFAULT_MAX_BODY = 25 * 1024 * 1024  # OpenAI's limit on an upload
+SAID_CHARS = 160  # of what a library said of a failure, in the error: enough to read, never the whole input echoed
 
 Work = Callable[[web.Request, RequestTiming], Awaitable[web.StreamResponse]]
 Body = TypeVar("Body")
@@ -116,7 +118,8 @@ class SpeechServices(HttpApp):
             response = self._failed(timing, exc)
         except Exception as exc:  # the stage or a codec broke: a 500 and a failed span, and the server goes on
             what = timing.stage.impl if timing.stage is not None else "service"
-            response = self._failed(timing, ApiError(500, "stage_error", f"{what} failed: {type(exc).__name__}: {exc}"))
+            said = f"{type(exc).__name__}: {exc}"[:SAID_CHARS]
+            response = self._failed(timing, ApiError(500, "stage_error", f"{what} failed: {said}"))
         return self._ended(request, timing, response)
 
     def _ended(self, request: web.Request, timing: RequestTiming, response: web.StreamResponse) -> web.StreamResponse:
@@ -194,8 +197,10 @@ class SpeechServices(HttpApp):
     async def _transcribe(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
         try:
             fields = await self._read(request, "multipart/form-data", request.post)
-        except ValueError as exc:  # aiohttp's reader on a malformed multipart body
-            raise ApiError(400, "invalid_multipart", f"the multipart body cannot be read ({exc})") from None
+        except (ValueError, HttpProcessingError) as exc:  # aiohttp's reader on a malformed multipart body: a part's
+            # header line over 8190 bytes is a LineTooLong, whose message holds the whole line
+            said = (exc.message if isinstance(exc, HttpProcessingError) else str(exc))[:SAID_CHARS]
+            raise ApiError(400, "invalid_multipart", f"the multipart body cannot be read ({said})") from None
         for key, field in ((names.SERVICE_MODEL, "model"), (names.SERVICE_FORMAT, "response_format")):
             if isinstance(fields.get(field), str):
                 timing.attributes[key] = str(fields[field])

@@ -340,9 +340,10 @@ def check_refusal(
     status: int,
     code: str,
     param: str | None,
+    max_body_bytes: int = 64 * 1024,
 ) -> None:
     async def run() -> tuple[tuple[int, bytes, str], int]:
-        async with serving(scripted, tmp_path, max_body_bytes=64 * 1024) as (services, session):
+        async with serving(scripted, tmp_path, max_body_bytes=max_body_bytes) as (services, session):
             refused = await post(session, services.base_url + route, **request)
             body = {"model": "m", "input": "Still here.", "response_format": "wav"}
             ok, _, _ = await post(session, f"{services.base_url}/audio/speech", json=body)
@@ -375,6 +376,17 @@ def test_a_bad_speech_request_is_refused_and_recorded(scripted: SpeechStages, tm
 def test_a_large_body_without_a_length_is_refused_while_reading(scripted: SpeechStages, tmp_path: Path) -> None:
     request = {"data": chunked(300_000), "headers": {"Content-Type": "application/json"}}
     check_refusal(tmp_path, scripted, "/audio/speech", request, 413, "request_too_large", None)
+
+
+def test_a_part_header_of_100_kb_is_refused_with_a_short_message(scripted: SpeechStages, tmp_path: Path) -> None:
+    """The attack: a part's header line over aiohttp's 8190 bytes was a 500 whose message held the whole line."""
+    line = "X-Padding: " + "x" * 100_000
+    body = f'--b0\r\nContent-Disposition: form-data; name="model"\r\n{line}\r\n\r\nm\r\n--b0--\r\n'.encode()
+    request = {"data": body, "headers": {"Content-Type": "multipart/form-data; boundary=b0"}}
+    check_refusal(tmp_path, scripted, "/audio/transcriptions", request, 400, "invalid_multipart", None, 256 * 1024)
+    [failed, _] = spans(tmp_path)
+    message = str(failed.attributes[names.ERROR_MESSAGE])
+    assert "more than 8190 bytes" in message and len(message) < 300
 
 
 def test_aac_refusal_names_the_supported_formats(scripted: SpeechStages, tmp_path: Path) -> None:
