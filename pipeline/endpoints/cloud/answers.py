@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 _TOKEN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|\s*[A-Za-z0-9']+|\s*[^\sA-Za-z0-9'\u3400-\u9fff]|\s+")
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -39,6 +39,7 @@ ANSWERS = {
         "没问题！喝点热水，出去走一走。你很快就会好起来的。",
     ),
 }
+T = TypeVar("T")
 TOOL_DONE = {"en": "Done. I have taken care of that for you.", "zh": "好的，已经帮你办好了。"}
 
 
@@ -82,13 +83,43 @@ class StreamPlan:
 
 
 class BadRequest(ValueError):
-    """The request is not a chat completion request this server understands."""
+    """The request is not a chat completion request this server understands: OpenAI's 400, with the
+    parameter it names (``tools[0].function``) and its code (``invalid_type``, ``missing_required_parameter``)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = "invalid_value") -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+def _a(value: object) -> str:
+    """A JSON value's type as OpenAI's errors name it: "a string", "an object"..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {int: "an integer", float: "a number", str: "a string", list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _typed(value: object, kind: type[T], param: str) -> T:
+    """``value``, or OpenAI's refusal of a parameter of the wrong type."""
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        expected = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}[kind]
+        message = f"Invalid type for '{param}': expected {expected}, but got {_a(value)} instead."
+        raise BadRequest(message, param, "invalid_type")
+    return value
+
+
+def _required(fields: Mapping[str, Any], name: str, param: str) -> object:
+    if fields.get(name) is None:
+        raise BadRequest(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+    return fields[name]
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequest("'messages' must be a non-empty list of objects")
+        raise BadRequest("'messages' must be a non-empty list of objects", "messages")
     return messages
 
 
@@ -100,7 +131,30 @@ def _stops(body: Mapping[str, Any]) -> list[str]:
         return [stop]
     if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         return [s for s in stop if s]
-    raise BadRequest("'stop' must be a string or a list of strings")
+    raise BadRequest("'stop' must be a string or a list of strings", "stop")
+
+
+def offered_tools(body: Mapping[str, Any]) -> set[str]:
+    """The names of the functions ``tools`` offers; ``BadRequest`` where OpenAI refuses the list."""
+    tools = body.get("tools")
+    if tools is None:
+        return set()
+    names: set[str] = set()
+    for i, tool in enumerate(_typed(tools, list, "tools")):
+        fields = _typed(tool, dict, f"tools[{i}]")
+        function = _typed(_required(fields, "function", f"tools[{i}].function"), dict, f"tools[{i}].function")
+        names.add(_typed(_required(function, "name", f"tools[{i}].function.name"), str, f"tools[{i}].function.name"))
+    return names
+
+
+def include_usage(body: Mapping[str, Any]) -> bool:
+    """Whether a stream ends with a usage chunk (``stream_options.include_usage``); ``BadRequest`` where OpenAI
+    refuses the options, before anything is streamed."""
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    wanted = _typed(options, dict, "stream_options").get("include_usage")
+    return wanted is not None and _typed(wanted, bool, "stream_options.include_usage")
 
 
 def plan_reply(body: Mapping[str, Any], answers: Mapping[str, str] | None = None) -> StreamPlan:
@@ -108,11 +162,12 @@ def plan_reply(body: Mapping[str, Any], answers: Mapping[str, str] | None = None
     messages = _messages(body)
     max_tokens = body.get("max_tokens", 256)
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise BadRequest("'max_tokens' must be a positive integer")
+        raise BadRequest("'max_tokens' must be a positive integer", "max_tokens")
     stops = _stops(body)
     prompt_tokens = sum(len(tokens_of(str(m.get("content") or ""))) for m in messages)
     question = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-    offered = {str(t.get("function", {}).get("name")) for t in body.get("tools") or [] if isinstance(t, dict)}
+    offered = offered_tools(body)
+    include_usage(body)  # refused here, not once the stream has begun
     answered_tool = any(m.get("role") == "tool" for m in messages)
     if not answered_tool and (tool := pick_tool(question, offered)):
         return StreamPlan((), "tool_calls", tool=tool, prompt_tokens=prompt_tokens)

@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline.endpoints.cloud.answers import BadRequest, StreamPlan, plan_reply
+from pipeline.endpoints.cloud.answers import BadRequest, StreamPlan, include_usage, plan_reply
 from pipeline.endpoints.cloud.compute import ComputeProfile, Slots, Timer
 from pipeline.endpoints.cloud.faults import FAULT_HEADER, FAULTS, broken, cut, error
 from pipeline.endpoints.serving import HttpApp
@@ -116,7 +116,9 @@ class EmulatedCloud(HttpApp):
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
             plan = plan_reply(body, self.answers)
-        except (BadRequest, ValueError, RecursionError) as exc:
+        except BadRequest as exc:
+            return error(400, str(exc)[:200], "invalid_request_error", exc.code, param=exc.param)
+        except (ValueError, RecursionError) as exc:  # not JSON (nested past the decoder's depth included)
             return error(400, str(exc)[:200] or type(exc).__name__, "invalid_request_error")
         rng = random.Random(self._rng.random())
         if fault in ("garbage", "not-sse", "stall"):
@@ -188,7 +190,7 @@ class EmulatedCloud(HttpApp):
             self._slots.release()
         await self._chunk(resp, {}, _finish(plan))
         tail: dict[str, Any] = {"timings": timer.timings(plan.prompt_tokens, generated)}
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if include_usage(body):  # checked by plan_reply before the stream began
             tail["usage"] = _usage(plan, generated)
         await resp.write(_sse({**self._envelope("chat.completion.chunk"), "choices": [], **tail}))
         await resp.write(b"data: [DONE]\n\n")

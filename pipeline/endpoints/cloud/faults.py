@@ -11,12 +11,17 @@ FAULT_HEADER = "X-Emulator-Fault"
 
 
 def error(
-    status: int, message: str, kind: str, code: str | None = None, retry_after_s: int | None = None
+    status: int,
+    message: str,
+    kind: str,
+    code: str | None = None,
+    retry_after_s: int | None = None,
+    param: str | None = None,
 ) -> web.Response:
+    """An error as OpenAI's API answers one: ``{"error": {message, type, param, code}}``."""
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "code": code}}, status=status, headers=headers
-    )
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
 
 
 def cut(request: web.Request) -> None:

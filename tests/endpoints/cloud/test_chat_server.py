@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -243,6 +244,65 @@ def test_plain_json_models_auth_and_bad_requests() -> None:
     assert wrong_key[0] == 401 and wrong_key[1]["error"]["code"] == "invalid_api_key"
     assert bad[0] == 400 and "messages" in bad[1]["error"]["message"]
     assert models == (200, {"object": "list", "data": [{"id": "qwen-emu", "object": "model", "owned_by": "lab"}]})
+
+
+MALFORMED: dict[str, tuple[dict[str, Any], str, str, str]] = {
+    "tools[].function a string": (
+        body("Turn on the light.", tools=[{"type": "function", "function": "set_light"}]),
+        "tools[0].function",
+        "invalid_type",
+        "Invalid type for 'tools[0].function': expected an object, but got a string instead.",
+    ),
+    "tools[].function missing": (
+        body("Hi", tools=[{"type": "function"}]),
+        "tools[0].function",
+        "missing_required_parameter",
+        "Missing required parameter: 'tools[0].function'.",
+    ),
+    "tools[].function.name a number": (
+        body("Hi", tools=[*TOOLS, {"type": "function", "function": {"name": 7}}]),
+        "tools[1].function.name",
+        "invalid_type",
+        "Invalid type for 'tools[1].function.name': expected a string, but got an integer instead.",
+    ),
+    "tools an object": (
+        body("Hi", tools={"set_light": {}}),
+        "tools",
+        "invalid_type",
+        "Invalid type for 'tools': expected an array, but got an object instead.",
+    ),
+    "stream_options a string": (
+        body("Hi", stream=True, stream_options="include_usage"),
+        "stream_options",
+        "invalid_type",
+        "Invalid type for 'stream_options': expected an object, but got a string instead.",
+    ),
+    "stream_options.include_usage a string": (
+        body("Hi", stream=True, stream_options={"include_usage": "yes"}),
+        "stream_options.include_usage",
+        "invalid_type",
+        "Invalid type for 'stream_options.include_usage': expected a boolean, but got a string instead.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_request_is_refused_as_openai_refuses_it(case: str) -> None:
+    """The attack: a malformed ``tools[].function`` was a 500, a non-object ``stream_options`` a stream cut after
+    its first chunk. Both are OpenAI's 400, naming the parameter, and the server goes on."""
+    payload, param, code, message = MALFORMED[case]
+    with pytest.raises(BadRequest, match=re.escape(message)):
+        plan_reply(payload)
+
+    async def main() -> tuple[tuple[int, bytes], tuple[int, bytes]]:
+        async with EmulatedCloud(get_compute_profile("instant")) as cloud:
+            refused = await post(cloud.base_url + "/chat/completions", payload)
+            return refused, await post(cloud.base_url + "/chat/completions", body("Hi", stream=True))
+
+    (status, raw), (next_status, _) = asyncio.run(main())
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    assert (status, json.loads(raw)) == (400, {"error": error})
+    assert next_status == 200
 
 
 def test_requests_beyond_the_slots_wait_and_the_wait_is_reported() -> None:
