@@ -6,6 +6,7 @@ Prints one line per address (``emulated cloud, profile X: http://127.0.0.1:PORT/
 with ``--network``, ``through network profile Y: http://...``), then serves until
 SIGINT or SIGTERM. ``--answers manifest.csv`` answers the fixture questions with their
 ``answer`` column; ``--api-key-env NAME`` requires the key held by that variable.
+``--allow-fault-header`` lets a request's ``X-Emulator-Fault`` header choose a fault (tests only).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.endpoints.cloud import COMPUTE_PROFILES, FAULTS, EmulatedCloud, get_compute_profile
+from pipeline.endpoints.cloud import COMPUTE_PROFILES, FAULT_HEADER, FAULTS, EmulatedCloud, get_compute_profile
 from pipeline.endpoints.link import PROFILES, LinkEmulator, get_profile
 from pipeline.endpoints.serving import until_signalled
 
@@ -51,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--network", default="", help=f"serve through the link emulator too: {', '.join(PROFILES)}")
     parser.add_argument("--network-port", type=int, default=0)
     parser.add_argument("--fault", default="", choices=FAULTS, help="answer every request with this fault")
+    parser.add_argument(
+        "--allow-fault-header",
+        action="store_true",
+        help=f"a request's {FAULT_HEADER} header chooses its fault (for tests; off: the header is ignored)",
+    )
     parser.add_argument("--answers", type=Path, help="a manifest.csv whose 'answer' column is used")
     parser.add_argument("--api-key-env", default="", help="require the key held by this environment variable")
     args = parser.parse_args(argv)
@@ -66,7 +72,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.api_key_env and not key:
         print(f"cloud_emulator: the variable {args.api_key_env} is not set", file=sys.stderr)
         return 2
-    cloud = EmulatedCloud(profile, args.host, args.port, args.model, key, args.fault, answers=answers)
+    cloud = EmulatedCloud(
+        profile,
+        args.host,
+        args.port,
+        args.model,
+        key,
+        args.fault,
+        answers=answers,
+        allow_fault_header=args.allow_fault_header,
+    )
     try:
         asyncio.run(serve(cloud, args.network, args.network_port))
     except OSError as exc:

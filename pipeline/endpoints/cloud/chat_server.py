@@ -20,7 +20,8 @@ The named profiles are estimates (a cloud 70B-class API from docs/reference/cite
 row measured against the emulator must say ``emulated cloud, profile X``
 (``EmulatedCloud.label``).
 
-Faults for tests (``fault`` or the ``X-Emulator-Fault`` request header): ``garbage``
+Faults for tests (``fault``, or the ``X-Emulator-Fault`` request header when started with
+``allow_fault_header``; a caller's header is ignored otherwise): ``garbage``
 (a 200 event stream of junk), ``not-sse`` (a 200 HTML page), ``429``, ``500``,
 ``drop`` (the connection is cut after ``fault_after`` tokens), ``stall`` (headers,
 then silence); ``fault_count`` limits the fault to the first requests.
@@ -61,6 +62,7 @@ class EmulatedCloud(HttpApp):
         retry_after_s: int = 1,
         answers: Mapping[str, str] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        allow_fault_header: bool = False,
     ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(FAULTS[1:])} (or none)")
@@ -69,6 +71,7 @@ class EmulatedCloud(HttpApp):
         self.model = model
         self.fault, self.fault_after, self.fault_count = fault, fault_after, fault_count
         self.retry_after_s = retry_after_s
+        self.allow_fault_header = allow_fault_header  # a request may ask for a fault (tests only)
         self.answers = dict(answers or {})
         self.requests = 0
         self.max_queue = 0
@@ -90,8 +93,11 @@ class EmulatedCloud(HttpApp):
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "lab"}]})
 
-    def _fault(self) -> str:
-        """The server-wide fault, for every request or only for the first ``fault_count``."""
+    def _fault(self, request: web.Request) -> str:
+        """The fault the request asked for, where that is allowed; else the server-wide one, for every request or
+        only for the first ``fault_count``."""
+        if self.allow_fault_header and FAULT_HEADER in request.headers:
+            return request.headers[FAULT_HEADER]
         return self.fault if not self.fault_count or self.requests <= self.fault_count else ""
 
     def _refuse(self, request: web.Request) -> web.Response | None:
@@ -106,7 +112,7 @@ class EmulatedCloud(HttpApp):
         refused = self._refuse(request)
         if refused is not None:
             return refused
-        fault = request.headers.get(FAULT_HEADER, self._fault())
+        fault = self._fault(request)
         if fault == "429":
             return error(429, "emulated overload", "rate_limit_error", retry_after_s=self.retry_after_s)
         if fault == "500":

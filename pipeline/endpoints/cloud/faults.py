@@ -1,4 +1,8 @@
-"""Faults the emulated cloud can serve, for tests: errors, broken streams, cut connections, stalls."""
+"""Faults the emulated cloud can serve, for tests: errors, broken streams, cut connections, stalls.
+
+A request asks for one with the ``X-Emulator-Fault`` header only where the emulator was started to
+take it (``allow_fault_header``; off by default): otherwise any caller could make it fail.
+"""
 
 from __future__ import annotations
 

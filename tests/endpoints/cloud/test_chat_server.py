@@ -20,6 +20,7 @@ from labtools.cloud_turns import TraceRows, cloud_turn, network_ms
 from pipeline.clock import VirtualClock, run_on_clock
 from pipeline.endpoints.cloud import (
     COMPUTE_PROFILES,
+    FAULT_HEADER,
     BadRequest,
     ComputeProfile,
     EmulatedCloud,
@@ -305,6 +306,20 @@ def test_a_malformed_request_is_refused_as_openai_refuses_it(case: str) -> None:
     assert next_status == 200
 
 
+def test_a_callers_fault_header_is_honoured_only_where_the_emulator_allows_it() -> None:
+    """The attack: any caller could make the emulator fail with ``X-Emulator-Fault``."""
+
+    async def main(allow: bool) -> tuple[int, bytes]:
+        async with EmulatedCloud(get_compute_profile("instant"), allow_fault_header=allow) as cloud:
+            return await post(cloud.base_url + "/chat/completions", body("Hi"), {FAULT_HEADER: "500"})
+
+    status, raw = asyncio.run(main(allow=False))
+    assert status == 200 and json.loads(raw)["choices"][0]["message"]["content"] == pick_answer("Hi")
+    status, raw = asyncio.run(main(allow=True))
+    error = {"message": "emulated server failure", "type": "server_error", "param": None, "code": None}
+    assert (status, json.loads(raw)) == (500, {"error": error})
+
+
 def test_requests_beyond_the_slots_wait_and_the_wait_is_reported() -> None:
     profile = ComputeProfile("one-slot", ttft_ms=80, slots=1)
 
@@ -368,8 +383,21 @@ def test_the_entry_point_serves_until_stopped_and_refuses_unknown_profiles() -> 
         direct, proxied = proc.stdout.readline().strip(), proc.stdout.readline().strip()
         assert direct.startswith("emulated cloud, profile instant: http://127.0.0.1:")
         assert proxied.startswith("through network profile lan: http://127.0.0.1:")
-        status, raw = asyncio.run(post(proxied.split(": ", 1)[1] + "/chat/completions", body("Hi")))
+        url = proxied.split(": ", 1)[1] + "/chat/completions"
+        status, raw = asyncio.run(post(url, body("Hi"), {FAULT_HEADER: "500"}))  # not allowed: ignored
         assert status == 200 and json.loads(raw)["choices"][0]["message"]["content"] == pick_answer("Hi")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_the_entry_point_takes_a_callers_fault_only_when_told_to() -> None:
+    command = [sys.executable, "-m", "pipeline.endpoints.cloud", "--port", "0", "--profile", "instant"]
+    proc = subprocess.Popen([*command, "--allow-fault-header"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip().split(": ", 1)[1] + "/chat/completions"
+        assert asyncio.run(post(url, body("Hi"), {FAULT_HEADER: "429"}))[0] == 429
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
