@@ -4,7 +4,11 @@ a xiaozhi server holds.
 Ramps a fleet of emulated devices against the server (WebSocket ``ws://``, or MQTT + UDP through a gateway:
 ``mqtt://`` or an OTA URL, as ``pipeline.replay --server``), one step of N devices at a time, each held
 ``--hold`` after its devices arrived; prints one line per step and ``devices held: N`` at the end; writes
-DIR/capacity.json, DIR/steps.csv and each step's run (traces/, bench.csv) in DIR/steps/<N>/.
+DIR/capacity.json, DIR/steps.csv and each step's run (traces/, bench.csv) in DIR/steps/<N>/. With
+``--soak DURATION`` (and one step, ``--steps N``) the step is held that long and written window by window
+(``--window``, default 5m) to DIR/soak.json and DIR/windows.csv, with a drift verdict (``capacity.soak``).
+Before each step (and at each soak window's end) the machine's speed is timed on a fixed probe
+(``capacity.machine_speed``).
 Exit 0 when the ramp was measured (whether or not a step failed); 2 on bad input, an unreachable server,
 or a step that could not start or served nothing (what was measured before is written).
 """
@@ -19,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.capacity.machine_speed import measure
 from pipeline.capacity.probe import ProbeError, check_pid
 from pipeline.capacity.profile import ProfileError, load_profile
 from pipeline.capacity.ramp import Ramp, RampError, Target, reachable
@@ -33,6 +38,7 @@ from pipeline.capacity.ramp_plan import (
     parse_margin,
     parse_steps,
 )
+from pipeline.capacity.soak import Soaking
 from pipeline.capacity.workers import on_ray
 from pipeline.cli import quiet_native_telemetry
 
@@ -55,6 +61,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--hold", default="60s", help="how long each step is held after its devices arrived")
     p.add_argument(
         "--max-hold", help=f"a step short of --min-turns is held up to this (default {HOLD_TIMES_FOR_MAX} x --hold)"
+    )
+    p.add_argument(
+        "--soak",
+        help="hold one step (--steps N) this long (e.g. 60m), written window by window to soak.json and windows.csv, "
+        "and say whether its silence, RSS, descriptors or threads drifted",
+    )
+    p.add_argument("--window", default="5m", help="with --soak: each window's length (default 5m)")
+    p.add_argument(
+        "--no-machine-speed",
+        action="store_true",
+        help="do not time the machine's fixed probe (JSON, sockets, Opus, ONNX) before each step and each window",
     )
     p.add_argument("--out", type=Path, required=True, help="the capacity folder (capacity.json, steps.csv, steps/)")
     p.add_argument("--margin", default=f"{DEFAULT_MARGIN_PCT:g}%", help=_HELP_MARGIN)
@@ -118,11 +135,34 @@ def profile_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plan_of(args: argparse.Namespace) -> RampPlan:
+    if args.soak:
+        return soak_plan(args)
     hold = parse_duration("--hold", args.hold)
     longest = parse_duration("--max-hold", args.max_hold) if args.max_hold else max(hold, HOLD_TIMES_FOR_MAX * hold)
     return RampPlan(
         parse_steps(args.steps), hold, longest, parse_margin(args.margin), args.margin_floor_ms, args.min_turns
     )
+
+
+def soak_plan(args: argparse.Namespace) -> RampPlan:
+    """One step held ``--soak``: the ramp's plan with a single step whose hold is the soak."""
+    steps = parse_steps(args.steps)
+    if len(steps) != 1:
+        raise PlanError(f"--soak holds one step: --steps {args.steps!r} names {len(steps)}; give one, e.g. --steps 64")
+    if args.workers is not None:
+        raise PlanError("--soak runs its devices in this process: --workers is not supported with it")
+    hold = parse_duration("--soak", args.soak)
+    window = parse_duration("--window", args.window)
+    if not 0 < window <= hold:
+        raise PlanError(f"--window {args.window!r}: more than 0 and at most --soak {args.soak!r}")
+    return RampPlan(steps, hold, hold, parse_margin(args.margin), args.margin_floor_ms, args.min_turns)
+
+
+def soaking(args: argparse.Namespace, ramp: Ramp, plan: RampPlan) -> Soaking:
+    """The soak's watcher, with its record begun (written at each window's end)."""
+    n, window = plan.steps[0], parse_duration("--window", args.window)
+    speed = None if args.no_machine_speed else measure
+    return Soaking.begin(args.out, n, plan.hold_s, window, ramp.ramp_id, ramp.found, args.server_traces, speed)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -147,6 +187,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         )
         ramp = Ramp(target, profile, plan, args.out, env, ramp_id=args.run_id)
         ramp.found.label = args.label
+        ramp.speed = None if args.no_machine_speed else measure
+        if args.soak:
+            ramp.watch = soaking(args, ramp, plan)
         ramp.check()
         reachable(target, env)
         quiet_native_telemetry(env)  # before a step loads its VAD (and before Ray starts the workers that do)
@@ -166,6 +209,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     print(f"devices held: {held if held is not None else 0}{bound}")
     if found.grew_first:
         print(f"grew first: {found.grew_first}")
+    if found.drift:
+        print(f"soak: {found.drift}")
     return 0
 
 

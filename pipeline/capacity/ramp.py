@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from pipeline.clock import run_on_clock
 from pipeline.plan.prepare import Prepared, make_run, prepare
 from pipeline.plan.run_plan import DeviceOptions, RunPlan
 from pipeline.records import ramp_result as result
-from pipeline.records.ramp_result import Capacity, Step
+from pipeline.records.ramp_result import Capacity, MachineSpeed, Step
 from pipeline.records.turn_row import TurnRow
 from pipeline.run.session import Run, TraceSink
 from pipeline.settings.audio import BadAudio, load_audio
@@ -41,12 +41,15 @@ from pipeline.settings.config import public_url
 from pipeline.settings.fixtures import FixtureError, QuestionSet, load_questions
 from pipeline.tracing.export import SERVICE, Tracing
 from pipeline.transport.device.link import DeviceError
-from pipeline.transport.device.pacer import send_lateness
+from pipeline.transport.device.pacer import SendLateness, send_lateness
 
 Say = Callable[[str], None]
 # a step's devices run elsewhere (``capacity.workers.RayFleet``): (run, tracing, sink, probe, arrival offsets in ms)
 # -> (the hold in s, the fleet's send lateness in ms)
 Spread = Callable[[Run, Tracing, TraceSink, ServerProbe, list[float]], tuple[float, np.ndarray]]
+# what watches a step while it holds, from the last device's arrival (a soak's windows): (its rows so far, the
+# server's probe, the generator's lateness record) -> the lateness it took from that record, in ms
+Watch = Callable[[RowSink, ServerProbe, SendLateness], Coroutine[Any, Any, list[np.ndarray]]]
 
 
 def _say_nothing(_message: str) -> None:
@@ -135,6 +138,8 @@ class Ramp:
     say: Say = print
     ramp_id: str = ""
     spread: Spread | None = None  # None: every step's devices in this process
+    watch: Watch | None = None  # a soak's windows (in this process only)
+    speed: Callable[[], MachineSpeed | None] | None = None  # the machine's speed before each step (None: not measured)
 
     def __post_init__(self) -> None:
         self.base_rows: list[TurnRow] = []  # the first step's, for the segments (with the server's traces)
@@ -214,11 +219,12 @@ class Ramp:
         sink = RowSink(p.bench, 0, _say_nothing)
         users = Users(run, self.profile, tracing, sink, self.plan.hold_s, self.plan.max_hold_s, self.plan.min_turns)
         probe = ServerProbe(self.target.server_pid)
+        machine = None if self.speed is None else self.speed()  # before its devices start: the machine unloaded
         try:
             if self.spread is not None:
                 held_s, late = self.spread(run, tracing, sink, probe, users.offsets_ms())
             else:
-                held_s, late = run_on_clock(self._hold(users, probe), run.clock)
+                held_s, late = run_on_clock(self._hold(users, probe, sink), run.clock)
         except OSError as exc:  # too many open files, no port left: the fleet itself could not start
             raise RampError(f"step of {n} device(s) could not start its devices: {exc}") from None
         finally:
@@ -247,6 +253,7 @@ class Ramp:
             server_rss_mb=probe.rss_max_mb,
             verdict=kind,
             reason=reason,
+            machine=machine,
         )
 
     def rows(self, trace_path: Path, run_id: str) -> list[TurnRow]:
@@ -267,14 +274,32 @@ class Ramp:
         if grew:
             self.found.grew_first = f"{grew[0]} at {n} device(s)"
 
-    async def _hold(self, users: Users, probe: ServerProbe) -> tuple[float, np.ndarray]:
+    async def _hold(self, users: Users, probe: ServerProbe, sink: RowSink) -> tuple[float, np.ndarray]:
         record = send_lateness()
         record.take()  # what an earlier step's loop left is not this step's
+        watching: list[asyncio.Task[list[np.ndarray]]] = []
+
+        def arrived() -> None:
+            probe.start()
+            if self.watch is not None:
+                watching.append(asyncio.create_task(self.watch(sink, probe, record)))
+
         try:
-            window = await users.run_step(arrived=probe.start)
+            window = await users.run_step(arrived=arrived)
         finally:
+            taken = await _stopped(watching)
             await probe.stop()
-        return window.held_s, record.take()
+        return window.held_s, np.concatenate([*taken, record.take()])
+
+
+async def _stopped(watching: list[asyncio.Task[list[np.ndarray]]]) -> list[np.ndarray]:
+    """What the step's watcher took of the lateness record, once it is stopped (it ends the step's last window)."""
+    if not watching:
+        return []
+    watching[0].cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return await watching[0]
+    return []
 
 
 def reachable(target: Target, env: Mapping[str, str]) -> None:

@@ -37,6 +37,16 @@ class Quantiles(msgspec.Struct, frozen=True):
     p99_ci: tuple[float, float] | None = None
 
 
+class MachineSpeed(msgspec.Struct, frozen=True):
+    """How long fixed pieces of a server's work took on this machine at one moment, ms (lower: faster;
+    ``capacity.machine_speed``). None: that piece could not be measured here."""
+
+    json_ms: float
+    socket_ms: float
+    opus_ms: float | None = None
+    onnx_ms: float | None = None
+
+
 class Step(msgspec.Struct, frozen=True):
     """One step of the ramp: N devices held, its figures and its verdict."""
 
@@ -57,6 +67,7 @@ class Step(msgspec.Struct, frozen=True):
     server_rss_mb: float | None  # the most seen during the hold
     verdict: str  # one of VERDICTS
     reason: str
+    machine: MachineSpeed | None = None  # measured just before the step's devices started
 
 
 class Capacity(msgspec.Struct):
@@ -79,6 +90,7 @@ class Capacity(msgspec.Struct):
     stopped: str = ""  # why the ramp ended
     grew_first: str = ""  # the server segment that grew first (the lab's server only); "" when not known
     label: str = ""  # a name for the server in the report's curve
+    drift: str = ""  # a soak's drift verdict in words (soak.json has its windows); "" when no soak was held
     schema: int = SCHEMA_VERSION
 
 
@@ -109,6 +121,10 @@ class StepRow(msgspec.Struct, frozen=True, gc=False):
     lateness_p50_ms: Annotated[float | None, _ms("the generator's paced sends: how late, P50")]
     lateness_p99_ms: Annotated[float | None, _ms("the generator's paced sends: how late, P99")]
     held_s: Annotated[float, meta(SECONDS, "from the last device's arrival to the end of the step's last turn")]
+    machine_json_ms: Annotated[float | None, _ms("the machine's speed before the step: fixed JSON decoding")]
+    machine_socket_ms: Annotated[float | None, _ms("the machine's speed: fixed loopback TCP round trips")]
+    machine_opus_ms: Annotated[float | None, _ms("the machine's speed: fixed Opus encoding and decoding")]
+    machine_onnx_ms: Annotated[float | None, _ms("the machine's speed: fixed Silero VAD inferences")]
     run_id: Annotated[str, meta(TEXT, "the step's run")]
     config_id: Annotated[str, meta(TEXT, "the step's run's config_id")]
     reason: Annotated[str, meta(TEXT, "why the verdict")]
@@ -142,11 +158,17 @@ def step_row(s: Step) -> StepRow:
         s.lateness_p50_ms,
         s.lateness_p99_ms,
         s.held_s,
+        *machine_cells(s.machine),
         s.run_id,
         s.config_id,
         s.reason,
     ]
     return StepRow(*map(_rounded, cells))
+
+
+def machine_cells(m: MachineSpeed | None) -> tuple[float | None, ...]:
+    """The machine's four timings, in the columns' order (all None: not measured)."""
+    return (None,) * 4 if m is None else (m.json_ms, m.socket_ms, m.opus_ms, m.onnx_ms)
 
 
 def step_cells(row: StepRow) -> list[object]:

@@ -63,6 +63,10 @@ def args(out: Path, server: str, *extra: str) -> list[str]:
         (["--hold", "1s"], "--hold 1s: shorter than a turn"),
         (["--ids", "nope"], "[load] ids: nope not in"),
         (["--server-pid", "999999999"], "--server-pid 999999999: no process"),
+        (["--soak", "60s", "--steps", "1,2"], "--soak holds one step: --steps '1,2' names 2; give one"),
+        (["--soak", "60s", "--steps", "2", "--window", "2m"], "--window '2m': more than 0 and at most --soak '60s'"),
+        (["--soak", "soon", "--steps", "2"], "--soak 'soon': a duration"),
+        (["--soak", "60s", "--steps", "2", "--workers", "2"], "--workers is not supported with it"),
     ],
 )
 def test_impossible_values_stop_before_anything_starts(

@@ -16,6 +16,7 @@ import pytest
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
 from pipeline.capacity.__main__ import main
+from pipeline.records import soak_result
 from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.ramp_result import read
 from tests.paths import REPO_ROOT
@@ -94,3 +95,38 @@ def test_the_lab_server_ramped_over_both_transports(tmp_path: Path, capsys: pyte
             assert s.server_rss_mb is not None and s.server_rss_mb > 10
         lines = (tmp_path / folder / "steps.csv").read_text().splitlines()
         assert lines[0].startswith("devices,verdict,turns,silence_p50_ms") and len(lines) == 1 + len(found.steps)
+
+
+def test_a_soak_of_the_lab_server_is_written_window_by_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, ws, _mqtt = start_server(tmp_path / "server")
+    soak = [
+        *(str(FIXTURES), "--config", str(SIMULATOR), "--server", ws, "--out", str(tmp_path / "soak")),
+        *("--steps", "2", "--soak", "12s", "--window", "4s", "--think", "0.2s", "--ramp", "0.5s", "--ids", "en10"),
+        *("--server-pid", str(server.pid), "--server-traces", str(tmp_path / "server" / "traces")),
+    ]
+    try:
+        code = main(soak, env={})
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+    said = capsys.readouterr().out
+    assert code == 0, said
+    found = soak_result.read(tmp_path / "soak" / "soak.json")
+    assert (found.devices, found.duration_s, found.window_s) == (2, 12.0, 4.0)
+    assert [w.index for w in found.windows] == [1, 2, 3] and said.count("window ") == 4  # the last said again, folded
+    for w in found.windows:
+        # the server is this machine's process: its figures are measured in every window, never invented
+        assert w.rss_min_mb is not None and w.rss_max_mb is not None and 10 < w.rss_min_mb <= w.rss_max_mb
+        assert w.fds_max is not None and w.fds_max > 3 and w.threads_max is not None and w.threads_max >= 1
+        assert w.server_cpu_pct is not None and w.server_traces_mb is not None
+        assert w.machine is not None and w.machine.json_ms > 0
+    assert found.windows[-1].device_traces_mb > 0 and sum(w.turns for w in found.windows) > 0
+    assert [c.figure for c in found.drift] == ["silence_p50_ms", "silence_p90_ms", "rss_mb", "fds", "threads"]
+    capacity = read(tmp_path / "soak" / "capacity.json")
+    assert capacity.drift and f"soak: {capacity.drift}" in said
+    (step,) = capacity.steps
+    assert step.machine is not None and step.turns == sum(w.turns for w in found.windows)
+    rows = soak_result.read_windows(tmp_path / "soak" / "windows.csv")
+    assert [r.turns for r in rows] == [w.turns for w in found.windows]

@@ -66,9 +66,15 @@ def _seconds(clock: Clock) -> float:
 START_NS = [0]
 
 
-def step(
-    tmp_path: Path, profile: LoadProfile, devices: int, refused: frozenset[int] = frozenset(), run_id: str = "cap-1"
-) -> tuple[Window, list[Any], Path]:
+def users_of(
+    tmp_path: Path,
+    profile: LoadProfile,
+    devices: int,
+    refused: frozenset[int] = frozenset(),
+    run_id: str = "cap-1",
+    hold_s: float = 10,
+) -> tuple[Users, RowSink, VirtualClock]:
+    """A step's users of ``FakeDevice``s on a virtual clock, tracing to ``tmp_path``/traces (also a soak's)."""
     FakeDevice.opened, FakeDevice.asked = [], []
     clock = VirtualClock()
     questions = load_questions(FIXTURES)
@@ -86,19 +92,25 @@ def step(
         _Engines(),  # type: ignore[arg-type]
         remote=lambda i: FakeDevice(i, clock, i in refused),
     )
-    trace = tmp_path / "traces" / f"{run_id}.jsonl"
-    tracing = Tracing(trace, "test")
+    tracing = Tracing(tmp_path / "traces" / f"{run_id}.jsonl", "test")
     sink = RowSink(BenchCsv(tmp_path / "bench.csv"), 0, lambda _m: None)
-    users = Users(run, profile, tracing, sink, hold_s=10, max_hold_s=30, min_turns=1)
+    users = Users(run, profile, tracing, sink, hold_s=hold_s, max_hold_s=max(30, hold_s), min_turns=1)
     users.speech_ends = {q.id: 1000 for q in questions.questions}  # no VAD: where speech ends is given
+    return users, sink, clock
+
+
+def step(
+    tmp_path: Path, profile: LoadProfile, devices: int, refused: frozenset[int] = frozenset(), run_id: str = "cap-1"
+) -> tuple[Window, list[Any], Path]:
+    users, sink, clock = users_of(tmp_path, profile, devices, refused, run_id)
 
     async def go() -> Window:
         START_NS[0] = clock.now_ns()
         return await users.run_step()
 
     window = run_on_clock(go(), clock)
-    tracing.shutdown()
-    return window, sink.rows, trace
+    users.tracing.shutdown()
+    return window, sink.rows, tmp_path / "traces" / f"{run_id}.jsonl"
 
 
 def test_devices_arrive_ask_think_and_stop_at_the_holds_end(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Shown only when a trace file sits in a capacity folder (``python -m pipeline.capacity ... --out DIR``: DIR
 holds capacity.json and each step's run under steps/<N>/). For each ramp: what it held and why it stopped,
 the table of its steps (silence P50/P90/P99 with the P90's interval, whole turn, failures by kind, the
-server's CPU and RSS, the generator's own lateness, the verdict and its reason), and one figure for all
+server's CPU and RSS, the generator's own lateness, the machine's speed before the step, the verdict and its
+reason), a soak's windows and drift checks where the ramp was a soak (``soak_windows``), and one figure for all
 of them: silence percentiles against devices, one colour per server, each knee marked.
 
 Every figure is the ramp's own (capacity.json, computed from each step's traces by the ramp); a step whose
@@ -22,6 +23,7 @@ from pipeline.records.ramp_result import FAILURE_KINDS, Capacity, CapacityFileEr
 from pipeline.report import plots
 from pipeline.report.cells import NOT_MEASURED
 from pipeline.report.document import NOTE, WARNING, Block, Figure, Heading, Paragraph, Table
+from pipeline.report.sections import soak_windows
 from pipeline.report.sections.base import Context
 
 FILE = "capacity.json"
@@ -111,6 +113,7 @@ HEADERS = (
     "failed",
     "server CPU, RSS (max)",
     "generator lateness P50 / P99 ms",
+    "machine JSON / socket / Opus / ONNX ms",
     "why",
 )
 
@@ -128,6 +131,7 @@ def step_row(s: Step, shown: bool) -> tuple[str, ...]:
         _failed(s),
         _server(s),
         _late(s),
+        soak_windows.machine_cells(s.machine),
         s.reason,
     )
 
@@ -194,6 +198,7 @@ def section(ctx: Context) -> list[Block]:
         rows = tuple(step_row(s, s.run_id in runs) for s in r.found.steps)
         key = "capacity" if i == 0 else f"capacity-{i + 1}"
         out.append(Table(key, HEADERS, rows, caption=f"{r.name}: each step of the ramp ({r.path})"))
+        out += soak_windows.blocks(Path(r.path), key, ctx.draw)
         if any(s.lateness_p99_ms is None for s in r.found.steps):
             out.append(Paragraph("The generator's send lateness was not recorded: no step could be voided.", NOTE))
     if ctx.draw and any(s.silence_ms.p90 is not None for r in ramps for s in r.found.steps):
