@@ -44,6 +44,12 @@ from pipeline.transport.wire.messages import (
 from pipeline.transport.wire.mqtt_identity import CredentialError, DeviceIdentity, check
 
 KEEPALIVE_FACTOR = 1.5  # mqtt-protocol.js parseConnect: keepAlive * 1000 * 1.5
+NOT_AUTHORIZED = 5  # MQTT 3.1.1's CONNACK return code 5
+REFUSALS = {  # why the front end had no room, by the CONNACK code it answered
+    mp.IDENTIFIER_REJECTED: "a device with this client id is connected",
+    mp.SERVER_UNAVAILABLE: "the MQTT front end is full",
+    NOT_AUTHORIZED: "not an allowed device",
+}
 
 
 class Hangup(Exception):
@@ -116,7 +122,7 @@ class MqttConnection:
         refused = self.front.room_for(self)
         if refused != mp.ACCEPTED:
             await self._send(mp.connack(refused))
-            raise Hangup("the MQTT front end is full")
+            raise Hangup(REFUSALS.get(refused, f"refused with CONNACK {refused}"))
         self.open = True
         self.front.joined(self)
         await self._send(mp.connack(mp.ACCEPTED))

@@ -5,8 +5,11 @@ towards a stock firmware (``mqtt_connection`` has its rules), and feeds each dev
 ``DeviceSession`` as the WebSocket front door does. Its hello answers with the UDP server, named
 by ``udp_public_host`` (never a wildcard bind address), ``encryption: aes-128-ctr``, and a fresh key
 and nonce whose ssrc routes the session's datagrams (``mqtt_channel`` has the datagram rules). A
-second connection with the same client id replaces the first (app.js addConnection); one over
-``DoorSettings``' caps is refused with CONNACK 3 (server unavailable).
+second connection with the client id of a connected device is refused with CONNACK 2 (identifier
+rejected) unless ``DoorSettings.duplicate_connect`` is ``replace``, where it replaces the first as in
+the gateway (app.js addConnection); either is said. A device ``DoorSettings.allowed_devices`` does not
+list is refused with CONNACK 5 (not authorised), and one over ``DoorSettings``' caps with CONNACK 3
+(server unavailable).
 
 Port 8883 is refused: firmware and desktop clients take it for MQTT over TLS and would start TLS
 against this plain listener.
@@ -23,18 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.clock import Clock
 from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
-from pipeline.transport.server.mqtt_connection import MqttConnection
+from pipeline.transport.server.mqtt_connection import NOT_AUTHORIZED, MqttConnection
 from pipeline.transport.server.requests import TurnSources
 from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.udp import ssrc_of
 
 TLS_PORT = 8883  # what firmware (mqtt_protocol.cc) and py-xiaozhi dial with TLS
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +83,11 @@ class _Datagrams(asyncio.DatagramProtocol):
 class MqttFrontEnd:
     """The MQTT listener, the UDP socket, and the sessions they feed; ``async with`` runs it."""
 
-    def __init__(self, settings: MqttFrontSettings, turns: TurnSources, clock: Clock) -> None:
+    def __init__(
+        self, settings: MqttFrontSettings, turns: TurnSources, clock: Clock, note: Callable[[str], None] | None = None
+    ) -> None:
         self.settings, self.turns, self.clock = settings, turns, clock
+        self.note = note or _log.warning  # what the operator is told: a device refused or replaced
         self.max_packet_bytes, self.connect_timeout_s = settings.max_packet_bytes, settings.connect_timeout_s
         self.signature_key, self.door, self.session = settings.signature_key, settings.door, settings.session
         self.connections: dict[str, MqttConnection] = {}  # by client id
@@ -141,7 +150,19 @@ class MqttFrontEnd:
             self._handlers.discard(task)
 
     def room_for(self, connection: MqttConnection) -> int:
-        """``mp.ACCEPTED``, or CONNACK 3 when the caps are reached (a device replacing itself always has room)."""
+        """``mp.ACCEPTED``; or the CONNACK code refusing the connection: 5 for a device not allowed, 2 for one
+        already connected (``duplicate_connect = refuse``), 3 when the caps are reached (a device replacing itself
+        always has room)."""
+        if not self.door.admits(connection.device.mac):
+            self.note(f"MQTT: {connection.client_id} from {connection.address} refused: not an allowed device")
+            return NOT_AUTHORIZED
+        old = self.connections.get(connection.client_id)
+        if old is not None and self.door.duplicate_connect == "refuse":
+            self.note(
+                f"MQTT: {connection.client_id} from {connection.address} refused: that client id is connected "
+                f"from {old.address} (duplicate_connect = refuse)"
+            )
+            return mp.IDENTIFIER_REJECTED
         others = [c for c in self.connections.values() if c.client_id != connection.client_id]
         if len(others) >= self.door.max_connections:
             return mp.SERVER_UNAVAILABLE
@@ -151,9 +172,14 @@ class MqttFrontEnd:
         return mp.ACCEPTED
 
     def joined(self, connection: MqttConnection) -> None:
-        """A device is connected; one already connected with its client id is dropped (app.js addConnection)."""
+        """A device is connected; one already connected with its client id is dropped (app.js addConnection):
+        ``room_for`` let it in only under ``duplicate_connect = replace``."""
         old = self.connections.get(connection.client_id)
         if old is not None:
+            self.note(
+                f"MQTT: {connection.client_id} connected from {connection.address}; its connection from "
+                f"{old.address} is dropped (duplicate_connect = replace)"
+            )
             old.hang_up()
         self.connections[connection.client_id] = connection
 

@@ -11,7 +11,10 @@ the lab's MQTT front end runs, the ``mqtt`` section the xiaozhi MQTT gateway's O
 (``generateMqttConfig``: endpoint, a client id from the request's Device-Id and Client-Id, a username
 naming the device's IP, the password signed with the front end's key, the topics), never both, as the
 real server. A GET, which a person sends to check the endpoint, is told the WebSocket URL in a line of
-text and no credential, as the real server tells it.
+text and no credential, as the real server tells it. Like the real server, it gives credentials to
+whatever Device-Id asks, unless ``DoorSettings.allowed_devices`` lists the devices that may have
+them (403 for any other); with MQTT that is the device's signed password, so the front end's
+``duplicate_connect`` decides whether a second device with it may take the first one's session.
 
 The answer carries a device's credentials, so no other web page may read it: the lab sends no
 ``Access-Control-Allow-Origin`` unless one origin is named (``cors_origin``). The real server allows
@@ -31,6 +34,7 @@ from aiohttp import web
 from msgspec import UNSET
 
 from pipeline.clock import Clock
+from pipeline.transport.server.server_settings import DoorSettings
 from pipeline.transport.wire import mqtt_identity, ota
 
 OTA_PATH = "/xiaozhi/ota/"
@@ -57,6 +61,7 @@ class OtaSettings:
     mqtt_signature_key: str = field(default="", repr=False)  # signs each device's password; "": none checked
     mqtt_group: str = mqtt_identity.GROUP
     cors_origin: str = ""  # the one web origin that may read answers (a console of the user's); "": none
+    door: DoorSettings = field(default_factory=DoorSettings)  # allowed_devices: who is given credentials
 
 
 def server_url(host: str, port: int, path: str, scheme: str = "ws") -> str:
@@ -104,10 +109,13 @@ class OtaServer:
         missing = [name for name in ("Device-Id", "Client-Id") if not request.headers.get(name)]
         if missing:  # the real server refuses these too (ota_handler.py handle_post)
             return self._refusal(f"the {' and '.join(missing)} header(s) are missing")
+        device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
+        if not self.settings.door.admits(request.headers["Device-Id"]):
+            self.note(f"OTA: {device} is not an allowed device: no credentials given")
+            return self._refusal(f"device {request.headers['Device-Id']} is not allowed here", HTTPStatus.FORBIDDEN)
         body = system_info(await request.read())
         if isinstance(body, str):
             return self._refusal(body)
-        device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
         told = f"mqtt {self.settings.mqtt_endpoint}" if self.mqtt else self.settings.websocket_url
         self.note(f"OTA: {device} is told {told}")
         return self._answer(body.application.version or UNKNOWN_VERSION, self._mqtt_section(request))
@@ -149,8 +157,8 @@ class OtaServer:
         )
         return self._json(answer)
 
-    def _refusal(self, message: str) -> web.Response:
-        return self._json(ota.OtaRefusal(message=message), HTTPStatus.BAD_REQUEST)
+    def _refusal(self, message: str, status: int = HTTPStatus.BAD_REQUEST) -> web.Response:
+        return self._json(ota.OtaRefusal(message=message), status)
 
     def _json(self, value: ota.OtaAnswer | ota.OtaRefusal, status: int = HTTPStatus.OK) -> web.Response:
         body = ota.encode(value)

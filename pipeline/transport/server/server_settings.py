@@ -27,6 +27,7 @@ WAKE_WORDS = (
 # config.yaml end_prompt.prompt: what the LLM is asked when a device has been quiet too long
 END_PROMPT = '请你以"时间过得真快"未来头，用富有感情、依依不舍的话来结束这场对话吧！'
 AUTO_LISTENING = ("continuous", "per-listen")
+DUPLICATE_CONNECT = ("refuse", "replace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +93,29 @@ class DoorSettings:
     max_per_address: int = 500  # from one IP address; 0: no limit
     write_timeout_s: float = 10.0  # a send that cannot go out this long closes the connection
     max_idle_s: float = 300.0  # MQTT: a connection whose CONNECT asked for no keep-alive is closed after this
+    # the Device-Ids (MACs) the OTA gives credentials to and the doors let in; (): any, as the real server's OTA
+    # signs for any Device-Id (ota_handler.py handle_post; its auth.allowed_devices only spares a device the token)
+    allowed_devices: tuple[str, ...] = ()
+    # MQTT, a CONNECT with the client id of a connected device: refuse (CONNACK 2; the connected one keeps its
+    # session) or replace (the connected one is dropped, as the gateway does, app.js addConnection, and MQTT 3.1.1
+    # asks, MQTT-3.1.4-2). Said either way. Whoever got a device's credentials could otherwise take its session
+    duplicate_connect: str = "refuse"
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_per_address < 0:
             raise ValueError("max_connections >= 1 and max_per_address >= 0")
         if self.write_timeout_s <= 0 or self.max_idle_s <= 0:
             raise ValueError("write_timeout_s and max_idle_s must be positive")
+        if self.duplicate_connect not in DUPLICATE_CONNECT:
+            raise ValueError(f"duplicate_connect {self.duplicate_connect!r}: one of {', '.join(DUPLICATE_CONNECT)}")
+
+    def admits(self, device_id: str) -> bool:
+        """Whether a device of this Device-Id (a MAC in any case, colons or underscores) may have credentials."""
+        return not self.allowed_devices or _mac_key(device_id) in {_mac_key(d) for d in self.allowed_devices}
+
+
+def _mac_key(device_id: str) -> str:
+    return device_id.strip().lower().replace("_", ":")
 
 
 def describe(session: SessionSettings, door: DoorSettings | None = None, processes: int = 1) -> str:

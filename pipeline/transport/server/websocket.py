@@ -5,7 +5,8 @@ The handshake checks the path (its query string aside), the bearer token and the
 ``ServerChannel`` for ``session.DeviceSession``. As xiaozhi-esp32-server does, a client that
 cannot set headers (a browser page) may send ``device-id``, ``client-id`` and
 ``authorization`` as query parameters instead, and the MQTT gateway's
-``?from=mqtt_gateway`` is allowed. A message over the size limit is closed by websockets
+``?from=mqtt_gateway`` is allowed; with ``DoorSettings.allowed_devices`` only a listed Device-Id
+comes in (403). A message over the size limit is closed by websockets
 itself (1009), and a client that stops reading holds at most its queue (websockets'
 ``max_queue``) before TCP stops it. What the real server has no limit for, the lab's front door
 has as ``DoorSettings``: open connections (over the cap, 503), and a send that cannot go out
@@ -129,6 +130,8 @@ def _refuse(settings: WebSocketSettings) -> Callable[[ServerConnection, Request]
         if parts.path.rstrip("/") != settings.path.rstrip("/"):
             return connection.respond(HTTPStatus.NOT_FOUND, f"no xiaozhi endpoint at {parts.path}\n")
         _headers_from_query(request.headers, parts.query)
+        if not settings.door.admits(request.headers.get("Device-Id", "")):
+            return connection.respond(HTTPStatus.FORBIDDEN, "not an allowed device\n")
         if settings.token and not _token_ok(request.headers.get("Authorization", ""), settings.token):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
         if not _version(request.headers):

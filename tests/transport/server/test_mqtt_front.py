@@ -25,6 +25,7 @@ from pipeline.transport.device.device_settings import LinkSettings, stable_clien
 from pipeline.transport.device.mqtt_udp_link import MqttUdpLink
 from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings
 from pipeline.transport.server.ota_endpoint import OtaServer, OtaSettings
+from pipeline.transport.server.server_settings import DoorSettings
 from pipeline.transport.wire import mqtt_identity
 from pipeline.transport.wire import mqtt_packets as mp
 from pipeline.transport.wire.messages import Listen
@@ -350,9 +351,10 @@ def test_every_goodbye_names_the_session_a_protocol_error_ended() -> None:
     assert goodbye["code"] == 1008 and "control messages" in goodbye["reason"]
 
 
-def test_a_second_connection_with_the_same_client_id_replaces_the_first() -> None:
+def test_a_second_connection_with_the_same_client_id_replaces_the_first_under_the_gateways_policy() -> None:
     async def scenario() -> tuple[bool, bool]:
-        async with front_end() as lab, raw(lab) as first, raw(lab) as second:
+        replace = DoorSettings(duplicate_connect="replace")  # the gateway's (app.js addConnection)
+        async with front_end(door=replace) as lab, raw(lab) as first, raw(lab) as second:
             await first.connect()
             await first.publish(HELLO)
             await first.message()

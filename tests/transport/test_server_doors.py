@@ -1,0 +1,126 @@
+"""Attacks on the lab server's doors replayed (issue 42, holes 4-6): credentials for any Device-Id and a second
+CONNECT taking a device's session; Host and Origin a page chooses (DNS rebinding); idle sockets by the thousand.
+
+Real loopback connections throughout, against the OTA endpoint, the MQTT front end and the WebSocket door.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import aiohttp
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from pipeline.clock import RealClock
+from pipeline.transport.server.mqtt_connection import NOT_AUTHORIZED
+from pipeline.transport.server.ota_endpoint import OtaServer, OtaSettings
+from pipeline.transport.server.server_settings import DoorSettings
+from pipeline.transport.wire import mqtt_identity
+from pipeline.transport.wire import mqtt_packets as mp
+from tests.transport.server.test_mqtt_front import HELLO, KEY, MAC, UUID, front_end, raw
+from tests.transport.server.test_websocket import ScriptedTurns, gateway, real
+
+OTHER_MAC = "02:00:00:00:00:99"
+
+
+async def ota_post(port: int, device: str, **headers: str) -> tuple[int, dict[str, Any]]:
+    """The OTA's status and JSON answer to a firmware's POST as ``device``."""
+    sent = {"Device-Id": device, "Client-Id": UUID, "Content-Type": "application/json", **headers}
+    body = json.dumps({"application": {"name": "xiaozhi", "version": "1.0.0"}})
+    url = f"http://127.0.0.1:{port}/xiaozhi/ota/"
+    async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=sent) as response:
+        return response.status, json.loads(await response.text())
+
+
+def ota_settings(mqtt_port: int, **changes: Any) -> OtaSettings:
+    endpoint = f"127.0.0.1:{mqtt_port}"
+    return OtaSettings(
+        "ws://127.0.0.1:1/xiaozhi/v1/", port=0, mqtt_endpoint=endpoint, mqtt_signature_key=KEY, **changes
+    )
+
+
+# --- hole 4: credentials for any Device-Id, and a second CONNECT with them -----------------------------------
+
+
+def test_credentials_the_ota_gives_anyone_cannot_take_a_connected_devices_session(caplog: Any) -> None:
+    async def scenario() -> tuple[int, bool, str]:
+        async with (
+            front_end() as lab,
+            OtaServer(ota_settings(lab.mqtt_address[1]), RealClock()) as ota,
+            raw(lab) as victim,
+            raw(lab) as attacker,
+        ):
+            _, honest = await ota_post(ota.port, MAC)
+            mqtt = honest["mqtt"]
+            assert await victim.connect(mqtt["client_id"], mqtt["username"], password=mqtt["password"]) == 0
+            await victim.publish(HELLO)
+            await victim.message()
+            _, stolen = await ota_post(ota.port, MAC)  # the real OTA's rule too: any Device-Id is answered
+            mqtt = stolen["mqtt"]
+            code = await attacker.connect(mqtt["client_id"], mqtt["username"], password=mqtt["password"])
+            victim_kept = not await victim.closed(0.5)
+            await victim.publish(HELLO)  # the victim's session goes on
+            _, again = await victim.message()
+            return code, victim_kept, again["type"]
+
+    with caplog.at_level(logging.WARNING):
+        assert real(scenario) == (mp.IDENTIFIER_REJECTED, True, "hello")
+    assert "duplicate_connect = refuse" in caplog.text
+
+
+def test_a_second_connect_replaces_the_first_only_under_the_replace_policy_and_it_is_said(caplog: Any) -> None:
+    async def scenario() -> tuple[int, bool]:
+        replace = DoorSettings(duplicate_connect="replace")
+        async with front_end(door=replace) as lab, raw(lab) as first, raw(lab) as second:
+            await first.connect()
+            code = await second.connect()
+            return code, await first.closed(2)
+
+    with caplog.at_level(logging.WARNING):
+        assert real(scenario) == (mp.ACCEPTED, True)
+    assert "is dropped (duplicate_connect = replace)" in caplog.text
+
+
+def test_a_duplicate_policy_the_server_does_not_know_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="duplicate_connect 'takeover': one of refuse, replace"):
+        DoorSettings(duplicate_connect="takeover")
+
+
+def test_only_listed_devices_get_credentials_and_come_in_when_devices_are_listed() -> None:
+    door = DoorSettings(allowed_devices=(MAC.upper(),))  # a MAC in either case
+
+    async def scenario() -> tuple[int, bool, int, bool, int, int]:
+        async with (
+            front_end(door=door) as lab,
+            OtaServer(ota_settings(lab.mqtt_address[1], door=door), RealClock()) as ota,
+        ):
+            listed, listed_answer = await ota_post(ota.port, MAC)
+            other, other_answer = await ota_post(ota.port, OTHER_MAC)
+            async with raw(lab) as device:
+                code = await device.connect()
+            unlisted = "GID_test@@@02_00_00_00_00_99@@@x"
+            user = mqtt_identity.username({})
+            async with raw(lab) as stranger:
+                refused = await stranger.connect(unlisted, user, password=mqtt_identity.password(unlisted, user, KEY))
+        return listed, "mqtt" in listed_answer, other, "mqtt" in other_answer, code, refused
+
+    assert real(scenario) == (200, True, 403, False, mp.ACCEPTED, NOT_AUTHORIZED)
+
+
+def test_the_websocket_door_lets_in_only_listed_devices_when_devices_are_listed() -> None:
+    async def scenario() -> tuple[str, str]:
+        async with gateway(ScriptedTurns(), door=DoorSettings(allowed_devices=(MAC,))) as url:
+            outcomes = []
+            for device in (MAC, OTHER_MAC):
+                try:
+                    async with connect(url, additional_headers={"Device-Id": device}):
+                        outcomes.append("in")
+                except InvalidStatus as exc:
+                    outcomes.append(str(exc.response.status_code))
+        return outcomes[0], outcomes[1]
+
+    assert real(scenario) == ("in", "403")
