@@ -23,7 +23,7 @@ from websockets.exceptions import InvalidStatus
 from pipeline import serve
 from pipeline.clock import RealClock, VirtualClock
 from pipeline.transport.server.flood import Flooded, FloodGuard
-from pipeline.transport.server.mqtt_channel import MqttUdpChannel
+from pipeline.transport.server.mqtt_channel import CONFIRM_PACKETS, MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import MqttConnection
 from pipeline.transport.server.mqtt_front import MqttFrontSettings
 from pipeline.transport.server.server_settings import DoorSettings, FloodSettings, SessionSettings
@@ -41,6 +41,7 @@ from tests.transport.server.test_websocket import ScriptedTurns, gateway, real
 from tests.wire_helpers import dump, hello, parse
 
 KEY, NONCE = bytes(range(16)), bytes([1, 0, 0, 0, 0, 0, 0, 42]) + bytes(8)
+OPUS_60MS = b"\x58\x00\x01"  # a 60 ms wideband SILK frame, mono: what the firmware's encoder sends
 
 
 # --- UDP: one datagram ---------------------------------------------------------------------------
@@ -102,26 +103,29 @@ async def _publish(message: Any) -> None:
 def test_a_datagram_from_anyone_but_the_sessions_peer_does_not_take_its_downlink() -> None:
     """Attack: a forged datagram (the ssrc is in every header, in clear) from another address. The old front end
     moved the session's downlink to whoever sent the last datagram that opened. A peer silent for the rebind
-    time may move (a NAT that gave the device a new port), as the gateway's devices need."""
+    time may move (a NAT that gave the device a new port), as the gateway's devices need, once its new
+    address has sent ``CONFIRM_PACKETS`` in a row (tests/transport/server/test_mqtt_channel_forgery.py)."""
     clock, front = _Clock(), _Front()
     channel = MqttUdpChannel(front, _publish, "02:00:00:00:00:01", FloodGuard(FloodSettings(), clock), clock, 5.0)
     device = PacketCrypto(channel.crypto.key, channel.crypto.nonce)
     peer, stranger = ("192.0.2.1", 5000), ("198.51.100.9", 6000)
 
     async def scenario() -> list[tuple[str, int]]:
-        channel.datagram(device.seal(b"\xf8\xff\xfe", 0, 1), peer)
+        for sequence in range(1, CONFIRM_PACKETS + 1):  # the device's first packets name it
+            channel.datagram(device.seal(OPUS_60MS, 0, sequence), peer)
         clock.ns += 1_000_000_000
-        channel.datagram(device.seal(b"\xf8\xff\xfe", 60, 2), stranger)  # forged: moves nothing
-        channel.datagram(device.seal(b"\xf8\xff\xfe", 60, 0xFFFFFFFF), stranger)
+        channel.datagram(device.seal(OPUS_60MS, 60, 5), stranger)  # forged: moves nothing
+        channel.datagram(device.seal(OPUS_60MS, 60, 0xFFFFFFFF), stranger)
         await channel.send_audio(b"answer", 0)
         clock.ns += 6_000_000_000  # the peer silent past the rebind time: a new address is the device's now
-        channel.datagram(device.seal(b"\xf8\xff\xfe", 120, 3), ("192.0.2.1", 5001))
+        for sequence in range(5, 5 + CONFIRM_PACKETS):
+            channel.datagram(device.seal(OPUS_60MS, 120, sequence), ("192.0.2.1", 5001))
         await channel.send_audio(b"answer", 60)
         return [address for _, address in front.sent]
 
     assert real(scenario) == [peer, ("192.0.2.1", 5001)]
     assert channel.dropped == {"from another address than the session's peer": 2}
-    assert channel.check.received == 2 and channel.check.implausible == 0
+    assert channel.check.received == 2 * CONFIRM_PACKETS and channel.check.implausible == 0
 
 
 @pytest.mark.transport

@@ -1,14 +1,19 @@
 """One MQTT + UDP device session as a ``ServerChannel``: control over the device's MQTT connection, audio over UDP.
 
-The datagram rules, stricter than the gateway's where the gateway lets a stranger in:
+The datagram rules, stricter than the gateway's where the gateway lets a stranger in. AES-CTR gives the
+packets no integrity and every header carries the session's ssrc in clear, so a forger can send a packet
+with any sequence from any address; the rules make a forged packet cost that packet:
 
-- a datagram must open as this session's packet (type, ssrc, length: ``wire.udp``) and be plausible
-  in sequence (``SequenceCheck``: a jump of more than ``MAX_GAP`` moves nothing);
-- the first packet that opens names the session's peer, the address the answer's audio goes to; a
-  packet from any other address is dropped and counted, unless the peer has been silent for
-  ``udp_rebind_after_s`` (a NAT that gave the device a new port): then it moves the peer. The
-  gateway moves the peer on every packet (app.js), so one forged datagram with a session's ssrc,
-  which every header carries in clear, would take its downlink;
+- a datagram must open as this session's packet (type, ssrc, length: ``wire.udp``), be Opus of the
+  shape the hello announced (``wire.opus_shape``: a forger's random payload passes about 1.2 % of the
+  time), and be plausible in sequence (``SequenceCheck``: a jump of more than ``MAX_GAP`` moves nothing);
+- a packet that would name or move the session's peer (the address the answer's audio goes to), or
+  skip more than ``JUMP_PACKETS`` ahead, moves nothing until ``CONFIRM_PACKETS`` in a row from its
+  address have all passed: they are held, then played in order. One forged packet with a sequence
+  4,096 ahead silenced the device for minutes, and one from another port took its downlink;
+- a packet from another address than the peer is dropped and counted, unless the peer has been silent
+  for ``udp_rebind_after_s`` (a NAT that gave the device a new port). The gateway moves the peer on
+  every packet and plays any sequence not behind the newest (app.js onUdpMessage);
 - what waits for the session is bounded (``queue_limit``): past it, audio is dropped and counted,
   and the MQTT connection's reader waits, so a device that floods holds no more memory.
 """
@@ -28,11 +33,42 @@ from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
 from pipeline.transport.wire.messages import Goodbye, Hello, Message, UdpParams
-from pipeline.transport.wire.udp import PacketCrypto, PacketError, SequenceCheck
+from pipeline.transport.wire.opus_shape import OpusShape
+from pipeline.transport.wire.udp import MAX_GAP, AudioPacket, PacketCrypto, PacketError, SequenceCheck
 
 HELLO_VERSION = 3  # the gateway closes on any other (app.js handlePublish)
 ENCRYPTION = "aes-128-ctr"
+# Four packets in a row that pass the Opus check come from a forger about once in 50 million tries,
+# where one alone comes once in 86. The device pays three packets of delay (180 ms at 60 ms), nothing
+# lost, when its address changes, when its first packets name it, or when its stream resumes after a gap.
+CONFIRM_PACKETS = 4
+# The longest run of lost packets taken on one packet's word: a forged packet that passes by chance
+# costs the device at most this many of its own (half a second at 60 ms); a longer run is an outage.
+JUMP_PACKETS = 8
 _END = object()
+Address = tuple[str, int]
+
+
+class _Confirming:
+    """Packets from one address that would move the session, held until ``CONFIRM_PACKETS`` came in a row."""
+
+    def __init__(self) -> None:
+        self.address: Address | None = None
+        self.held: list[AudioPacket] = []
+
+    def offer(self, packet: AudioPacket, address: Address) -> tuple[list[AudioPacket], int]:
+        """The packets confirmed by this one (none yet, or all held, in order), and how many held ones were
+        given up (the run broke: what they claimed is not believed)."""
+        given_up = 0
+        step = packet.sequence - self.held[-1].sequence if self.held else 0
+        if address == self.address and 0 < step <= JUMP_PACKETS:
+            self.held.append(packet)
+        else:
+            given_up, self.address, self.held = len(self.held), address, [packet]
+        if len(self.held) < CONFIRM_PACKETS:
+            return [], given_up
+        confirmed, self.held = self.held, []
+        return confirmed, given_up
 
 
 class MqttFrontDoor(Protocol):
@@ -69,10 +105,12 @@ class MqttUdpChannel:
         self.queue: asyncio.Queue[object] = asyncio.Queue(queue_limit)
         # the nonce is a header template: type 0x01, flags, length, a random ssrc, timestamp and sequence
         self.crypto = PacketCrypto(os.urandom(16), bytes([0x01, 0, 0, 0]) + os.urandom(4) + bytes(8))
-        self.peer: tuple[str, int] | None = None
+        self.peer: Address | None = None
         self.peer_heard_ns = 0
         self.sequence = 0
         self.check = SequenceCheck()
+        self.shape = OpusShape(60)  # until the hello's answer says the frame duration
+        self.confirming = _Confirming()
         self.closed = False
         self.dropped: dict[str, int] = {}  # datagrams that moved nothing, by why
         # the id the device was told in our hello; before that "", which is what firmware waiting
@@ -86,26 +124,46 @@ class MqttUdpChannel:
         if not self.closed:
             await self.queue.put(message)
 
-    def datagram(self, data: bytes, address: tuple[str, int]) -> None:
+    def datagram(self, data: bytes, address: Address) -> None:
         try:
             packet = self.crypto.open(data)
         except PacketError:
             self.front.rejected_datagrams += 1
             return
         now = self.clock.now_ns()
-        if self.peer is not None and address != self.peer and now - self.peer_heard_ns < self.rebind_after_ns:
+        moves_peer = address != self.peer
+        if moves_peer and self.peer is not None and now - self.peer_heard_ns < self.rebind_after_ns:
             self._drop("from another address than the session's peer")
             return
+        if not self.shape.fits(packet.payload):
+            self._drop("not Opus of the shape the hello announced")
+            return
+        ahead = self.check.ahead(packet.sequence)
+        if ahead is not None and ahead > MAX_GAP:
+            self.check.accept(packet.sequence)  # counted implausible: it moves nothing, confirmed or not
+            return
+        if not moves_peer and ahead is not None and ahead <= JUMP_PACKETS:
+            self._play(packet, now)
+            return
+        confirmed, given_up = self.confirming.offer(packet, address)
+        if given_up:
+            self._drop("a new address or a jump ahead that too few packets confirmed", given_up)
+        if confirmed:
+            self.peer = address
+            for held in confirmed:
+                self._play(held, now)
+
+    def _play(self, packet: AudioPacket, now: int) -> None:
         if not self.check.accept(packet.sequence):
             return  # late, duplicate or implausible: counted by the check
-        self.peer, self.peer_heard_ns = address, now
+        self.peer_heard_ns = now
         if self.queue.full():
             self._drop("the session is behind (queue full)")
             return
         self.queue.put_nowait(Audio(packet.payload, packet.timestamp))
 
-    def _drop(self, why: str) -> None:
-        self.dropped[why] = self.dropped.get(why, 0) + 1
+    def _drop(self, why: str, count: int = 1) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + count
 
     # --- the session's side ---------------------------------------------------
 
@@ -146,6 +204,8 @@ class MqttUdpChannel:
 
     def answer_hello(self, answer: Hello) -> Hello:
         self.session_id = answer.session_id or ""
+        if answer.audio_params is not None:
+            self.shape = OpusShape(answer.audio_params.frame_duration)
         udp = UdpParams(
             server=self.front.public_host,
             port=self.front.udp_port,

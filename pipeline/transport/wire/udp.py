@@ -89,6 +89,10 @@ class SequenceCheck:
     _expected: int | None = None
     _missing: int = 0  # bit i: sequence ``_expected - 1 - i`` has not come
 
+    def ahead(self, sequence: int) -> int | None:
+        """How far past the next expected packet this one is (0: the next, negative: behind); None before any."""
+        return None if self._expected is None else sequence - self._expected
+
     def accept(self, sequence: int) -> bool:
         """Whether to play this packet: only the newest so far is (the firmware's rule)."""
         if self._expected is None:
