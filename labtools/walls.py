@@ -34,7 +34,7 @@ MAY_USE = {
     "catalog": {"contract", "registry", "stages"},  # the one part that imports the implementations
     "run": {"contract", "clock", "settings", "stages", "registry", "catalog", "tracing", "names", "endpoints", "fleet"},
     "fleet": {"contract", "clock", "stages", "tracing"},  # arrivals, the shared model's scheduler, background work
-    "tracing": {"contract", "names"},
+    "tracing": {"contract", "names", "records"},  # records: a trace file is appended as every record file is
     "analysis": {"names", "records"},
     "names": set(),
     # the entry points' shared helpers (run ids, the model cache, quiet native telemetry, saying): a command's

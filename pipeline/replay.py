@@ -28,6 +28,7 @@ from pipeline.plan.prepare import Prepared, make_run, model_cache, prepare
 from pipeline.plan.run_folder import RunExists
 from pipeline.plan.run_plan import DeviceOptions, RunPlan, new_run_id
 from pipeline.records.bench_csv import BenchCsvError
+from pipeline.records.whole_lines import RecordWriteError
 from pipeline.run.assembly import SetupError
 from pipeline.run.gate import GateClosed
 from pipeline.run.ray_workers import WorkerSpec, run_on_ray
@@ -263,8 +264,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             run_on_workers(run, p, plan, plan.workers, env, tracing, sink)
         else:
             run_on_clock(run_session(run, tracing, sink, say), run.clock)
-    except (DeviceError, GateClosed) as exc:  # the turns finished before it stay written
+    except (DeviceError, GateClosed, RecordWriteError) as exc:  # the turns finished before it stay written
         print(f"error: {exc}", file=sys.stderr)
+        written = f"{len(sink.rows)} turn(s) finished before it are written ({p.bench.path}, {trace_path})"
+        print(written, file=sys.stderr)
         return 2
     finally:
         tracing.shutdown()

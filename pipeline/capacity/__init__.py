@@ -8,9 +8,12 @@
 - ``ramp``: step after step, each a replay run of its own, read back, judged and written.
 - ``workers``: a step's devices spread over Ray workers (``--workers``), one hold, one trace file, lateness pooled.
 - ``step_verdict``: a step's figures from its rows, its verdict (holds, fails, void, too_few) and the knee.
-- ``probe``: the server's CPU and RSS during a hold, by PID, from /proc.
+- ``probe``: the server's CPU and RSS during a hold, by PID, from /proc; a soak's per window (descriptors, threads).
+- ``soak``: one step held long (``--soak``), watched window by window; ``soak_drift``: whether its figures rose (M20).
+- ``machine_speed``: the machine's speed on a fixed probe (JSON, sockets, Opus, ONNX), beside every step and window.
 The ramp's records (capacity.json, steps.csv: ``Capacity``, ``Step``, ``StepRow``, their writer and readers)
-are ``pipeline.records.ramp_result``. Where one shared LLM's silence reaches a device's own (M21 (3)) is
-``pipeline.analysis.crossing``, its record ``pipeline.records.crossover``.
+are ``pipeline.records.ramp_result``; a soak's (soak.json, windows.csv) ``pipeline.records.soak_result``.
+Where one shared LLM's silence reaches a device's own (M21 (3)) is ``pipeline.analysis.crossing``, its
+record ``pipeline.records.crossover``.
 - ``sink``: a server that does nothing costly, to measure the fleet itself (added beside the ramp).
 """

@@ -35,6 +35,7 @@ from pipeline.plan.run_plan import DeviceOptions, RunPlan
 from pipeline.records import ramp_result as result
 from pipeline.records.ramp_result import Capacity, MachineSpeed, Step
 from pipeline.records.turn_row import TurnRow
+from pipeline.records.whole_lines import RecordWriteError
 from pipeline.run.session import Run, TraceSink
 from pipeline.settings.audio import BadAudio, load_audio
 from pipeline.settings.config import public_url
@@ -225,6 +226,8 @@ class Ramp:
                 held_s, late = self.spread(run, tracing, sink, probe, users.offsets_ms())
             else:
                 held_s, late = run_on_clock(self._hold(users, probe, sink), run.clock)
+        except RecordWriteError as exc:  # the trace folder's disk is full: what was written stands
+            raise RampError(f"step of {n} device(s) stopped: {exc}") from None
         except OSError as exc:  # too many open files, no port left: the fleet itself could not start
             raise RampError(f"step of {n} device(s) could not start its devices: {exc}") from None
         finally:

@@ -15,6 +15,7 @@ from msgspec.structs import astuple
 
 from pipeline.records.schema import Cell, Column
 from pipeline.records.turn_row import COLUMNS, SCHEMA, TurnRow
+from pipeline.records.whole_lines import append_whole
 
 
 class BenchCsvError(ValueError):
@@ -61,10 +62,10 @@ class BenchCsv:
         self.append_lines(csv_line(row) for row in rows)
 
     def append_lines(self, lines: Iterable[str]) -> None:
-        """Rows already made lines by ``csv_line``."""
-        with self.path.open("a", encoding="utf-8", newline="") as fh:
-            fh.writelines(lines)
-            fh.flush()
+        """Rows already made lines by ``csv_line``: all of them or none (``RecordWriteError``)."""
+        text = "".join(lines)
+        if text:
+            append_whole(self.path, text.encode("utf-8"))
 
 
 class _Text:

@@ -18,8 +18,9 @@ Modules, in the order data flows through them:
 - ``sections/``: one module per section of the report, each owning its numbers, its tables and its
   words; ``build`` lists them in order: ``header`` (title, source, the warnings to see first),
   ``sweep`` (with ``sweep_reading``: which segment grows with the variable), ``capacity`` (how many devices a
-  server holds, from a capacity ramp's folder), ``result``, ``confounding`` (how the conditions were run
-  and whether their shared stages moved), ``cold_warm`` (cold and warm turns' silences),
+  server holds, from a capacity ramp's folder, with ``soak_windows``: a soak's windows and drift), ``result``,
+  ``confounding`` (how the conditions were run and whether their shared stages moved), ``cold_warm`` (cold and
+  warm turns' silences),
   ``recording_check`` (what the recording says: the traces' silence against the recording's),
   ``endpoint_cost`` (what the silence costs: the users an end-of-turn setting cuts off),
   ``segments``, ``wire``, ``critical_path`` (what moves the silence, and the what-ifs of ``whatif_defaults``),

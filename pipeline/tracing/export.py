@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from pipeline.records.whole_lines import append_whole
 from pipeline.tracing import names
 from pipeline.tracing.otlp_json import dumps_line, encode_line, traces_data
 from pipeline.tracing.records import Attributes, SpanIds, SpanRecord
@@ -188,8 +189,7 @@ class Tracing:
         self._append(dumps_line(data).encode())
 
     def _append(self, line: bytes) -> None:
-        with self.trace_path.open("ab") as fh:
-            fh.write(line)
+        append_whole(self.trace_path, line)  # a full disk leaves no half a turn behind (RecordWriteError)
 
     def shutdown(self) -> None:
         """Send what is still queued for the OTLP exporter, and stop it."""
