@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from pipeline.clock import Clock
 from pipeline.run.device_side import Ask
 from pipeline.run.turn import supervise
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device_recording import AudioRecording, RecordTo
-from pipeline.transport.device.device_settings import DeviceSettings
+from pipeline.transport.device.device_settings import DeviceSettings, LinkSettings
 from pipeline.transport.device.device_turn import DeviceTurn, abandon, check_answered
 from pipeline.transport.device.dial import open_link
-from pipeline.transport.device.link import DeviceError, DeviceLink
+from pipeline.transport.device.link import DeviceError, DeviceLink, why_gone
 from pipeline.transport.device.microphone import Microphone
 from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.tools import EmulatedTools
@@ -33,6 +34,7 @@ from pipeline.transport.wire import mcp
 from pipeline.transport.wire.failures import ChannelGone
 from pipeline.transport.wire.messages import LabTag, Listen, Mcp
 
+Dial = Callable[[LinkSettings, Clock], DeviceLink]  # the link a device opens (tests give it another)
 SETTLE_MAX_S = 30.0  # a server that never falls quiet: ask all the same, the wait recorded on the turn
 
 __all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
@@ -41,8 +43,10 @@ __all__ = ["DeviceError", "DeviceSettings", "EmulatedDevice"]
 class EmulatedDevice:
     """One device session: ``async with`` connects and says hello; ``turn`` runs one question."""
 
-    def __init__(self, settings: DeviceSettings, clock: Clock, record: RecordTo | None = None) -> None:
-        self.settings, self.clock = settings, clock
+    def __init__(
+        self, settings: DeviceSettings, clock: Clock, record: RecordTo | None = None, dial: Dial = open_link
+    ) -> None:
+        self.settings, self.clock, self.dial = settings, clock, dial
         self.record_to = record
         self.recording: AudioRecording | None = None
         self._fresh = False  # a connection was opened and no turn has run on it yet
@@ -66,7 +70,7 @@ class EmulatedDevice:
         return self.settings.listen_mode == "realtime"
 
     def _new_link(self) -> DeviceLink:
-        link = open_link(self.link_settings, self.clock)
+        link = self.dial(self.link_settings, self.clock)
 
         async def answer(message: Mcp) -> None:
             await self._answer_mcp(link, message)
@@ -171,7 +175,8 @@ class EmulatedDevice:
         try:
             await turn.start()
         except ChannelGone as exc:
-            turn.recorder.fail("disconnected", str(exc))
+            gone = why_gone(self.link, exc)
+            turn.recorder.fail(gone.kind, str(gone))
             return turn.recorder.finish()
         return await self._finish(turn, then)
 

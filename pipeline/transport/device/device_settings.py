@@ -32,6 +32,33 @@ class SoundOutputs:
 
 
 @dataclass(frozen=True, slots=True)
+class DownlinkLimits:
+    """What a device takes from its server before it calls the server hostile and hangs up: the server's
+    flood limits turned round (``downlink_guard``), a size cap on each message and on the OTA's answer,
+    and a cap on what waits unread for the next turn. No server of the lab's or the real one comes near
+    them; they bound the device's memory whatever a server sends."""
+
+    max_backlog_s: float = 30.0  # audio a server may send ahead of real time (a stall's backlog); 0: not metered
+    max_control_per_s: float = 20.0  # control messages a second, on average; 0: not metered
+    control_burst: int = 200  # control messages at once
+    max_message_bytes: int = 2**20  # one WebSocket message or MQTT packet: websockets' default, as the real server runs
+    max_waiting: int = 4096  # things the server sent that no turn has read yet (60 ms audio: over 4 minutes)
+    max_waiting_bytes: int = 8 * 2**20  # their bytes
+    # the OTA's answer: a real one is under 1 KiB and nests 2 deep (the firmware's cJSON stops at 1,000,
+    # CJSON_NESTING_LIMIT); checked before decoding, so no reader of it ever needs a deep stack
+    max_ota_bytes: int = 64 * 1024
+    max_ota_depth: int = 32
+
+    def __post_init__(self) -> None:
+        if self.max_backlog_s < 0 or self.max_control_per_s < 0 or self.control_burst < 1:
+            raise ValueError("downlink limits: max_backlog_s and max_control_per_s >= 0, control_burst >= 1")
+        if min(self.max_message_bytes, self.max_waiting, self.max_waiting_bytes, self.max_ota_bytes) < 1:
+            raise ValueError("downlink limits: the size caps must be positive")
+        if self.max_ota_depth < 2:
+            raise ValueError("downlink limits: max_ota_depth >= 2 (the OTA's answer nests 2 deep)")
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSettings:
     """One emulated device: its server, its protocol, and what its user does."""
 
@@ -63,6 +90,7 @@ class DeviceSettings:
     sound: SoundOutputs = field(
         default_factory=SoundOutputs
     )  # its speaker and its user's voice into sound devices; none: silent
+    limits: DownlinkLimits = field(default_factory=DownlinkLimits)  # what it takes from a server
 
     def __post_init__(self) -> None:
         if self.listen_mode not in LISTEN_MODES:
@@ -87,6 +115,7 @@ class DeviceSettings:
             self.profile,
             self.client_id,
             mqtt_signature_key=self.mqtt_signature_key,
+            limits=self.limits,
         )
 
 
@@ -108,6 +137,7 @@ class LinkSettings:
     profile: NetProfile | None = None  # the link emulator between device and server (M14); None: direct
     client_id: str = ""  # "": stable_client_id(device_id)
     mqtt_signature_key: str = field(default="", repr=False)  # signs an mqtt:// device's password
+    limits: DownlinkLimits = field(default_factory=DownlinkLimits)  # what the device takes from the server
 
     def __post_init__(self) -> None:
         if not self.client_id:

@@ -26,7 +26,8 @@ from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming
 from pipeline.transport.device.device_recording import NS_PER_SAMPLE, AudioRecording
 from pipeline.transport.device.device_settings import DeviceSettings
-from pipeline.transport.device.link import DeviceLink
+from pipeline.transport.device.downlink_guard import bounded
+from pipeline.transport.device.link import DeviceLink, why_gone
 from pipeline.transport.device.microphone import Microphone
 from pipeline.transport.device.pacer import Capture, pacer, send_lateness
 from pipeline.transport.device.speaker import DeviceSound
@@ -106,7 +107,8 @@ class DeviceTurn:
             if listen:
                 await self.link.send(self.device.listen_message(None if self.device.realtime else self.ask))
         except ChannelGone as exc:
-            self.recorder.fail("disconnected", str(exc))
+            gone = why_gone(self.link, exc)
+            self.recorder.fail(gone.kind, str(gone))
             return
         if self.device.realtime:
             if self.device.mic is not None:
@@ -194,7 +196,8 @@ class DeviceTurn:
                 try:
                     now, item = await self.link.recv_at()
                 except ChannelGone as exc:
-                    self.recorder.fail("disconnected", str(exc))
+                    gone = why_gone(self.link, exc)
+                    self.recorder.fail(gone.kind, str(gone))
                     raise
                 if isinstance(item, Audio):
                     if not speaking:
@@ -246,7 +249,7 @@ class DeviceTurn:
         if isinstance(item, Stt):
             self.timing.stt_ns = now
             self.timing.stt_at.append(now)
-            self.timing.transcript = item.text
+            self.timing.transcript = bounded(item.text)
             self._heard()
         elif isinstance(item, Llm) and self.timing.llm_ns is None:
             self.timing.llm_ns = now
@@ -254,7 +257,7 @@ class DeviceTurn:
             self._heard()
             return "start"
         elif isinstance(item, Tts) and item.state == "sentence_start":
-            self.timing.sentence_starts.append((now, item.text or ""))
+            self.timing.sentence_starts.append((now, bounded(item.text or "")))
             return "sentence_start"
         elif isinstance(item, Tts) and item.state == "stop":
             self.timing.tts_stop_ns = now

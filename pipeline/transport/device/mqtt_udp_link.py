@@ -2,7 +2,10 @@
 gateway, audio over UDP in AES-CTR packets (``mqtt_protocol.cc``).
 
 The device's UDP socket is connected to the address the server's hello named, so the operating
-system drops datagrams from anyone else before they reach it.
+system drops datagrams from anyone else before they reach it. What the server sends is metered as
+the WebSocket link meters it (``DownlinkLimits``): each MQTT packet counted as it begins and refused
+when it announces more than ``max_message_bytes``, audio in audio time; a server past them is hung
+up on.
 """
 
 from __future__ import annotations
@@ -13,25 +16,27 @@ import dataclasses
 import ssl
 from urllib.parse import parse_qs, urlsplit
 
-import aiohttp
 import aiomqtt
-from msgspec import UnsetType
 
 from pipeline.clock import Clock
 from pipeline.endpoints.link.datagrams import UdpRelay
 from pipeline.endpoints.link.proxy import LinkEmulator
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.device.device_settings import LinkSettings
+from pipeline.transport.device.downlink_guard import DownlinkFlood, DownlinkGuard
 from pipeline.transport.device.link import (
     DeviceError,
     Inbox,
+    LinkGone,
     McpHandler,
     deliver,
     device_hello,
     hello_answer,
     next_control,
+    no_session,
 )
-from pipeline.transport.wire import mqtt_identity, ota
+from pipeline.transport.device.ota_client import mqtt_config
+from pipeline.transport.wire import mqtt_identity
 from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound
@@ -40,7 +45,6 @@ from pipeline.transport.wire.mqtt_identity import MqttConfig
 from pipeline.transport.wire.udp import PacketCrypto, PacketError, SequenceCheck
 
 MQTT_HELLO_VERSION = 3  # mqtt_protocol.cc GetHelloMessage: always 3, whatever the WebSocket version
-OTA_APP_VERSION = "1.6.0"  # the application version the emulator tells an OTA endpoint it runs
 
 
 class _Downlink(asyncio.DatagramProtocol):
@@ -82,7 +86,9 @@ class MqttUdpLink:
         self.proxy: LinkEmulator | None = None
         self.relay: UdpRelay | None = None
         self.session_id = ""
-        self.inbox = Inbox(clock)
+        self.inbox = Inbox(clock, settings.limits)
+        self.guard = DownlinkGuard(settings.limits, clock)
+        self.hung_up = False  # the device hung up on a server that sent more than it takes
         self.on_mcp: McpHandler | None = None
         self.client: aiomqtt.Client | None = None
         self.udp: asyncio.DatagramTransport | None = None
@@ -101,7 +107,7 @@ class MqttUdpLink:
         s = self.settings
         try:
             async with asyncio.timeout(s.connect_timeout_s):
-                self.config = await self._ota_config() if self.ota else mqtt_url_config(s)
+                self.config = await mqtt_config(s) if self.ota else mqtt_url_config(s)
                 host, port = self.config.host_port()
                 tls = ssl.create_default_context() if port == 8883 else None  # the firmware's rule for a bare host
                 if s.profile is not None:  # the control channel goes through the TCP link emulator
@@ -116,7 +122,10 @@ class MqttUdpLink:
                     keepalive=self.config.keepalive_s,
                     tls_context=tls,
                 )
+                _meter(self.client, self)
+                ended = self.client._disconnected
                 await self.client.__aenter__()
+                _read_why(ended)  # a connection lost right after CONNACK: aiomqtt swaps this future for a new one
                 self._reader = asyncio.create_task(self._read(self.client))  # no SUBSCRIBE: replies are pushed
                 await self.send(device_hello("udp", MQTT_HELLO_VERSION))
                 answer = await hello_answer(self, await next_control(self))
@@ -127,23 +136,7 @@ class MqttUdpLink:
             raise
         except (OSError, TimeoutError, ChannelGone, ProtocolError, aiomqtt.MqttError, PacketError, ValueError) as exc:
             await self.close()
-            raise DeviceError(f"{s.url}: no session ({type(exc).__name__}: {exc})") from None
-
-    async def _ota_config(self) -> MqttConfig:
-        """The ``mqtt`` section of the OTA's answer to this device (firmware ``ota.cc`` ``CheckVersion``)."""
-        s = self.settings
-        headers = {"Device-Id": s.device_id, "Client-Id": s.client_id, "Content-Type": "application/json"}
-        application = ota.Application(name="xiaozhi", version=OTA_APP_VERSION)
-        body = ota.encode(ota.OtaRequest(application=application, mac_address=s.device_id, uuid=s.client_id))
-        async with aiohttp.ClientSession() as http, http.post(s.url, data=body, headers=headers) as response:
-            if response.status != 200:
-                raise DeviceError(f"{s.url}: the OTA answered HTTP {response.status}")
-            answer = ota.read_answer(await response.read())
-        if isinstance(answer.mqtt, UnsetType):
-            told = answer.websocket.url if isinstance(answer.websocket, ota.WebsocketSection) else ""
-            hint = f"; it offers WebSocket: --server {told}" if told else ""
-            raise DeviceError(f"{s.url}: the OTA's answer has no mqtt section{hint}")
-        return MqttConfig.of(answer.mqtt)
+            raise DeviceError(f"{s.url}: no session ({no_session(self, exc)})") from None
 
     async def _open_udp(self, udp: UdpParams | None) -> None:
         if udp is None:
@@ -171,7 +164,17 @@ class MqttUdpLink:
         finally:
             self.inbox.end("the MQTT connection is gone")
 
+    def hang_up(self, flood: DownlinkFlood) -> None:
+        """The server sent more than the device takes: nothing more is read from it. The MQTT connection
+        drops at its next read (``_meter``), the UDP socket closes now."""
+        self.hung_up = True
+        self.inbox.hang_up(flood)
+        if self.udp is not None:
+            self.udp.close()
+
     async def _control(self, payload: bytes) -> None:
+        if self.hung_up:
+            return
         item = read(payload)
         if isinstance(item, Hello) and not self.session_id:
             self.session_id = item.session_id or ""  # MCP answers right after it need it
@@ -179,14 +182,17 @@ class MqttUdpLink:
             # mqtt_protocol.cc: the channel closes; the next question opens a new one with a new hello
             self.inbox.end(f"the server ended the session: {item.reason or 'goodbye'}")
             return
-        await deliver(self.inbox, self.on_mcp, item)
+        try:
+            await deliver(self.inbox, self.on_mcp, item, len(payload))
+        except DownlinkFlood as exc:
+            self.hang_up(exc)
 
     def _ours(self, goodbye: Goodbye) -> bool:
         """The firmware closes only on a goodbye naming its session; one naming none is taken too."""
         return goodbye.session_id is None or goodbye.session_id == self.session_id
 
     def datagram(self, data: bytes) -> None:
-        if self.crypto is None:
+        if self.crypto is None or self.hung_up:
             return
         try:
             packet = self.crypto.open(data)
@@ -194,7 +200,11 @@ class MqttUdpLink:
             self.rejected += 1
             return
         if self.check.accept(packet.sequence):
-            self.inbox.put(Audio(packet.payload, packet.timestamp))
+            try:
+                self.guard.audio(packet.payload)
+                self.inbox.put(Audio(packet.payload, packet.timestamp), len(data))
+            except DownlinkFlood as exc:
+                self.hang_up(exc)
 
     async def close(self) -> None:
         if self._closed:
@@ -209,6 +219,7 @@ class MqttUdpLink:
         if self.client is not None:
             with contextlib.suppress(aiomqtt.MqttError):
                 await self.client.__aexit__(None, None, None)
+            _read_why(self.client._disconnected)
         if self.udp is not None:
             self.udp.close()
         if self.relay is not None:
@@ -243,8 +254,49 @@ class MqttUdpLink:
     def last_arrival_ns(self) -> int | None:
         return self.inbox.last_ns
 
+    def lost(self) -> LinkGone | None:
+        return self.inbox.why()
+
     def packet_counts(self) -> PacketCounts | None:
         return PacketCounts(self.check.received, self.check.lost, self.check.late)
+
+
+def _meter(client: aiomqtt.Client, link: MqttUdpLink) -> None:
+    """Meter what the MQTT server sends where paho reads it from the socket.
+
+    paho reads a packet of up to 256 MiB whole before it hands it over, and aiomqtt queues whatever it
+    is handed; neither has a limit to set. So the link's guard sits on paho's socket read (``_sock_recv``,
+    private: paho offers no hook there): each packet is counted as its first byte arrives, one announcing
+    a body over ``max_message_bytes`` is refused before its body is read, and once the device has hung up
+    every read fails, which paho takes as the connection lost."""
+    paho = client._client
+    recv = paho._sock_recv
+    cap = link.settings.limits.max_message_bytes
+
+    def metered(bufsize: int) -> bytes:
+        if link.hung_up:
+            raise ConnectionError("the device hung up")
+        packet = paho._in_packet
+        if packet["have_remaining"] and packet["remaining_length"] > cap:
+            link.hang_up(DownlinkFlood(f"an MQTT packet of {packet['remaining_length']} bytes (over {cap})"))
+            raise ConnectionError("the device hung up")
+        data = recv(bufsize)
+        if data and packet["command"] == 0:  # a packet's first byte
+            try:
+                link.guard.control()
+            except DownlinkFlood as exc:
+                link.hang_up(exc)
+                raise ConnectionError("the device hung up") from None
+        return data
+
+    paho._sock_recv = metered  # type: ignore[method-assign]
+
+
+def _read_why(ended: asyncio.Future[None]) -> None:
+    """aiomqtt keeps why its connection ended in a future that only its message reader reads; a reader
+    cancelled first leaves it unread, which asyncio reports on stderr as an error nobody retrieved."""
+    if ended.done() and not ended.cancelled():
+        ended.exception()
 
 
 def mqtt_url_config(settings: LinkSettings) -> MqttConfig:

@@ -2,7 +2,8 @@
 
 Headers ``Protocol-Version``, ``Device-Id``, ``Client-Id`` and, with a token, ``Authorization:
 Bearer``; then the device's hello, and binary audio in the negotiated framing. With a link profile
-the connection goes through the lab's link emulator (M14).
+the connection goes through the lab's link emulator (M14). A server that sends more than the device
+takes (``DownlinkLimits``: messages over ``max_message_bytes``, audio or control floods) is hung up on.
 """
 
 from __future__ import annotations
@@ -12,28 +13,30 @@ from urllib.parse import urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 from websockets.protocol import State
 
 from pipeline.clock import Clock
 from pipeline.endpoints.link.proxy import LinkEmulator
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.device.device_settings import LinkSettings
+from pipeline.transport.device.downlink_guard import DownlinkFlood, DownlinkGuard
 from pipeline.transport.device.link import (
     DeviceError,
     Inbox,
+    LinkGone,
     McpHandler,
     deliver,
     device_hello,
     hello_answer,
     next_control,
+    no_session,
 )
 from pipeline.transport.wire import framing
 from pipeline.transport.wire.failures import ChannelGone, ProtocolError
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.inbound import Inbound, from_websocket
 from pipeline.transport.wire.messages import Hello, Message, encode
-
-MAX_MESSAGE_BYTES = 2**20  # websockets' default, as the real server runs
 
 
 class WebSocketLink:
@@ -46,7 +49,8 @@ class WebSocketLink:
         self.ws: ClientConnection | None = None
         self.session_id = ""
         self.proxy: LinkEmulator | None = None
-        self.inbox = Inbox(clock)
+        self.inbox = Inbox(clock, settings.limits)
+        self.guard = DownlinkGuard(settings.limits, clock)
         self.on_mcp: McpHandler | None = None
         self._reader: asyncio.Task[None] | None = None
         self.label = f"xiaozhi server at {settings.url} (websocket, protocol {settings.protocol_version})"
@@ -65,13 +69,15 @@ class WebSocketLink:
         try:
             async with asyncio.timeout(s.connect_timeout_s):
                 url = await self._through_profile(s.url)
-                self.ws = await connect(url, additional_headers=headers, compression=None, max_size=MAX_MESSAGE_BYTES)
+                self.ws = await connect(
+                    url, additional_headers=headers, compression=None, max_size=s.limits.max_message_bytes
+                )
                 self._reader = asyncio.create_task(self._read(self.ws))
                 await self.send(device_hello("websocket", s.protocol_version))
                 answer = await next_control(self)
         except (OSError, TimeoutError, ChannelGone, ProtocolError) as exc:
             await self.close()
-            raise DeviceError(f"{s.url}: no session ({type(exc).__name__}: {exc})") from None
+            raise DeviceError(f"{s.url}: no session ({no_session(self, exc)})") from None
         except Exception as exc:  # the handshake refused: websockets.InvalidStatus names the HTTP status
             await self.close()
             raise DeviceError(f"{s.url}: refused ({exc})") from None
@@ -80,15 +86,24 @@ class WebSocketLink:
     async def _read(self, ws: ClientConnection) -> None:
         try:
             while True:
-                item = from_websocket(self.settings.protocol_version, await ws.recv())
+                data = await ws.recv()
+                item = from_websocket(self.settings.protocol_version, data)
                 if isinstance(item, Audio):
-                    self.inbox.put(item)
+                    self.guard.audio(item.opus)
+                    self.inbox.put(item, len(data))
                     continue
+                self.guard.control()
                 if isinstance(item, Hello) and not self.session_id:
                     self.session_id = item.session_id or ""  # MCP answers right after it need it
-                await deliver(self.inbox, self.on_mcp, item)
+                await deliver(self.inbox, self.on_mcp, item, len(data))
         except ConnectionClosed as exc:
-            self.inbox.end(f"the server closed the connection ({exc})")
+            if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:  # websockets refused it
+                self.inbox.hang_up(DownlinkFlood(f"a message over {self.settings.limits.max_message_bytes} bytes"))
+            else:
+                self.inbox.end(f"the server closed the connection ({exc})")
+        except DownlinkFlood as exc:
+            self.inbox.hang_up(exc)
+            ws.transport.abort()  # no closing handshake with a server that floods: nothing more is read from it
         finally:
             self.inbox.end("the connection is closed")
 
@@ -147,6 +162,9 @@ class WebSocketLink:
 
     def last_arrival_ns(self) -> int | None:
         return self.inbox.last_ns
+
+    def lost(self) -> LinkGone | None:
+        return self.inbox.why()
 
     def packet_counts(self) -> PacketCounts | None:
         return None
