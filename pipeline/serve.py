@@ -26,8 +26,7 @@ import argparse
 import contextlib
 import os
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,10 +46,11 @@ from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_que
 from pipeline.settings.models import ModelError
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing, otlp_from_env
-from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, is_wildcard, refuse_tls_port
-from pipeline.transport.server.ota_endpoint import OTA_PATH, OtaError, OtaServer, OtaSettings, server_url
+from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, refuse_tls_port
+from pipeline.transport.server.ota_endpoint import OTA_PATH, OtaError, OtaServer, server_url
 from pipeline.transport.server.pacing import PACINGS
-from pipeline.transport.server.processes import ORPHAN_CHECK_S, ProcessesShare, parse_process, refusal, supervise
+from pipeline.transport.server.processes import ORPHAN_CHECK_S, ProcessesShare, parse_process, refusal
+from pipeline.transport.server.restart_budget import RestartLimit
 from pipeline.transport.server.server_settings import (
     AUTO_LISTENING,
     DoorSettings,
@@ -58,13 +58,16 @@ from pipeline.transport.server.server_settings import (
     SessionSettings,
     describe,
 )
+from pipeline.transport.server.supervisor import supervise
+from pipeline.transport.server.told_address import OtaFront as OtaFront  # as: tests reach both as serve.X
+from pipeline.transport.server.told_address import public_host as public_host
 from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
 from pipeline.transport.wire.opus import PRESETS
 
 # What a server of xiaozhi devices runs under any --config: the real server's end-pointing (a later file
 # that names another [vad] impl, or profile = "lab", says otherwise)
 SERVE_BASE: dict[str, dict[str, Any]] = {"vad": {"impl": "silero", "profile": "xiaozhi-server"}}
-FLOOD, DOOR, SESSION = FloodSettings(), DoorSettings(), SessionSettings()  # the defaults the help shows
+FLOOD, DOOR, SESSION, RESTART = FloodSettings(), DoorSettings(), SessionSettings(), RestartLimit()  # help shows them
 DEFAULT_LANGUAGE = "zh"  # xiaozhi devices' users; a deployment names its own (the real server's config does)
 
 
@@ -163,6 +166,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="server processes sharing the WebSocket port, each its own run under OUT/processes/K (one per core: "
         "a process does its Python work on one thread)",
     )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=RESTART.restarts,
+        help="with --processes above 1, a process that dies is restarted, at most this many times (all processes "
+        "together) in --restart-window-s; one more and every process is stopped (0: one ending stops all)",
+    )
+    p.add_argument(
+        "--restart-window-s",
+        type=float,
+        default=RESTART.window_s,
+        help="the window --max-restarts counts restarts in (seconds)",
+    )
     p.add_argument("--process", type=parse_process, help=argparse.SUPPRESS)  # K/N: given by --processes' parent
     p.add_argument("--out", type=Path, default=Path("."), help="output folder (traces/ and bench.csv go here)")
     p.add_argument("--run-id", help="run identifier (default: time and random suffix)")
@@ -199,37 +215,6 @@ async def serve_until_stopped(
             told = server_url(ota.public_host, front.port, OTA_PATH, "http")
             print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
         await until_signalled(orphan_check_s)
-
-
-@dataclass(frozen=True, slots=True)
-class OtaFront:
-    """What the OTA endpoint is told by the command line; the WebSocket URL waits for its port (``--port 0``)."""
-
-    public_host: str
-    port: int
-    token: str = field(default="", repr=False)
-    note: Callable[[str], None] = print
-    cors_origin: str = ""  # the one web origin that may read the answers; "": none
-
-    def settings(self, ws: WebSocketSettings, ws_port: int, mqtt_endpoint: str = "", mqtt_key: str = "") -> OtaSettings:
-        offset_min = (time.localtime().tm_gmtoff or 0) // 60  # a device shows the lab machine's local time
-        url = server_url(self.public_host, ws_port, ws.path)
-        return OtaSettings(
-            url, ws.host, self.port, self.token, offset_min, mqtt_endpoint, mqtt_key, cors_origin=self.cors_origin
-        )
-
-
-def public_host(host: str, public: str, advertised: bool) -> str:
-    """The address devices are told; a wildcard bind address is refused when something must be told."""
-    if public and is_wildcard(public):
-        raise ValueError(f"--public-host {public}: devices cannot send to a wildcard address; give this machine's")
-    chosen = public or host
-    if advertised and is_wildcard(chosen):
-        raise ValueError(
-            f"--host {host} binds every address, and devices must be told one: "
-            "give --public-host with the address devices reach this machine at (its LAN IP or name)"
-        )
-    return chosen
 
 
 def mqtt_key(args: argparse.Namespace, env: Mapping[str, str]) -> str:
@@ -362,7 +347,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return 2
     run_id = args.run_id or new_run_id()
     if args.processes > 1 and args.process is None:
-        shared = ProcessesShare(args.processes, args.host, args.port, args.out, run_id)
+        try:
+            limit = RestartLimit(args.max_restarts, args.restart_window_s)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        shared = ProcessesShare(args.processes, args.host, args.port, args.out, run_id, limit)
         return supervise(shared, sys.argv[1:] if argv is None else argv, env)
     try:
         p = prepare(args, env, run_id)

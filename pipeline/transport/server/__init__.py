@@ -8,7 +8,7 @@
   (``idle``), the flood guard (``flood``), the text it shows (``texts``), the device's MCP tools
   (``device_tools``).
 - A turn (``server_turn``) runs the stages and tells the device, its audio paced by ``pacing``.
-- Several server processes on one WebSocket port (``processes``: ``pipeline.serve --processes N``).
+- Server processes on one WebSocket port (``processes``: ``pipeline.serve --processes N``), restarted (``supervisor``).
 
 Nothing here imports the device side.
 """

@@ -10,10 +10,9 @@ another's devices.
 
 Each process is a whole ``pipeline.serve`` (its models, its loop, its stand-ins) and its own run: run id
 ``RUN-pK``, traces and bench.csv under ``OUT/processes/K/``, ``server_processes = N`` in its config
-identity (M11: the same devices meet a different server). This process only starts them (each told
-``--process K/N``), forwards their lines prefixed ``[pK]``, says ``serving ws://...`` once every process
-listens, and stops them all on SIGINT or SIGTERM. When one ends by itself the others are stopped too:
-that process's devices are gone, and what the rest measured would be a smaller server's.
+identity (M11: the same devices meet a different server). This module starts them (each told
+``--process K/N``) and forwards their lines prefixed ``[pK]``; ``supervisor`` watches them, restarting one
+that dies.
 
 Only the WebSocket door is shared this way. MQTT devices keep one broker connection each and their UDP
 audio port is told in the hello, and the OTA answer names one server, so ``--mqtt-port`` and
@@ -29,11 +28,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
-from pipeline.transport.server.websocket import WebSocketSettings
+from pipeline.transport.server.restart_budget import RestartLimit
+from pipeline.transport.server.restart_record import segment_run_id
 
 READY = "serving ws://"  # the line a process prints once it listens (serve.serve_until_stopped)
 START_LIMIT_S = 300.0  # a process loads its models before it listens: real ones take minutes on a cold cache
@@ -65,124 +64,99 @@ def parse_process(value: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def process_argv(argv: Sequence[str], k: int, n: int, run_id: str, out: Path) -> list[str]:
+def process_argv(argv: Sequence[str], k: int, n: int, run_id: str, out: Path, restart: int = 0) -> list[str]:
     """Process K's command line: the user's, then its own run id and folder (the parser keeps an option's last
-    value, so the user's ``--run-id`` and ``--out`` are overridden, not edited out)."""
+    value, so the user's ``--run-id`` and ``--out`` are overridden, not edited out). After its ``restart``-th
+    restart it serves in the same folder as a new run (``segment_run_id``): its rows and traces join the
+    folder's others, told apart by the run id, and a trace file the dead process left is never written again."""
     folder = out / "processes" / str(k)
-    return [*argv, "--process", f"{k}/{n}", "--run-id", f"{run_id}-p{k}", "--out", str(folder)]
+    own = segment_run_id(run_id, k, restart)
+    return [*argv, "--process", f"{k}/{n}", "--run-id", own, "--out", str(folder)]
+
+
+class ServerProcess:
+    """One running ``pipeline.serve``, its lines forwarded, and when it said it listens."""
+
+    def __init__(self, number: int, command: list[str], env: Mapping[str, str]) -> None:
+        self.number = number
+        # in a session of its own: a Ctrl-C at the terminal reaches the parent only, which stops each process
+        # once (a second SIGINT would break a process's shutdown midway)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.serve", *command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(env),
+            start_new_session=True,
+        )
+        self.started_at = time.monotonic()
+        self.ready = threading.Event()
+        self.ready_at: float | None = None  # time.monotonic() when it said it listens
+        self.last_lines: list[str] = []
+        self.reader = threading.Thread(target=self._forward, daemon=True, name=f"serve-p{number}")
+        self.reader.start()
+
+    def _forward(self) -> None:
+        stream = self.proc.stdout
+        assert stream is not None
+        for line in stream:
+            if line.startswith(READY) and not self.ready.is_set():
+                self.ready_at = time.monotonic()
+                self.ready.set()
+            self.last_lines = [*self.last_lines[-4:], line.rstrip()]
+            print(f"[p{self.number}] {line}", end="", flush=True)
+
+    def said_last(self) -> str:
+        """Its last two lines, read to the end (the error among them when it ended)."""
+        self.reader.join(timeout=2)
+        return "; ".join(self.last_lines[-2:]) or "nothing"
 
 
 class ServerProcesses:
-    """The running processes, their lines forwarded, and when each said it listens."""
+    """The running processes, process K at ``procs[K - 1]``; one that ended can be started again in its place."""
 
     def __init__(self, commands: list[list[str]], env: Mapping[str, str]) -> None:
-        # each in a session of its own: a Ctrl-C at the terminal reaches this process only, which stops each
-        # of them once (a second SIGINT would break a process's shutdown midway)
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "pipeline.serve", *command],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=dict(env),
-                start_new_session=True,
-            )
-            for command in commands
-        ]
-        self.ready = [threading.Event() for _ in self.procs]
-        self.last_lines: list[list[str]] = [[] for _ in self.procs]
-        self.readers = [
-            threading.Thread(target=self._forward, args=(i,), daemon=True, name=f"serve-p{i + 1}")
-            for i in range(len(self.procs))
-        ]
-        for reader in self.readers:
-            reader.start()
-
-    def _forward(self, i: int) -> None:
-        stream = self.procs[i].stdout
-        assert stream is not None
-        for line in stream:
-            if line.startswith(READY):
-                self.ready[i].set()
-            self.last_lines[i] = [*self.last_lines[i][-4:], line.rstrip()]
-            print(f"[p{i + 1}] {line}", end="", flush=True)
+        self.env = env
+        self.procs = [ServerProcess(k, command, env) for k, command in enumerate(commands, start=1)]
+        self.readers = [p.reader for p in self.procs]  # every process's, those restarted included
 
     def ended(self) -> list[tuple[int, int]]:
         """(process number, exit status) of those that have ended."""
-        return [(i + 1, code) for i, proc in enumerate(self.procs) if (code := proc.poll()) is not None]
+        return [(p.number, code) for p in self.procs if (code := p.proc.poll()) is not None]
+
+    def restart(self, k: int, command: list[str]) -> ServerProcess:
+        """Process K, which has ended, started again with ``command``."""
+        assert self.procs[k - 1].proc.poll() is not None, f"process {k} is still running"
+        fresh = ServerProcess(k, command, self.env)
+        self.procs[k - 1] = fresh
+        self.readers.append(fresh.reader)
+        return fresh
 
     def stop(self) -> list[int]:
         """SIGINT to each still running, then wait (killed after ``STOP_LIMIT_S``); their exit statuses."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+        for p in self.procs:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + STOP_LIMIT_S
-        for proc in self.procs:
+        for p in self.procs:
             try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
+                p.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                p.proc.kill()
+                p.proc.wait()
         for reader in self.readers:
             reader.join(timeout=5)
-        return [proc.returncode for proc in self.procs]
+        return [p.proc.returncode for p in self.procs]
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessesShare:
-    """What the processes share: how many, where they listen, the run they are parts of."""
+    """What the processes share: how many, where they listen, the run they are parts of, how often one that
+    died may be restarted."""
 
     processes: int
     host: str
     port: int
     out: Path
     run_id: str
-
-
-def supervise(shared: ProcessesShare, argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run ``shared.processes`` servers on one port until SIGINT or SIGTERM; the exit status (2: one could not
-    start, 1: one ended by itself)."""
-    n, run_id = shared.processes, shared.run_id
-    stop = threading.Event()
-
-    def stopping(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGINT, signal.SIGTERM)}
-    group = ServerProcesses([process_argv(argv, k, n, run_id, shared.out) for k in range(1, n + 1)], env)
-    status = 1
-    try:
-        status = _watch(group, stop, shared)
-    finally:
-        codes = group.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if status == 0 and any(codes):
-        print(f"error: not every process stopped cleanly (exit statuses {codes})", file=sys.stderr)
-        return 1
-    return status
-
-
-def _watch(group: ServerProcesses, stop: threading.Event, shared: ProcessesShare) -> int:
-    n, started = shared.processes, time.monotonic()
-    while not all(ready.is_set() for ready in group.ready):
-        if ended := group.ended():
-            k, code = ended[0]
-            group.readers[k - 1].join(timeout=2)  # its last lines, the error among them, read to the end
-            last = "; ".join(group.last_lines[k - 1][-2:]) or "nothing"
-            print(f"error: process {k} of {n} ended before it listened (exit {code}; it said: {last})", file=sys.stderr)
-            return 2
-        if stop.is_set():
-            return 0
-        if time.monotonic() - started > START_LIMIT_S:
-            print(f"error: not every process listened within {START_LIMIT_S:g} s", file=sys.stderr)
-            return 2
-        stop.wait(0.1)
-    where = f"{shared.host}:{shared.port}{WebSocketSettings().path}"
-    print(f"serving ws://{where} with {n} processes (runs {shared.run_id}-p1 to -p{n})", flush=True)
-    while not stop.wait(0.2):
-        if ended := group.ended():
-            k, code = ended[0]
-            print(f"error: process {k} of {n} ended by itself (exit {code}); stopping the others", file=sys.stderr)
-            return 1
-    return 0
+    restart: RestartLimit = field(default_factory=RestartLimit)

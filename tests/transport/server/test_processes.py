@@ -1,6 +1,6 @@
-"""``pipeline.serve --processes N``: what is refused, each process's command line, and two real processes on one
-port ramped by ``pipeline.capacity``: every turn served by one of them, recorded in its own run, the server's CPU
-probed through its parent, and nothing left running after SIGINT."""
+"""``pipeline.serve --processes N``: what is refused, each process's command line (restarted too), and two real
+processes on one port ramped by ``pipeline.capacity``: every turn served by one of them, recorded in its own run,
+the server's CPU probed through its parent, and nothing left running after SIGINT."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import serve
 from pipeline.capacity.__main__ import main
 from pipeline.endpoints.machine_load import PROC, tree_pids
 from pipeline.records.bench_csv import read_bench_csv
@@ -34,6 +35,12 @@ def test_what_cannot_be_shared_is_refused() -> None:
     assert "needs a fixed --port" in refusal(3, 0, other_doors=False)
 
 
+def test_a_restart_limit_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad, said in (("--max-restarts=-1", "--max-restarts -1: 0 or more"), ("--restart-window-s=0", "positive")):
+        assert serve.main(["--processes", "2", "--port", "8000", bad], env={}) == 2  # before any process starts
+        assert said in capsys.readouterr().err
+
+
 def test_each_process_is_told_its_place_its_run_and_its_folder() -> None:
     assert parse_process("2/3") == (2, 3)
     for bad in ("0/2", "3/2", "x/2", "2"):
@@ -44,6 +51,10 @@ def test_each_process_is_told_its_place_its_run_and_its_folder() -> None:
     assert process_argv(argv, 2, 2, "mine", Path("o")) == [
         *argv,
         *("--process", "2/2", "--run-id", "mine-p2", "--out", str(Path("o") / "processes" / "2")),
+    ]
+    # restarted, it serves in the same folder as a new run: the folder's readers see it, its run id tells it apart
+    assert process_argv(argv, 2, 2, "mine", Path("o"), restart=3)[-4:] == [
+        *("--run-id", "mine-p2-r3", "--out", str(Path("o") / "processes" / "2")),
     ]
 
 
