@@ -35,6 +35,7 @@ from pipeline.transport.server.channel import Background, ServerChannel, tell
 from pipeline.transport.server.device_tools import DeviceToolsClient
 from pipeline.transport.server.flood import Flooded
 from pipeline.transport.server.idle import IdleWatch
+from pipeline.transport.server.ignored import Ignored, kind_of, malformed_kind
 from pipeline.transport.server.requests import TurnRequest, TurnSources
 from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.server_turn import ServerTurn, run_server_turn
@@ -55,7 +56,6 @@ from pipeline.transport.wire.messages import (
     Stt,
     Tts,
     check_audio_params,
-    kind,
 )
 from pipeline.transport.wire.opus import CodecError, OpusDecoder
 
@@ -89,7 +89,7 @@ class DeviceSession:
         self.muted_until_ns = 0
         self.idle = IdleWatch(settings, clock)
         self.goodbye: ServerTurn | None = None  # the idle goodbye: the connection closes after it
-        self.ignored: dict[str, int] = {}  # what we do not act on, counted
+        self.ignored = Ignored()  # what we do not act on, counted by kind
         self.tasks = Background()
 
     async def serve(self) -> None:
@@ -129,7 +129,7 @@ class DeviceSession:
         if isinstance(first, Malformed):
             raise ProtocolError(f"the first message is unreadable: {first.reason}")
         if not isinstance(first, Hello):
-            raise ProtocolError(f"the first message must be hello, not {kind(first)!r}")
+            raise ProtocolError(f"the first message must be hello, not {kind_of(first)!r}")
         await self._hello(first)
 
     async def _hello(self, hello: Hello) -> None:
@@ -155,7 +155,7 @@ class DeviceSession:
             return
         self.channel.guard.control()
         if isinstance(item, Malformed):  # the real server echoes bad JSON and carries on (textMessageProcessor.py)
-            self._count(item.what)
+            self._count(malformed_kind(item.what))
         elif isinstance(item, Hello):
             await self._hello(item)
         elif isinstance(item, Listen):
@@ -167,14 +167,14 @@ class DeviceSession:
         elif isinstance(item, Mcp) and self.mcp is not None:
             self.mcp.handle(item)
         else:  # iot, ping, goodbye over WebSocket and whatever firmware adds: tolerated, counted
-            self._count(kind(item))
+            self._count(kind_of(item))
 
     async def _listen(self, message: Listen) -> None:
         if message.mode is not None:  # the real server keeps the mode a listen message last named
             if message.mode in LISTEN_MODES:
                 self.mode = message.mode
             else:  # the real server keeps any string, and acts as in auto mode on all but "manual"
-                self._count(f"listen mode {message.mode[:20]!r}, taken as auto")
+                self._count("listen mode unknown, taken as auto")
                 self.mode = "auto"
         if message.state == "start":
             self._reset_audio("a new listen start reset the audio")
@@ -188,7 +188,7 @@ class DeviceSession:
         elif message.state == "detect":
             await self._detect(message)
         else:
-            self._count(kind(message))
+            self._count(kind_of(message))
 
     def _listens_on(self) -> bool:
         """Whether speech starts a turn by itself: always in realtime mode, and in auto mode as the real server."""
@@ -304,7 +304,7 @@ class DeviceSession:
             return
         self.idle.active()
         timeline.packets = turn.packets
-        timeline.dropped, self.ignored = self.ignored, {}
+        timeline.dropped = self.ignored.take()
         self.turns.finished(turn.request, timeline)
         if not timeline.ok and self.mode == "auto":  # the device still streams: the next utterance is heard
             self.listening = True
@@ -386,4 +386,4 @@ class DeviceSession:
             self.mcp = None
 
     def _count(self, what: str) -> None:
-        self.ignored[what] = self.ignored.get(what, 0) + 1
+        self.ignored.count(what)
