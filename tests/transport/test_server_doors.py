@@ -6,6 +6,7 @@ Real loopback connections throughout, against the OTA endpoint, the MQTT front e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -33,7 +34,8 @@ async def ota_post(port: int, device: str, **headers: str) -> tuple[int, dict[st
     body = json.dumps({"application": {"name": "xiaozhi", "version": "1.0.0"}})
     url = f"http://127.0.0.1:{port}/xiaozhi/ota/"
     async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=sent) as response:
-        return response.status, json.loads(await response.text())
+        text = await response.text()
+        return response.status, json.loads(text) if response.content_type == "application/json" else {"text": text}
 
 
 def ota_settings(mqtt_port: int, **changes: Any) -> OtaSettings:
@@ -124,3 +126,55 @@ def test_the_websocket_door_lets_in_only_listed_devices_when_devices_are_listed(
         return outcomes[0], outcomes[1]
 
     assert real(scenario) == ("in", "403")
+
+
+# --- hole 5: a Host or an Origin a web page chooses ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mqtt", [False, True], ids=["token", "mqtt password"])
+def test_a_rebinding_page_naming_its_own_host_gets_no_credential(mqtt: bool) -> None:
+    async def scenario() -> list[tuple[int, bool]]:
+        async with front_end() as lab:
+            settings = ota_settings(lab.mqtt_address[1], token="s3cret")
+            settings = settings if mqtt else dataclasses.replace(settings, mqtt_endpoint="")
+            async with OtaServer(settings, RealClock()) as ota:
+                seen = []
+                for host in (f"evil.example:{ota.port}", f"127.0.0.1:{ota.port}", f"localhost:{ota.port}"):
+                    status, answer = await ota_post(ota.port, MAC, Host=host)
+                    credential = answer.get("mqtt", {}).get("password") or answer.get("websocket", {}).get("token")
+                    seen.append((status, bool(credential)))
+                return seen
+
+    assert real(scenario) == [(403, False), (200, True), (200, True)]
+
+
+def test_the_ota_refuses_a_foreign_pages_origin_and_answers_devices_which_send_none() -> None:
+    door = DoorSettings(allowed_origins=("https://console.example",))
+
+    async def scenario() -> list[int]:
+        settings = OtaSettings("ws://127.0.0.1:1/xiaozhi/v1/", port=0, cors_origin="http://lab.example:8080", door=door)
+        async with OtaServer(settings, RealClock()) as ota:
+            origins = ("http://evil.example", "null", "http://localhost:5173", "https://console.example")
+            statuses = [(await ota_post(ota.port, MAC, Origin=origin))[0] for origin in origins]
+            statuses.append((await ota_post(ota.port, MAC, Origin="http://lab.example:8080"))[0])  # cors_origin
+            statuses.append((await ota_post(ota.port, MAC))[0])  # a device: no Origin
+            return statuses
+
+    assert real(scenario) == [403, 403, 200, 200, 200, 200]
+
+
+def test_the_websocket_door_refuses_a_foreign_pages_origin_and_lets_devices_in() -> None:
+    async def scenario() -> list[str]:
+        door = DoorSettings(allowed_origins=("https://console.example",))
+        async with gateway(ScriptedTurns(), door=door) as url:
+            outcomes = []
+            for origin in ("http://evil.example", None, "http://127.0.0.1:5173", "https://console.example"):
+                extra: dict[str, Any] = {"origin": origin} if origin else {}
+                try:
+                    async with connect(url, **extra):
+                        outcomes.append("in")
+                except InvalidStatus as exc:
+                    outcomes.append(str(exc.response.status_code))
+            return outcomes
+
+    assert real(scenario) == ["403", "in", "in", "in"]

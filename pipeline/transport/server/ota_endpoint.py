@@ -19,6 +19,9 @@ them (403 for any other); with MQTT that is the device's signed password, so the
 The answer carries a device's credentials, so no other web page may read it: the lab sends no
 ``Access-Control-Allow-Origin`` unless one origin is named (``cors_origin``). The real server allows
 every origin (``base_handler.py``), which lets any page a user opens read a lab's token off localhost.
+Nor may a page rebind its own name to this machine and read the answer as its own (DNS rebinding): a
+request whose Host is not this server's, or whose Origin is a foreign page's, is refused with 403
+(``origins`` has the rule; devices send no Origin).
 
 It is served over HTTP by aiohttp on a port of its own, as the real server serves it beside its
 WebSocket port: websockets' HTTP parser takes only GET requests without a body.
@@ -26,14 +29,16 @@ WebSocket port: websockets' HTTP parser takes only GET requests without a body.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from msgspec import UNSET
 
 from pipeline.clock import Clock
+from pipeline.transport.server.origins import host_allowed, host_name, origin_allowed
 from pipeline.transport.server.server_settings import DoorSettings
 from pipeline.transport.wire import mqtt_identity, ota
 
@@ -61,7 +66,14 @@ class OtaSettings:
     mqtt_signature_key: str = field(default="", repr=False)  # signs each device's password; "": none checked
     mqtt_group: str = mqtt_identity.GROUP
     cors_origin: str = ""  # the one web origin that may read answers (a console of the user's); "": none
-    door: DoorSettings = field(default_factory=DoorSettings)  # allowed_devices: who is given credentials
+    door: DoorSettings = field(default_factory=DoorSettings)  # who is given credentials; which Host and Origin
+
+    def told_hosts(self) -> tuple[str, ...]:
+        """The addresses devices are given: the WebSocket URL's host and the MQTT endpoint's."""
+        told = [urlsplit(self.websocket_url).netloc]
+        if self.mqtt_endpoint:
+            told.append(self.mqtt_endpoint)
+        return tuple(host_name(netloc) for netloc in told)
 
 
 def server_url(host: str, port: int, path: str, scheme: str = "ws") -> str:
@@ -81,7 +93,7 @@ class OtaServer:
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> OtaServer:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._ours])
         for path in (OTA_PATH, OTA_PATH.rstrip("/")):  # with or without the trailing slash a user typed
             app.router.add_post(path, self._post)
             app.router.add_get(path, self._get)
@@ -104,6 +116,21 @@ class OtaServer:
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _ours(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A request naming another Host (a rebinding page's) or a foreign page's Origin is refused (403)."""
+        s, door = self.settings, self.settings.door
+        host, origin = request.headers.get("Host"), request.headers.get("Origin")
+        if not host_allowed(host, s.host, s.told_hosts(), door.allowed_hosts):
+            self.note(f"OTA: a request for Host {host!r} refused (allowed_hosts)")
+            return web.Response(status=HTTPStatus.FORBIDDEN, text=f"Host {host} is not this server (allowed_hosts)\n")
+        if not origin_allowed(origin, tuple(o for o in (*door.allowed_origins, s.cors_origin) if o)):
+            self.note(f"OTA: a request from the web origin {origin!r} refused (allowed_origins)")
+            return web.Response(status=HTTPStatus.FORBIDDEN, text=f"the web origin {origin} may not call this server\n")
+        return await handler(request)
 
     async def _post(self, request: web.Request) -> web.Response:
         missing = [name for name in ("Device-Id", "Client-Id") if not request.headers.get(name)]

@@ -100,6 +100,12 @@ class DoorSettings:
     # session) or replace (the connected one is dropped, as the gateway does, app.js addConnection, and MQTT 3.1.1
     # asks, MQTT-3.1.4-2). Said either way. Whoever got a device's credentials could otherwise take its session
     duplicate_connect: str = "refuse"
+    # Host names the OTA answers besides loopback, the address it binds and the one devices are told (DNS rebinding,
+    # origins.py); a DNS name devices are given must be listed; "*": any, as the real server
+    allowed_hosts: tuple[str, ...] = ()
+    # web origins (scheme://host[:port]) that may call the OTA or open a WebSocket besides pages of this machine; a
+    # request without Origin, as devices send, always may; "*": any, as the real server
+    allowed_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_per_address < 0:

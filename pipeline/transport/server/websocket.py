@@ -6,7 +6,8 @@ The handshake checks the path (its query string aside), the bearer token and the
 cannot set headers (a browser page) may send ``device-id``, ``client-id`` and
 ``authorization`` as query parameters instead, and the MQTT gateway's
 ``?from=mqtt_gateway`` is allowed; with ``DoorSettings.allowed_devices`` only a listed Device-Id
-comes in (403). A message over the size limit is closed by websockets
+comes in (403), and a web page only from this machine or an origin listed in ``allowed_origins`` (403;
+devices send no Origin: ``origins``). A message over the size limit is closed by websockets
 itself (1009), and a client that stops reading holds at most its queue (websockets'
 ``max_queue``) before TCP stops it. What the real server has no limit for, the lab's front door
 has as ``DoorSettings``: open connections (over the cap, 503), and a send that cannot go out
@@ -31,6 +32,7 @@ from pipeline.clock import Clock
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.flood import FloodGuard
+from pipeline.transport.server.origins import origin_allowed
 from pipeline.transport.server.requests import TurnSources
 from pipeline.transport.server.server_settings import DoorSettings, SessionSettings
 from pipeline.transport.wire import framing
@@ -120,7 +122,8 @@ def _full(connection: ServerConnection, door: DoorSettings) -> str:
 
 
 def _refuse(settings: WebSocketSettings) -> Callable[[ServerConnection, Request], Response | None]:
-    """The handshake's checks: room, path, token and protocol version, answered with an HTTP status."""
+    """The handshake's checks: room, path, origin, device, token and protocol version, answered with an HTTP
+    status."""
 
     def check(connection: ServerConnection, request: Request) -> Response | None:
         full = _full(connection, settings.door)
@@ -129,6 +132,8 @@ def _refuse(settings: WebSocketSettings) -> Callable[[ServerConnection, Request]
         parts = urlsplit(request.path)
         if parts.path.rstrip("/") != settings.path.rstrip("/"):
             return connection.respond(HTTPStatus.NOT_FOUND, f"no xiaozhi endpoint at {parts.path}\n")
+        if not origin_allowed(request.headers.get("Origin"), settings.door.allowed_origins):
+            return connection.respond(HTTPStatus.FORBIDDEN, "this web origin may not connect (allowed_origins)\n")
         _headers_from_query(request.headers, parts.query)
         if not settings.door.admits(request.headers.get("Device-Id", "")):
             return connection.respond(HTTPStatus.FORBIDDEN, "not an allowed device\n")

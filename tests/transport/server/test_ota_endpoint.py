@@ -268,20 +268,20 @@ def test_no_web_page_may_read_the_ota_answer_unless_its_origin_is_named() -> Non
     """The answer holds the device's credentials (the bearer token, a signed MQTT password): a page the user
     opens elsewhere must not read it off a lab on localhost. The real server allows every origin."""
 
-    async def answer(origin: str) -> tuple[dict[str, str], dict[str, str]]:
+    async def answer(origin: str, page_origin: str) -> tuple[dict[str, str], dict[str, str]]:
         settings = OtaSettings("ws://127.0.0.1:1/xiaozhi/v1/", "127.0.0.1", 0, TOKEN, cors_origin=origin)
         async with OtaServer(settings, FixedClock()) as ota, aiohttp.ClientSession() as http:
             url = server_url("127.0.0.1", ota.port, OTA_PATH, "http")
-            page = {"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+            page = {"Origin": page_origin, "Access-Control-Request-Method": "POST"}
             async with http.options(url, headers=page) as preflight:
                 allowed = {k: v for k, v in preflight.headers.items() if k.startswith("Access-Control")}
-            async with http.post(url, headers={**FIRMWARE_HEADERS, "Origin": "https://evil.example"}, json={}) as r:
+            async with http.post(url, headers={**FIRMWARE_HEADERS, "Origin": page_origin}, json={}) as r:
                 read = {k: v for k, v in r.headers.items() if k.startswith("Access-Control")}
         return allowed, read
 
-    allowed, read = real(lambda: answer(""))
+    allowed, read = real(lambda: answer("", "https://evil.example"))  # a foreign page is refused outright too
     assert allowed == {} and read == {}
-    allowed, read = real(lambda: answer("https://console.example"))
+    allowed, read = real(lambda: answer("https://console.example", "https://console.example"))
     assert read["Access-Control-Allow-Origin"] == "https://console.example"
     assert allowed["Access-Control-Allow-Origin"] == "https://console.example"
 
