@@ -71,7 +71,7 @@ def window_row(w: SoakWindow) -> tuple[str, ...]:
 
 
 def drift_row(c: DriftCheck) -> tuple[str, ...]:
-    rho = NOT_MEASURED if c.rho is None else f"{c.rho:.2f}"
+    rho = "-" if c.rho is None else f"{c.rho:.2f}"  # None: the windows' values did not vary (or too few)
     return (
         c.figure,
         _number(c.first, 1),
@@ -83,11 +83,15 @@ def drift_row(c: DriftCheck) -> tuple[str, ...]:
     )
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:g} s" if seconds < 120 else f"{seconds / 60:g} min"
+
+
 def words(s: Soak) -> str:
     drifted = [c.figure for c in s.drift if c.flagged]
     verdict = f"drifted ({', '.join(drifted)})" if drifted else "no figure drifted"
     return (
-        f"Soak: {s.devices} device(s) held {s.duration_s / 60:g} min in windows of {s.window_s / 60:g} min "
+        f"Soak: {s.devices} device(s) held {_duration(s.duration_s)} in windows of {_duration(s.window_s)} "
         f"({len(s.windows)} written): {verdict}. A figure drifts when its last window lies above the first "
         "window's interval and the windows rise in order (Spearman's rho >= 0.5, M20); the server's RSS, "
         "descriptors and threads are judged from the second window, the first being its warm-up."

@@ -36,7 +36,7 @@ def test_a_soak_that_drifted_is_a_warning_with_its_windows_and_checks(tmp_path: 
     verdict, windows, checks, figure = found
     assert isinstance(verdict, Paragraph) and verdict.tone == WARNING
     assert (
-        "8 device(s) held 4 min in windows of 1 min (4 written): drifted (silence_p50_ms, silence_p90_ms, rss_mb)"
+        "8 device(s) held 4 min in windows of 60 s (4 written): drifted (silence_p50_ms, silence_p90_ms, rss_mb)"
         in (verdict.text)
     )
     assert isinstance(windows, Table) and windows.key == "capacity-soak" and len(windows.rows) == 4
