@@ -48,6 +48,9 @@ EV_SENTENCE_START = "sentence_start_received"
 EV_TTS_STOP = "tts_stop_received"
 EV_ABORT = "abort_sent"  # barge-in
 EV_LAST_AUDIO_RECEIVED = "last_audio_received"
+EV_DISCONNECTED = "disconnected"  # a device span's: its connection was lost (in the turn or while idle before it)
+EV_RECONNECT_FAILED = "reconnect_failed"  # a try to open it again that failed (lab.error_message: why)
+EV_RECONNECTED = "reconnected"  # the server answered the new hello
 
 # session / turn attributes
 SCHEMA = "lab.schema_version"
@@ -137,6 +140,11 @@ DOWNLINK_FRAMES = "lab.transport.downlink_frames"
 UNDECODABLE_FRAMES = "lab.transport.undecodable_frames"
 DROPPED_FRAMES = "lab.transport.dropped_frames"  # a device's: audio outside tts start .. stop, not played
 RECONNECTS = "lab.transport.reconnects"  # a device's: the connection opened again before the turn
+# a device's turn that opened its lost connection again: tries made, from the loss to the server's answer to
+# the new hello (the time to be answered again), and from the question's first try to that answer
+RECONNECT_TRIES = "lab.transport.reconnect_tries"
+RECONNECT_MS = "lab.transport.reconnect_ms"
+RECONNECT_WAIT_MS = "lab.transport.reconnect_wait_ms"
 # a device's turn: cold_connection (the first on its connection: connect, hello, MCP set-up just before),
 # cold_wake (started by a wake word mid-answer), warm (the rest)
 TURN_TEMPERATURE = "lab.turn.temperature"

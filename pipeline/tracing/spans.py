@@ -258,6 +258,12 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
     }
     if device.settle_wait_ns:
         attrs[names.SETTLE_WAIT_MS] = device.settle_wait_ns / 1e6
+    back = device.reconnection
+    if back is not None:
+        attrs[names.RECONNECT_TRIES] = len(back.failed) + (back.answered_ns is not None)
+        if back.answered_ns is not None:
+            attrs[names.RECONNECT_MS] = (back.answered_ns - back.lost_ns) / 1e6
+            attrs[names.RECONNECT_WAIT_MS] = (back.answered_ns - back.woke_ns) / 1e6
     if device.temperature:
         attrs[names.TURN_TEMPERATURE] = device.temperature
     start = device.first_uplink_ns if device.first_uplink_ns is not None else child.end
@@ -277,8 +283,23 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
             span.add_event(name, t)
     for t in device.stt_at if len(device.stt_at) > 1 else ():
         span.add_event(names.EV_STT_MESSAGE, t)
+    _reconnect_events(device, span)
     for index, (t, text) in enumerate(device.sentence_starts):
         span.add_event(names.EV_SENTENCE_START, t, {names.SENTENCE_INDEX: index, names.SENTENCE_TEXT: text})
+
+
+def _reconnect_events(device: DeviceTiming, span: SpanRecord) -> None:
+    """The connection lost, each try to open it again that failed, and the server answering again; a loss
+    while idle and the tries before the turn come before the span's start."""
+    if device.disconnected_ns is not None:
+        span.add_event(names.EV_DISCONNECTED, device.disconnected_ns)
+    back = device.reconnection
+    if back is None:
+        return
+    for t, why in back.failed:
+        span.add_event(names.EV_RECONNECT_FAILED, t, {names.ERROR_MESSAGE: why})
+    if back.answered_ns is not None:
+        span.add_event(names.EV_RECONNECTED, back.answered_ns)
 
 
 def _downlink_span(tl: TurnTimeline, child: _Children) -> None:

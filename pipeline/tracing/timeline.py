@@ -143,6 +143,16 @@ class DownlinkTiming:
 
 
 @dataclass(slots=True)
+class Reconnection:
+    """A device that lost its connection opening it again before a question, on the firmware's backoff."""
+
+    lost_ns: int  # when the connection was lost
+    woke_ns: int  # when the question began to open it again
+    failed: list[tuple[int, str]] = field(default_factory=list)  # each try that failed: when, and why
+    answered_ns: int | None = None  # when the server answered the hello again (None: it did not)
+
+
+@dataclass(slots=True)
 class DeviceTiming:
     """What a device saw of a turn over a real transport: when each message and frame came and went."""
 
@@ -169,6 +179,8 @@ class DeviceTiming:
     last_audible_ns: int | None = None  # the end of the answer's last sample above the threshold (its start + 1 sample)
     stt_at: list[int] = field(default_factory=list)  # every stt received (several: several utterances heard)
     settle_wait_ns: int = 0  # before the turn: waited this long for the server to fall quiet (--settle-ms)
+    disconnected_ns: int | None = None  # the connection was lost in this turn, or while idle before it
+    reconnection: Reconnection | None = None  # before the turn, the connection opened again (or not)
 
 
 @dataclass(frozen=True, slots=True)

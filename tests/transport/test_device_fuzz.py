@@ -15,10 +15,8 @@ from typing import Any
 
 from hypothesis import event, given
 from hypothesis import strategies as st
-from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
 
-from pipeline.clock import Clock, VirtualClock
+from pipeline.clock import VirtualClock
 from pipeline.run.device_side import Ask
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
@@ -29,14 +27,13 @@ from pipeline.transport.device.mqtt_udp_link import MqttUdpLink
 from pipeline.transport.device.ota_client import json_depth, read_answer
 from pipeline.transport.device.websocket_link import WebSocketLink
 from pipeline.transport.wire import ota
-from pipeline.transport.wire.opus import OpusEncoder
 from pipeline.transport.wire.udp import PacketCrypto
-from tests.scenario import TONE, utterance
+from tests.scenario import utterance
 from tests.server_harness import virtual
+from tests.transport.device.far_end import ANSWER, TONE_PACKET, Dialer, FarEnd, FarEndLink
 from tests.transport.test_wire_fuzz import FUZZ, SLOW_FUZZ, control_text, json_values, message_shaped
 
 SMALL = DownlinkLimits(max_backlog_s=2.0, control_burst=20, max_waiting=40, max_waiting_bytes=4096)
-TONE_PACKET = OpusEncoder("lab").encode(TONE)
 GONE_KINDS = ("disconnected", "flooded")
 
 # what a server sends: its messages, shaped like the real ones or not, any binary, real audio, floods
@@ -61,65 +58,6 @@ server_items = st.lists(
 )
 
 
-class _Server:
-    """A WebSocket connection whose far end plays ``items`` once the device asks (``websockets``' face, as
-    the link uses it): then it closes, or goes quiet when ``close`` is False."""
-
-    def __init__(self, items: list[tuple[str, Any]], close: bool) -> None:
-        self.items, self.close_at_end = list(items), close
-        self.state = State.OPEN
-        self.transport = self
-        self.asked = asyncio.Event()
-        self.said_hello = False
-
-    async def recv(self) -> str | bytes:
-        if self.state is not State.OPEN:
-            raise ConnectionClosed(None, None)
-        if not self.said_hello:
-            self.said_hello = True
-            return json.dumps({"type": "hello", "transport": "websocket", "session_id": "s"})
-        await self.asked.wait()
-        await asyncio.sleep(0.001)
-        if not self.items:
-            if self.close_at_end:
-                self.state = State.CLOSED
-                raise ConnectionClosed(None, None)
-            await asyncio.Event().wait()
-        kind, data = self.items[0]
-        if kind != "flood":  # a flood: the same message for ever
-            self.items.pop(0)
-        return bytes(data) if isinstance(data, bytes) else str(data)
-
-    async def send(self, data: str | bytes) -> None:
-        if self.state is not State.OPEN:
-            raise ConnectionClosed(None, None)
-        if isinstance(data, str) and '"listen"' in data:
-            self.asked.set()
-
-    async def close(self) -> None:
-        self.state = State.CLOSED
-
-    def abort(self) -> None:
-        self.state = State.CLOSED
-
-
-class _FuzzedLink(WebSocketLink):
-    """The device's WebSocket link with ``_Server`` at the far end: its own reader, guard and inbox."""
-
-    def __init__(self, settings: LinkSettings, clock: Clock, server: _Server) -> None:
-        super().__init__(settings, clock)
-        self.server = server
-
-    async def open(self) -> None:
-        self.ws = self.server  # type: ignore[assignment]
-        self._reader = asyncio.create_task(self._read(self.server))  # type: ignore[arg-type]
-        await self.inbox.get()  # the hello
-        self.session_id = "s"
-
-    async def send_audio(self, opus: bytes, timestamp_ms: int) -> None:
-        await self.server.send(opus)
-
-
 def _bounded(link: WebSocketLink | MqttUdpLink, limits: DownlinkLimits) -> None:
     assert link.inbox.queue.qsize() <= limits.max_waiting + 1  # and the end of the connection
     assert 0 <= link.inbox.waiting_bytes <= limits.max_waiting_bytes
@@ -129,10 +67,10 @@ def _bounded(link: WebSocketLink | MqttUdpLink, limits: DownlinkLimits) -> None:
 @given(server_items)
 def test_any_server_messages_are_read_or_hung_up_on_by_the_websocket_reader(items: list[tuple[str, Any]]) -> None:
     async def read() -> WebSocketLink:
-        server = _Server(items, close=True)
-        server.asked.set()
-        link = _FuzzedLink(LinkSettings("ws://127.0.0.1:1/", limits=SMALL), VirtualClock(), server)
-        await link._read(server)  # type: ignore[arg-type]
+        far = FarEnd([items], close=True)
+        far.listened.set()
+        link = FarEndLink(LinkSettings("ws://127.0.0.1:1/", limits=SMALL), VirtualClock(), far)
+        await link._read(far)  # type: ignore[arg-type]
         return link
 
     link = virtual(read())
@@ -149,10 +87,7 @@ CLIP = utterance(lead_frames=1, speech_frames=3, tail_frames=1)
 def test_no_server_gets_an_exception_past_a_devices_question(items: list[tuple[str, Any]], close: bool) -> None:
     """Whatever a server answers a question with, the device ends the turn (failed with a kind, or answered)."""
     failures: list[dict[str, Any]] = []
-    server = _Server(items, close)
-
-    def dial(settings: LinkSettings, clock: Clock) -> WebSocketLink:
-        return _FuzzedLink(settings, clock, server)
+    dial = Dialer([FarEnd([items], close)])
 
     async def device() -> tuple[TurnTimeline, WebSocketLink]:
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: failures.append(context))
@@ -260,17 +195,10 @@ def test_json_depth_is_the_nesting_a_parser_finds(value: Any) -> None:
 
 def test_the_fuzzers_reach_an_answered_question() -> None:
     """A control: the fuzzed server's answer shaped as the real one is a whole turn, so a pass is not an empty fuzz."""
-    answer = [
-        ("text", json.dumps({"type": "stt", "text": "question"})),
-        ("text", json.dumps({"type": "tts", "state": "start"})),
-        *[("binary", TONE_PACKET)] * 5,
-        ("text", json.dumps({"type": "tts", "state": "stop"})),
-    ]
-    server = _Server(answer, close=False)
 
     async def device() -> TurnTimeline:
         settings = DeviceSettings(url="ws://127.0.0.1:1/", mcp_wait_s=0.0, limits=SMALL)
-        async with EmulatedDevice(settings, VirtualClock(), dial=lambda s, c: _FuzzedLink(s, c, server)) as emulated:
+        async with EmulatedDevice(settings, VirtualClock(), dial=Dialer([FarEnd([ANSWER])])) as emulated:
             return await emulated.turn(Ask(CLIP, 240, "q1", 1, ""))
 
     turn = virtual(device())

@@ -4,7 +4,10 @@ It behaves as the firmware (xiaozhi-esp32 main/application.cc) does where that s
 or in the figures: audio is played only between ``tts start`` and ``tts stop`` and played as it
 arrives; in realtime mode one ``listen start`` opens a microphone that streams for the whole
 connection; barge-in follows the firmware's wake-word or button path; MCP requests are answered
-whenever they come; a connection the server closed while the device was idle is opened again. Each
+whenever they come. A connection that was lost (the server closed it, went away, or was hung up on) is
+opened again when the next question wakes the device, on the firmware's backoff (``reconnect``); a turn
+the loss cut is a failed row (``disconnected``) and the next question goes on once the server answers
+again, or is a failed row itself when it never does. Each
 question is a ``turn.DeviceTurn``; its rows come from what crossed the wire, whichever server answers.
 Each turn is labelled cold or warm (``names.TURN_TEMPERATURES``): the first on a connection has its
 set-up just behind it, one a wake word started mid-answer the firmware's wake path. With a
@@ -20,13 +23,14 @@ from collections.abc import Callable
 from pipeline.clock import Clock
 from pipeline.run.device_side import Ask
 from pipeline.run.turn import supervise
-from pipeline.tracing.timeline import TurnTimeline
+from pipeline.tracing.timeline import Reconnection, TurnTimeline
 from pipeline.transport.device.device_recording import AudioRecording, RecordTo
-from pipeline.transport.device.device_settings import DeviceSettings, LinkSettings
+from pipeline.transport.device.device_settings import FIRMWARE_BACKOFF, DeviceSettings, LinkSettings
 from pipeline.transport.device.device_turn import DeviceTurn, abandon, check_answered
 from pipeline.transport.device.dial import open_link
-from pipeline.transport.device.link import DeviceError, DeviceLink, why_gone
+from pipeline.transport.device.link import LOST, DeviceError, DeviceLink, why_gone
 from pipeline.transport.device.microphone import Microphone
+from pipeline.transport.device.reconnect import gave_up, reopen
 from pipeline.transport.device.speaker import DeviceSound
 from pipeline.transport.device.tools import EmulatedTools
 from pipeline.transport.device.uplink_packets import NoiseLoop
@@ -58,6 +62,9 @@ class EmulatedDevice:
         self.mic: Microphone | None = None
         self.sound: DeviceSound | None = None  # opened with the device, kept across its connections
         self.reconnects = 0
+        self._answered_ns = 0  # when the server last answered a hello
+        self._lost_ns: int | None = None  # when the connection was lost, until it is answered again
+        self._loss_told: int | None = None  # the loss a turn's row already tells of
         self._listed = asyncio.Event()
         self._pending: DeviceTurn | None = None  # a turn the user started by barging in, not yet asked for
 
@@ -110,6 +117,7 @@ class EmulatedDevice:
         if self.record_to is not None and self.recording is None:  # sample 0: the first connection opens
             self.recording = self.record_to.open(self.clock.now_ns())
         await self.link.open()
+        self._answered_ns = self.clock.now_ns()
         self._fresh = True
         if self.realtime:  # application.cc: one listen start on entering Listening; the processor keeps running
             await self.link.send(self.listen_message(None))
@@ -127,12 +135,29 @@ class EmulatedDevice:
             self.mic = None
         await self.link.close()
 
-    async def _reconnect(self) -> None:
-        """application.cc: the next wake opens the audio channel again (connect, hello)."""
+    async def _reconnect(self) -> int:
+        """application.cc: the next wake opens the audio channel again (connect, hello); when it was answered."""
         await self._disconnect()
         self.link = self._new_link()
         await self._connect()
         self.reconnects += 1
+        return self._answered_ns
+
+    async def _come_back(self) -> Reconnection:
+        """The lost connection opened again, on the firmware's backoff for the transport; what happened."""
+        if self._lost_ns is None:
+            gone = self.link.lost()
+            self._lost_ns = gone.at_ns if gone is not None and gone.at_ns is not None else self.clock.now_ns()
+        backoff = self.settings.backoff or FIRMWARE_BACKOFF[self.link.transport]
+        back = await reopen(self._reconnect, backoff, self.clock, self._lost_ns)
+        if back.answered_ns is not None:
+            self._lost_ns = None
+        return back
+
+    def _tell_loss(self, turn: TurnTimeline, lost_ns: int | None) -> None:
+        """The loss at ``lost_ns`` on ``turn``'s row, unless a row already tells of it."""
+        if lost_ns is not None and lost_ns != self._loss_told and turn.device is not None:
+            turn.device.disconnected_ns = self._loss_told = lost_ns
 
     async def _answer_mcp(self, link: DeviceLink, message: Mcp) -> None:
         payload = message.payload
@@ -157,21 +182,22 @@ class EmulatedDevice:
             return await self._finish(turn, then)
         if pending is not None:  # started for a question that is not the one asked now
             await pending.stop()
-        reconnected = 0
-        if not self.link.is_open:  # the server closed it while the device was idle: open it again
-            try:
-                await self._reconnect()
-                reconnected = 1
-            except DeviceError as exc:
-                failed = DeviceTurn(self, ask)
-                failed.timing.temperature = "cold_connection"  # it tried to set one up
-                failed.recorder.fail("disconnected", str(exc))
-                return failed.recorder.finish()
+        back = await self._come_back() if not self.link.is_open else None
+        if back is not None and back.answered_ns is None:  # never answered: the question is a failed row
+            failed = DeviceTurn(self, ask)
+            failed.timing.temperature = "cold_connection"  # it tried to set one up
+            failed.timing.reconnection = back
+            self._tell_loss(failed.recorder.timeline, back.lost_ns)
+            failed.recorder.fail(LOST, gave_up(back))
+            return failed.recorder.finish()
         settled = await self._settle()
         turn = DeviceTurn(self, ask)
         turn.timing.settle_wait_ns = settled
         turn.timing.temperature = self._temperature(woken=False)
-        turn.timing.reconnects = reconnected
+        turn.timing.reconnects = int(back is not None)
+        turn.timing.reconnection = back
+        if back is not None:
+            self._tell_loss(turn.recorder.timeline, back.lost_ns)
         try:
             await turn.start()
         except ChannelGone as exc:
@@ -193,6 +219,8 @@ class EmulatedDevice:
         if self.mic is not None:
             self.mic.release(turn)
         tl.packets = self.link.packet_counts()
+        if (gone := self.link.lost()) is not None:  # lost in the turn: its row tells of it
+            self._tell_loss(tl, gone.at_ns)
         check_answered(recorder)
         if not tl.ok and self.link.is_open:
             if self._pending is not None:

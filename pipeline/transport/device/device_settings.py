@@ -59,6 +59,49 @@ class DownlinkLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class Backoff:
+    """When a device whose connection was lost tries its server again: the first try at once (the next
+    question's wake opens the channel, application.cc:727-733 and 743-760), then after ``first_s``, growing
+    by ``factor`` after each failure, ``tries`` in all; never starting a try more than ``give_up_s`` after
+    the first, after which the question is a failed row (``disconnected``) and the next one starts over."""
+
+    first_s: float = 10.0
+    factor: float = 2.0
+    tries: int = 10
+    give_up_s: float = 300.0  # the lab's: the firmware waits for its user, a run cannot wait for ever
+
+    def __post_init__(self) -> None:
+        if self.first_s < 0 or self.factor < 1 or self.tries < 1 or self.give_up_s < 0:
+            raise ValueError("backoff: first_s >= 0, factor >= 1, tries >= 1, give_up_s >= 0")
+
+    def delays_s(self) -> list[float]:
+        """The wait before each try, the first 0, cut where the tries would go past ``give_up_s``."""
+        delays, waited = [0.0], 0.0
+        for k in range(1, self.tries):
+            delay = self.first_s * self.factor ** (k - 1)
+            if waited + delay > self.give_up_s:
+                break
+            delays.append(delay)
+            waited += delay
+        return delays
+
+
+# The firmware's schedule for each transport, when a device lost its server (78/xiaozhi-esp32 at 4814202,
+# 78/esp-ml307 at 7bc2fd6, espressif/esp-mqtt at 5a9ba05):
+# - websocket: a wake opens the channel at once (main/application.cc:727-733, 743-760) and nothing retries
+#   it when that fails: the failure is an error shown to the user (main/protocols/websocket_protocol.cc:161-172).
+#   The one retry schedule the firmware has for a server it cannot reach is its boot check: 10 s, doubling,
+#   10 tries, telling the user "will retry in N seconds" (main/application.cc:417-451); the emulated user
+#   wakes the device again on it;
+# - udp (MQTT): the MQTT client reconnects by itself every 10 s (esp-mqtt's default reconnect_timeout_ms,
+#   MQTT_RECON_DEFAULT_MS: lib/include/mqtt_config.h:24, mqtt_client.c:625-628; esp-ml307 src/esp/esp_mqtt.cc:23-36
+#   sets neither it nor disable_auto_reconnect), and a wake with no MQTT connection connects at once
+#   (main/protocols/mqtt_protocol.cc:239-245); the protocol's own fresh client 60 s after a disconnect
+#   (mqtt_protocol.cc:97-104, MQTT_RECONNECT_INTERVAL_MS in mqtt_protocol.h:22) comes after those.
+FIRMWARE_BACKOFF = {"websocket": Backoff(10.0, 2.0, 10), "udp": Backoff(10.0, 1.0, 10)}
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSettings:
     """One emulated device: its server, its protocol, and what its user does."""
 
@@ -91,6 +134,7 @@ class DeviceSettings:
         default_factory=SoundOutputs
     )  # its speaker and its user's voice into sound devices; none: silent
     limits: DownlinkLimits = field(default_factory=DownlinkLimits)  # what it takes from a server
+    backoff: Backoff | None = None  # after a lost connection; None: the firmware's for the transport (FIRMWARE_BACKOFF)
 
     def __post_init__(self) -> None:
         if self.listen_mode not in LISTEN_MODES:

@@ -32,11 +32,11 @@ LOST, FLOODED = "disconnected", "flooded"  # why a link is gone: a turn cut by i
 
 class LinkGone(ChannelGone):
     """The link is gone: ``kind`` says why (``LOST``: the connection ended; ``FLOODED``: the device hung
-    up on a server that sent more than it takes), the text says what happened."""
+    up on a server that sent more than it takes), the text says what happened, ``at_ns`` when."""
 
-    def __init__(self, reason: str, kind: str = LOST) -> None:
+    def __init__(self, reason: str, kind: str = LOST, at_ns: int | None = None) -> None:
         super().__init__(reason)
-        self.kind = kind
+        self.kind, self.at_ns = kind, at_ns
 
 
 class DeviceError(RuntimeError):
@@ -128,13 +128,13 @@ class Inbox:
         self.end(f"the device hung up: the server sent {flood}", FLOODED)
 
     def why(self) -> LinkGone | None:
-        return LinkGone(self.gone, self.gone_kind) if self.gone else None
+        return LinkGone(self.gone, self.gone_kind, self.gone_ns) if self.gone else None
 
     async def get(self) -> tuple[int, Inbound]:
         at, item, size = await self.queue.get()
         if item is _END:
             self.queue.put_nowait((at, item, size))  # every later call is told too
-            raise LinkGone(self.gone, self.gone_kind)
+            raise LinkGone(self.gone, self.gone_kind, self.gone_ns)
         self.waiting_bytes -= size
         return at, item  # type: ignore[return-value]
 
