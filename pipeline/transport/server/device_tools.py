@@ -8,6 +8,13 @@ the tools to the LLM under names an OpenAI-style function name allows (``self.li
 -> ``self_light_set_light``), and runs a tool call as ``tools/call`` over the device's link,
 awaiting the answer: the round trip over the network and the device's own work become part of the
 measured turn. JSON-RPC 2.0 travels inside ``{"type": "mcp", "session_id": ..., "payload": {...}}``.
+
+What a device lists is bounded where the real server takes anything: at most ``MOST_TOOLS`` tools kept,
+``MOST_PAGES`` pages followed, each tool at most ``MOST_TOOL_CHARS`` and its name at most ``MOST_NAME_CHARS``
+long; a device's text quoted in a problem or an error is cut to ``MOST_QUOTED_CHARS``. The real server
+renames the names a description mentions tool by tool over every tool (quadratic: 15,000 tools in one
+223 KiB page held the event loop, and every other device's ping, for 5 s); here each description is
+rewritten in one pass of a regex shaped as a trie of the names, whatever their number.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +46,16 @@ TOOLS_LIST_ID = 2  # mcpToolsListID: the first page and every page after it
 # first); ids of their own keep a trace's JSON-RPC ids unambiguous. Devices echo whatever id comes.
 FIRST_CALL_ID = 10_000
 WHERE = "device"
+# OpenAI-style chat requests take at most 128 tools and refuse more; the firmware offers a dozen or two
+MOST_TOOLS = 128
+# the firmware fills a page to 8,000 bytes (mcp_server.cc GetToolsList), about 15 of its tools: 32 pages carry
+# twice what 128 such tools need, and bound the round trips and cursors a device can ask of the server
+MOST_PAGES = 32
+# a firmware tool fits one 8,000-byte page with the page's own JSON; a function name is 64 characters at most
+# in OpenAI-style requests, which refuse the whole request for a longer one; the cursor is a tool's name
+MOST_TOOL_CHARS = 8000
+MOST_NAME_CHARS = 64
+MOST_QUOTED_CHARS = 200
 _NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_\-\u4e00-\u9fff]")  # util.py sanitize_tool_name
 
 
@@ -75,7 +93,9 @@ class DeviceToolsClient:
         self._listing: dict[str, ToolSpec] = {}  # by the LLM's name, as the pages come
         self._originals: dict[str, str] = {}  # the LLM's name -> the device's
         self._tools: tuple[ToolSpec, ...] = ()  # once the last page has come
-        self._cursors: set[str] = set()
+        self._cursors: set[str] = set()  # at most MOST_PAGES, each at most MOST_NAME_CHARS long
+        self._pages = 0
+        self._left_out: Counter[str] = Counter()  # tools not kept, by why
         self._pending: dict[int, asyncio.Future[mcp.Result | mcp.Error]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_call = FIRST_CALL_ID
@@ -109,7 +129,7 @@ class DeviceToolsClient:
             if isinstance(answer, mcp.Result):
                 self._spawn(self._list_later())
             else:
-                self._give_up(f"initialize failed: {answer.error.message}")
+                self._give_up(f"initialize failed: {_quoted(answer.error.message)}")
         elif rid == TOOLS_LIST_ID:
             self._listed(answer)
 
@@ -186,38 +206,56 @@ class DeviceToolsClient:
         await self._rpc(mcp.Request(id=TOOLS_LIST_ID, method=mcp.TOOLS_LIST, params=params))
 
     def _listed(self, answer: mcp.Result | mcp.Error) -> None:
-        page = mcp.list_result(answer) if isinstance(answer, mcp.Result) else None
+        self._pages += 1
+        kept, cut = _first_tools(answer, MOST_TOOLS - len(self._listing))
+        page = mcp.list_result(kept) if isinstance(kept, mcp.Result) else None
         if not isinstance(page, mcp.ListResult):
             self._give_up(f"tools/list failed: {_error_text(answer)}")
             return
         for tool in page.tools:
-            if tool.name:
-                self._add(tool)
+            self._add(tool)
+        self._left_out[f"past the {MOST_TOOLS} an LLM request takes"] += cut
         cursor = page.nextCursor
-        if isinstance(cursor, str) and cursor not in self._cursors:
+        if isinstance(cursor, str) and self._next_page(cursor):
             self._cursors.add(cursor)
             self._spawn(self._list(cursor))
             return
-        if cursor:
-            self.problems.append(f"tools/list repeated the cursor {cursor!r}; the list ends there")
-        self._tools = tuple(self._renamed(spec) for spec in self._listing.values())
+        rename = _renamer(self._originals)
+        self._tools = tuple(ToolSpec(t.name, rename(t.description), t.parameters_json) for t in self._listing.values())
+        self.problems.extend(f"{count} tools left out: {why}" for why, count in self._left_out.items() if count)
         self.ready.set()
+
+    def _next_page(self, cursor: str) -> bool:
+        """Whether to ask for the page ``cursor`` names; the problem said when the list ends short of it."""
+        if cursor in self._cursors:
+            problem = f"tools/list repeated the cursor {_quoted(cursor)}"
+        elif len(cursor) > MOST_NAME_CHARS:
+            problem = f"tools/list gave a cursor of {len(cursor)} characters, no tool's name"
+        elif self._pages >= MOST_PAGES:
+            problem = f"tools/list has more than {MOST_PAGES} pages"
+        elif len(self._listing) >= MOST_TOOLS:
+            problem = f"tools/list has more than {MOST_TOOLS} tools"
+        else:
+            return True
+        self.problems.append(f"{problem}; the list ends there")
+        return False
 
     def _add(self, tool: mcp.ListedTool) -> None:
         """One listed tool, its schema cut to what the real server keeps (type, properties, required)."""
+        if not tool.name:
+            return
+        if len(tool.name) > MOST_NAME_CHARS:
+            self._left_out[f"a name longer than {MOST_NAME_CHARS} characters"] += 1
+            return
         schema = tool.inputSchema
         required = schema.required if isinstance(schema.required, list) else []
-        parameters = mcp.InputSchema(type=schema.type, properties=schema.properties, required=required)
+        parameters = _json(mcp.InputSchema(type=schema.type, properties=schema.properties, required=required))
+        if len(tool.name) + len(tool.description) + len(parameters) > MOST_TOOL_CHARS:
+            self._left_out[f"larger than {MOST_TOOL_CHARS} characters"] += 1
+            return
         name = llm_name(tool.name)
         self._originals[name] = tool.name
-        self._listing[name] = ToolSpec(name, tool.description, _json(parameters))
-
-    def _renamed(self, spec: ToolSpec) -> ToolSpec:
-        """A description that names other tools names them as the LLM is offered them (as the real server)."""
-        description = spec.description
-        for name, original in self._originals.items():
-            description = description.replace(original, name)
-        return ToolSpec(spec.name, description, spec.parameters_json)
+        self._listing[name] = ToolSpec(name, tool.description, parameters)
 
     def _give_up(self, problem: str) -> None:
         """The device's tools will not be known: its turns get the server's own (the real server's too)."""
@@ -246,22 +284,67 @@ def _json(value: object) -> str:
     return json.dumps(msgspec.to_builtins(value), ensure_ascii=False)
 
 
+def _quoted(text: str) -> str:
+    """A device's text in a problem or an error: cut to ``MOST_QUOTED_CHARS``, the cut said."""
+    if len(text) <= MOST_QUOTED_CHARS:
+        return text
+    return f"{text[:MOST_QUOTED_CHARS]}... ({len(text) - MOST_QUOTED_CHARS} more characters)"
+
+
 def _error_text(answer: mcp.Result | mcp.Error) -> str:
     if isinstance(answer, mcp.Error):
-        return answer.error.message
-    return f"an answer without a usable result: {_json(answer.result)[:200]}"
+        return _quoted(answer.error.message)
+    return f"an answer without a usable result: {_json(answer.result)[:MOST_QUOTED_CHARS]}"
+
+
+def _first_tools(answer: mcp.Result | mcp.Error, room: int) -> tuple[mcp.Result | mcp.Error, int]:
+    """A page cut to its first ``room`` tools before any is read, and how many were cut: a device's page of
+    thousands costs no more than ``room`` of them."""
+    if not isinstance(answer, mcp.Result) or not isinstance(answer.result, dict):
+        return answer, 0
+    tools = answer.result.get("tools")
+    if not isinstance(tools, list) or len(tools) <= room:
+        return answer, 0
+    return mcp.Result(id=answer.id, result={**answer.result, "tools": tools[:room]}), len(tools) - room
+
+
+def _renamer(originals: dict[str, str]) -> Callable[[str], str]:
+    """Rewrites the device's names a text mentions as the LLM is offered them, in one pass of a regex shaped as
+    a trie of the names (its cost per character is bounded by a name's length, not by how many there are).
+    Where one name begins another, the longer is renamed whole; the real server, replacing name by name
+    (mcp_handler.py), may leave ``self_a.b`` of ``self.a.b`` when ``self.a`` came first."""
+    changed = {original: name for name, original in originals.items() if original != name}
+    if not changed:
+        return str
+    trie: dict[str, Any] = {}
+    for original in changed:
+        node = trie
+        for char in original:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    pattern = re.compile(_alternatives(trie))
+    return lambda text: pattern.sub(lambda found: changed[found.group()], text)
+
+
+def _alternatives(node: dict[str, Any]) -> str:
+    """The regex of a trie's words; an ending word makes what follows optional, and greedy (longest first)."""
+    branches = [re.escape(char) + _alternatives(child) for char, child in node.items() if char]
+    if not branches:
+        return ""
+    either = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+    return f"(?:{either})?" if "" in node else either
 
 
 def _result_text(name: str, rid: int, answer: mcp.Result | mcp.Error) -> str:
     """The text of a ``tools/call`` answer as mcp_handler.py takes it; an error answer is ``McpError``."""
     if isinstance(answer, mcp.Error):
-        raise McpError(f"device tool {name!r} (id {rid}) failed: {answer.error.message}", WHERE, str(rid))
+        raise McpError(f"device tool {name!r} (id {rid}) failed: {_quoted(answer.error.message)}", WHERE, str(rid))
     result = mcp.call_result(answer)
     if isinstance(result, mcp.NotJsonRpc):  # as the real server, whatever else came is passed on whole
         return _json(answer.result)
     texts = [c.text for c in result.content if isinstance(c.text, str)]
     if result.isError:
-        why = " ".join(texts) or "isError without a text"
+        why = _quoted(" ".join(texts)) or "isError without a text"
         raise McpError(f"device tool {name!r} (id {rid}) failed: {why}", WHERE, str(rid))
     if texts:
         return texts[0]
