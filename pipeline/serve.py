@@ -38,8 +38,9 @@ from pipeline.endpoints.serving import until_signalled
 from pipeline.plan.run_folder import RunExists, refuse_existing_run
 from pipeline.plan.run_plan import new_run_id
 from pipeline.records.bench_csv import BenchCsv, BenchCsvError
+from pipeline.records.whole_lines import RecordWriteError
 from pipeline.run.assembly import SetupError, load_engines, open_chat
-from pipeline.run.server_run import ServedTurns
+from pipeline.run.server_run import RecordsUnwritten, ServedTurns, first_of
 from pipeline.run.session import Run, TraceSink, attach_scheduler, session_attributes
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_questions
@@ -214,7 +215,7 @@ async def serve_until_stopped(
             front = await stack.enter_async_context(OtaServer(told_ota, run.clock, ota.note))
             told = server_url(ota.public_host, front.port, OTA_PATH, "http")
             print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
-        await until_signalled(orphan_check_s)
+        await first_of(until_signalled(orphan_check_s), turns.records_failed.wait())
 
 
 def mqtt_key(args: argparse.Namespace, env: Mapping[str, str]) -> str:
@@ -337,6 +338,8 @@ def serve(args: argparse.Namespace, p: ServePrepared, tracing: Tracing, sink: Tr
     turns = ServedTurns(p.run, tracing, sink, p.language, server_note)
     stopping = serve_until_stopped(p.run, turns, settings, mqtt, ota, ORPHAN_CHECK_S if one_of_many else None)
     run_on_clock(stopping, p.run.clock)
+    if turns.unwritten is not None:
+        raise RecordsUnwritten(f"{turns.unwritten}; the server stopped rather than serve turns it cannot record")
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -373,11 +376,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except OSError as exc:  # the address is taken, or not ours
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    except (ValueError, OtaError) as exc:
+    except (ValueError, OtaError, RecordsUnwritten) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
-        tracing.end_session(clock.now_ns())
+        try:
+            tracing.end_session(clock.now_ns())
+        except RecordWriteError as exc:  # the turns before it stand; only the session's closing span is missing
+            print(f"warning: the session's end was not traced: {exc}", file=sys.stderr)
         tracing.shutdown()
         run.engines.close()
     print(f"{len(sink.rows)} turn(s); traces: {trace_path}; rows: {p.bench.path}")

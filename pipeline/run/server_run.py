@@ -8,10 +8,11 @@ so the run never imports the transport that serves it.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pipeline.events import AudioOut, Event, Sentence
 from pipeline.run.assembly import build_stages, build_tts
@@ -56,6 +57,8 @@ class ServedTurns:
         self.history: dict[str, list[Message]] = {}
         self.replies: dict[str, list[bytes]] = {}
         self.count = 0
+        self.unwritten: OSError | None = None  # why a finished turn's records could not be written
+        self.records_failed = asyncio.Event()  # set then: the server stops rather than serve unrecorded
 
     def question(self, request: ServedRequest) -> Question:
         known = self.by_id.get(request.question_id)
@@ -91,7 +94,11 @@ class ServedTurns:
             + (f"; {self.note}" if self.note else "")
         )
         attrs = turn_attributes(self.run, self.question(request), request.round, note, None)
-        self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
+        try:
+            self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
+        except OSError as exc:  # the trace folder's disk is full: every later turn would go unrecorded too
+            self.unwritten = self.unwritten or exc
+            self.records_failed.set()
 
     async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
         """``text`` spoken once by the run's TTS and kept, as 60 ms frames; the session's history gets it
@@ -115,3 +122,18 @@ class ServedTurns:
 
 async def _one(event: Event) -> AsyncIterator[Event]:
     yield event
+
+
+class RecordsUnwritten(RuntimeError):
+    """A finished turn's traces or row could not be written (a full disk): the server stopped serving."""
+
+
+async def first_of(*waits: Coroutine[Any, Any, object]) -> None:
+    """Until the first of ``waits`` is done (the others cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
