@@ -3,7 +3,8 @@
 The run hands over the trace line it just wrote, never a number of its own; the rows
 are decoded from that line and made by the same facts as from a trace file read later
 (``read``), so bench.csv and ``python -m pipeline.analyze`` of the trace file agree by
-construction.
+construction. The progress line it says for each turn goes to the operator's terminal: a question id
+or an error is a device's string on a server, so no control character in it reaches the terminal raw.
 """
 
 from __future__ import annotations
@@ -47,7 +48,20 @@ def progress_line(done: int, total: int, rows: list[TurnRow]) -> str:
         else:
             parts.append(f"round {row.round}{tag} {row.question_id}: FAILED ({row.error})")
     count = f"[{done}/{total}]" if total else f"[{done}]"  # a server does not know how many turns will come
-    return f"{count} " + "; ".join(parts)
+    return printable(f"{count} " + "; ".join(parts))
+
+
+# C0, DEL and C1 (ESC starts a terminal's escape sequences, CSI is one character in C1), and the marks that
+# reorder what a terminal shows (bidirectional overrides and isolates), each written as Python escapes it
+_UNPRINTABLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in [*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\x1b``): what a terminal shows, never what it obeys."""
+    return text.translate(_UNPRINTABLE)
 
 
 def _said(name: str, ms: float | None) -> str:

@@ -36,7 +36,7 @@ from pipeline.transport.server.device_tools import DeviceToolsClient
 from pipeline.transport.server.flood import Flooded
 from pipeline.transport.server.idle import IdleWatch
 from pipeline.transport.server.ignored import Ignored, kind_of, malformed_kind
-from pipeline.transport.server.requests import TurnRequest, TurnSources
+from pipeline.transport.server.requests import MOST_ID_CHARS, TurnRequest, TurnSources, bounded
 from pipeline.transport.server.server_settings import SessionSettings
 from pipeline.transport.server.server_turn import ServerTurn, run_server_turn
 from pipeline.transport.server.texts import stt_text, wake_text
@@ -220,7 +220,7 @@ class DeviceSession:
             self._begin(self._request("wake", message, self.settings.wake_chat_text))
 
     async def _abort(self, message: Abort) -> None:
-        reason = message.reason or "no reason given"
+        reason = bounded(message.reason, MOST_ID_CHARS) if message.reason else "no reason given"
         await self.channel.send(Tts("stop", session_id=self.session_id))
         self.goodbye = None  # an aborted goodbye closes nothing (abortHandle.py: close_after_chat = False)
         for turn in list(self.running):
