@@ -1,7 +1,8 @@
 """Network profiles as data (METHOD M14): RTT, jitter, loss, bandwidth; and the commands that apply
 bandwidth and loss inside a network namespace (this kernel has no netem, so delay stays in the proxy).
 
-The named profiles are *estimated* from the RTT table of docs/reference/cited.md, not measured.
+The named profiles are *estimated* from the RTT table of docs/reference/cited.md, not measured; the fault
+profiles (``lossy-5``, ``lossy-20``) are bad links made on purpose for the fault matrix.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ PROFILES: dict[str, NetProfile] = {
             bandwidth_mbps=20.0,
             seed=13,
         ),
+        # Fault profiles (issue 42's fault matrix), attribution "fault": not a link the lab measured or cited, a
+        # bad one made on purpose. A one-way jitter of ~57 ms (80 ms RTT deviation) against 60 ms between Opus
+        # packets: about one packet in six arrives before the one sent before it. Each lost datagram is gone
+        # (UDP); each lost TCP chunk costs one retransmission timeout (the MQTT control channel).
+        NetProfile("lossy-5", rtt_ms=80.0, jitter_ms=80.0, rtt_min_ms=10.0, loss=0.05, seed=21, attribution="fault"),
+        NetProfile("lossy-20", rtt_ms=80.0, jitter_ms=80.0, rtt_min_ms=10.0, loss=0.20, seed=22, attribution="fault"),
     )
 }
 
