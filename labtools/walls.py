@@ -53,7 +53,8 @@ MAY_USE = {
     # each other; each end runs the run's turn (the single timing wrapper, its link) over the wire
     "transport": set(),  # the map alone
     "transport.wire": {"contract"},
-    "transport.server": {"contract", "clock", "run", "tracing", "transport.wire"},
+    # endpoints: the limits every listener keeps (endpoints.doors), which the OTA's HTTP and the doors share
+    "transport.server": {"contract", "clock", "run", "tracing", "transport.wire", "endpoints"},
     # acoustic: its speaker and its user's voice into sound devices (transport/device/speaker.py)
     "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
     # plans points from the settings, runs each as a replay's plan written as its command line, reads its rows back

@@ -1,8 +1,10 @@
 """What the lab's servers share: started by ``async with``, an aiohttp app on a port, serving until signalled.
 
 The emulated cloud, the speech services and the link emulator are each a server a test or an
-entry point starts, uses and stops; the two HTTP ones run an aiohttp application the same way.
-Their entry points serve until SIGINT or SIGTERM.
+entry point starts, uses and stops; the two HTTP ones run an aiohttp application the same way, under
+the limits every listener keeps (``doors``: connections at once, a connection waiting for a request
+closed after ``idle_s``, repeated errors said once with a count). Their entry points serve until SIGINT
+or SIGTERM.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import signal
 from typing import Self
 
 from aiohttp import web
+
+from pipeline.endpoints.doors import HttpDoor, HttpLimits, serve_app
 
 
 class Started:
@@ -38,10 +42,12 @@ class HttpApp(Started):
 
     # a request whose client went away is cancelled (and frees what it holds) rather than run to its end
     cancel_abandoned = False
+    limits = HttpLimits()  # connections at once, and how long one may wait for a request (doors)
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self._runner: web.AppRunner | None = None
+        self.door: HttpDoor | None = None  # its connections, once started
 
     @property
     def base_url(self) -> str:
@@ -52,15 +58,14 @@ class HttpApp(Started):
         raise NotImplementedError
 
     async def start(self) -> int:
-        self._runner = web.AppRunner(
+        self._runner, self.door = await serve_app(
             self.app(),
-            access_log=None,
-            handle_signals=False,
+            self.host,
+            self.port,
+            self.limits,
             shutdown_timeout=0.5,
             handler_cancellation=self.cancel_abandoned,
         )
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
         self.port = int(self._runner.addresses[0][1])
         return self.port
 

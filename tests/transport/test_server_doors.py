@@ -6,6 +6,7 @@ Real loopback connections throughout, against the OTA endpoint, the MQTT front e
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -16,7 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from pipeline.clock import RealClock
+from pipeline.clock import RealClock, VirtualClock, run_on_clock
+from pipeline.endpoints.doors import HttpLimits
 from pipeline.transport.server.mqtt_connection import NOT_AUTHORIZED
 from pipeline.transport.server.ota_endpoint import OtaServer, OtaSettings
 from pipeline.transport.server.server_settings import DoorSettings
@@ -178,3 +180,93 @@ def test_the_websocket_door_refuses_a_foreign_pages_origin_and_lets_devices_in()
             return outcomes
 
     assert real(scenario) == ["403", "in", "in", "in"]
+
+
+# --- hole 6: idle sockets by the thousand ----------------------------------------------------------------------
+
+
+class Idle:
+    """``count`` connections to ``port`` that never send a byte."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port, self.count = port, count
+        self.opened: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def __aenter__(self) -> Idle:
+        self.opened = [await asyncio.open_connection("127.0.0.1", self.port) for _ in range(self.count)]
+        await asyncio.sleep(0.1)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for _, writer in self.opened:
+            writer.close()
+
+    def still_open(self) -> int:
+        """How many the server has not closed."""
+        return sum(not reader.at_eof() for reader, _ in self.opened)
+
+
+def test_idle_sockets_past_the_otas_cap_leave_an_honest_device_answered() -> None:
+    """Attack: 1,100 idle OTA sockets under a 1,024-descriptor limit locked an honest device out (issue 42)."""
+    door = DoorSettings(http=HttpLimits(max_connections=8))
+
+    async def scenario() -> tuple[int, int, int]:
+        settings = OtaSettings("ws://127.0.0.1:1/xiaozhi/v1/", port=0, door=door)
+        async with OtaServer(settings, RealClock()) as ota, Idle(ota.port, 20) as idle:
+            status, _ = await ota_post(ota.port, MAC)
+            await asyncio.sleep(0.1)
+            assert ota.door is not None and ota.door.server is not None
+            return status, len(ota.door.server.connections), idle.still_open()
+
+    status, open_now, idle_left = real(scenario)
+    assert status == 200 and open_now <= 8 and idle_left == 7  # the device's connection took a place, then left
+
+
+def test_an_ota_connection_that_sends_nothing_is_closed_at_its_idle_limit() -> None:
+    async def scenario() -> tuple[int, int]:
+        settings = OtaSettings("ws://127.0.0.1:1/xiaozhi/v1/", port=0, door=DoorSettings(http=HttpLimits(idle_s=15.0)))
+        async with OtaServer(settings, VirtualClock()) as ota, Idle(ota.port, 1) as idle:
+            await asyncio.sleep(14.899)  # 15 s after it connected, less the 0.1 s Idle waited
+            before = idle.still_open()
+            await asyncio.sleep(0.002)
+            return before, idle.still_open()
+
+    assert run_on_clock(scenario(), VirtualClock()) == (1, 0)
+
+
+def _port(url: str) -> int:
+    return int(url.split(":")[2].split("/")[0])
+
+
+def test_a_websocket_handshake_that_never_comes_is_dropped_at_its_timeout() -> None:
+    async def scenario() -> tuple[int, int]:
+        door = DoorSettings(handshake_timeout_s=3.0)
+        async with gateway(ScriptedTurns(), door=door) as url, Idle(_port(url), 1) as idle:
+            await asyncio.sleep(2.899)
+            before = idle.still_open()
+            await asyncio.sleep(0.002)
+            return before, idle.still_open()
+
+    assert run_on_clock(scenario(), VirtualClock()) == (1, 0)
+
+
+def test_idle_sockets_past_the_websocket_doors_waiting_cap_leave_a_device_its_handshake() -> None:
+    async def scenario() -> tuple[str, int]:
+        async with gateway(ScriptedTurns(), door=DoorSettings(max_waiting=4)) as url, Idle(_port(url), 10) as idle:
+            async with connect(url):
+                outcome = "in"
+            await asyncio.sleep(0.1)
+            return outcome, idle.still_open()
+
+    assert real(scenario) == ("in", 3)  # the device's handshake took a place too, then left it
+
+
+def test_idle_sockets_past_the_mqtt_waiting_cap_leave_a_device_its_connect() -> None:
+    async def scenario() -> tuple[int, int]:
+        async with front_end(door=DoorSettings(max_waiting=4)) as lab, Idle(lab.mqtt_address[1], 10) as idle:
+            async with raw(lab) as device:
+                code = await device.connect()
+            await asyncio.sleep(0.1)
+            return code, idle.still_open()
+
+    assert real(scenario) == (mp.ACCEPTED, 3)

@@ -2,7 +2,7 @@
 
 - Front doors: ``websocket``; ``mqtt_front`` with ``mqtt_connection`` (one device's MQTT connection) and
   ``mqtt_channel`` (its session's control and UDP audio); ``ota_endpoint`` tells a stock firmware where to connect.
-  Each hands a session a ``channel`` (``ServerChannel``).
+  Each hands a session a ``channel`` (``ServerChannel``); which Host and Origin a request may name: ``origins``.
 - A session (``device_session``) runs the conversation as xiaozhi-esp32-server does, under ``server_settings``: what it
   hears (``uplink``), what starts a turn (``requests``), the wake reply (``wake``), the idle rules
   (``idle``), the flood guard (``flood``), the text it shows (``texts``), the device's MCP tools

@@ -9,7 +9,9 @@ second connection with the client id of a connected device is refused with CONNA
 rejected) unless ``DoorSettings.duplicate_connect`` is ``replace``, where it replaces the first as in
 the gateway (app.js addConnection); either is said. A device ``DoorSettings.allowed_devices`` does not
 list is refused with CONNACK 5 (not authorised), and one over ``DoorSettings``' caps with CONNACK 3
-(server unavailable).
+(server unavailable). Connections that have not sent CONNECT wait at most ``connect_timeout_s``, and
+past ``DoorSettings.max_waiting`` of them the one that has waited longest is dropped. What is refused
+is said once per kind, then as a count.
 
 Port 8883 is refused: firmware and desktop clients take it for MQTT over TLS and would start TLS
 against this plain listener.
@@ -31,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.clock import Clock
+from pipeline.endpoints.doors import WaitingRoom
+from pipeline.endpoints.repeats import Repeats, say_loop_errors_once
 from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.mqtt_channel import MqttUdpChannel
 from pipeline.transport.server.mqtt_connection import NOT_AUTHORIZED, MqttConnection
@@ -88,6 +92,11 @@ class MqttFrontEnd:
     ) -> None:
         self.settings, self.turns, self.clock = settings, turns, clock
         self.note = note or _log.warning  # what the operator is told: a device refused or replaced
+        self.refusals = Repeats(self.note, now=lambda: clock.now_ns() / 1e9)  # each kind said once, then counted
+        # connections that have not sent CONNECT yet; past the cap the one that has waited longest is dropped
+        self.waiting: WaitingRoom[MqttConnection] = WaitingRoom(
+            lambda c: c.writer.transport.abort(), settings.door.waiting_cap()
+        )
         self.max_packet_bytes, self.connect_timeout_s = settings.max_packet_bytes, settings.connect_timeout_s
         self.signature_key, self.door, self.session = settings.signature_key, settings.door, settings.session
         self.connections: dict[str, MqttConnection] = {}  # by client id
@@ -124,6 +133,7 @@ class MqttFrontEnd:
             transport.close()
             raise
         self.mqtt_address = self._server.sockets[0].getsockname()[:2]
+        say_loop_errors_once()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -139,14 +149,21 @@ class MqttFrontEnd:
             await self._server.wait_closed()
         if self._udp is not None:
             self._udp.close()
+        self.refusals.flush()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
+        connection = MqttConnection(self, reader, writer)
+        closed = self.waiting.closed
+        self.waiting.enter(connection)
+        if self.waiting.closed > closed:
+            self.refusals.say("full", f"{self.waiting.cap} MQTT connections wait for CONNECT: the oldest was dropped")
         try:
-            await MqttConnection(self, reader, writer).run()
+            await connection.run()
         finally:
+            self.waiting.leave(connection)
             self._handlers.discard(task)
 
     def room_for(self, connection: MqttConnection) -> int:
@@ -154,13 +171,15 @@ class MqttFrontEnd:
         already connected (``duplicate_connect = refuse``), 3 when the caps are reached (a device replacing itself
         always has room)."""
         if not self.door.admits(connection.device.mac):
-            self.note(f"MQTT: {connection.client_id} from {connection.address} refused: not an allowed device")
+            said = f"MQTT: {connection.client_id} from {connection.address} refused: not an allowed device"
+            self.refusals.say("not allowed", said)
             return NOT_AUTHORIZED
         old = self.connections.get(connection.client_id)
         if old is not None and self.door.duplicate_connect == "refuse":
-            self.note(
+            self.refusals.say(
+                "duplicate",
                 f"MQTT: {connection.client_id} from {connection.address} refused: that client id is connected "
-                f"from {old.address} (duplicate_connect = refuse)"
+                f"from {old.address} (duplicate_connect = refuse)",
             )
             return mp.IDENTIFIER_REJECTED
         others = [c for c in self.connections.values() if c.client_id != connection.client_id]
@@ -174,11 +193,13 @@ class MqttFrontEnd:
     def joined(self, connection: MqttConnection) -> None:
         """A device is connected; one already connected with its client id is dropped (app.js addConnection):
         ``room_for`` let it in only under ``duplicate_connect = replace``."""
+        self.waiting.leave(connection)
         old = self.connections.get(connection.client_id)
         if old is not None:
-            self.note(
+            self.refusals.say(
+                "replaced",
                 f"MQTT: {connection.client_id} connected from {connection.address}; its connection from "
-                f"{old.address} is dropped (duplicate_connect = replace)"
+                f"{old.address} is dropped (duplicate_connect = replace)",
             )
             old.hang_up()
         self.connections[connection.client_id] = connection

@@ -24,11 +24,15 @@ request whose Host is not this server's, or whose Origin is a foreign page's, is
 (``origins`` has the rule; devices send no Origin).
 
 It is served over HTTP by aiohttp on a port of its own, as the real server serves it beside its
-WebSocket port: websockets' HTTP parser takes only GET requests without a body.
+WebSocket port: websockets' HTTP parser takes only GET requests without a body. Its connections keep
+``DoorSettings.http``'s limits (``endpoints.doors``): a connection waiting for a request is closed after
+``idle_s`` (aiohttp's default is an hour), a body must come within it, and at the cap a newcomer closes
+the connection that has waited longest; refusals are said once with a count.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -38,6 +42,8 @@ from aiohttp import web
 from msgspec import UNSET
 
 from pipeline.clock import Clock
+from pipeline.endpoints.doors import HttpDoor, serve_app
+from pipeline.endpoints.repeats import Repeats
 from pipeline.transport.server.origins import host_allowed, host_name, origin_allowed
 from pipeline.transport.server.server_settings import DoorSettings
 from pipeline.transport.wire import mqtt_identity, ota
@@ -88,9 +94,12 @@ class OtaServer:
     def __init__(self, settings: OtaSettings, clock: Clock, note: Callable[[str], None] | None = None) -> None:
         self.settings, self.clock = settings, clock
         self.note = note or (lambda _message: None)
+        # a refusal said once per kind, then as a count: a flood of them is a few lines
+        self.refusals = Repeats(self.note, now=lambda: clock.now_ns() / 1e9)
         self.cors = _cors(settings.cors_origin)
         self.port = settings.port
         self._runner: web.AppRunner | None = None
+        self.door: HttpDoor | None = None  # its connections, once it serves
 
     async def __aenter__(self) -> OtaServer:
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._ours])
@@ -98,24 +107,18 @@ class OtaServer:
             app.router.add_post(path, self._post)
             app.router.add_get(path, self._get)
             app.router.add_route("OPTIONS", path, self._options)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        s = self.settings
         try:
-            await site.start()
+            self._runner, self.door = await serve_app(app, s.host, s.port, s.door.http, self.note)
         except OSError as exc:
-            await self._runner.cleanup()
-            where = f"{self.settings.host}:{self.settings.port}"
-            raise OtaError(f"cannot serve OTA on {where}: {exc.strerror or exc}") from None
-        except BaseException:
-            await self._runner.cleanup()
-            raise
+            raise OtaError(f"cannot serve OTA on {s.host}:{s.port}: {exc.strerror or exc}") from None
         self.port = self._runner.addresses[0][1]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        self.refusals.flush()
 
     @web.middleware
     async def _ours(
@@ -125,10 +128,10 @@ class OtaServer:
         s, door = self.settings, self.settings.door
         host, origin = request.headers.get("Host"), request.headers.get("Origin")
         if not host_allowed(host, s.host, s.told_hosts(), door.allowed_hosts):
-            self.note(f"OTA: a request for Host {host!r} refused (allowed_hosts)")
+            self.refusals.say("host", f"OTA: a request for Host {host!r} refused (allowed_hosts)")
             return web.Response(status=HTTPStatus.FORBIDDEN, text=f"Host {host} is not this server (allowed_hosts)\n")
         if not origin_allowed(origin, tuple(o for o in (*door.allowed_origins, s.cors_origin) if o)):
-            self.note(f"OTA: a request from the web origin {origin!r} refused (allowed_origins)")
+            self.refusals.say("origin", f"OTA: a request from the web origin {origin!r} refused (allowed_origins)")
             return web.Response(status=HTTPStatus.FORBIDDEN, text=f"the web origin {origin} may not call this server\n")
         return await handler(request)
 
@@ -138,9 +141,14 @@ class OtaServer:
             return self._refusal(f"the {' and '.join(missing)} header(s) are missing")
         device = f"{request.headers['Device-Id']} (client {request.headers['Client-Id']})"
         if not self.settings.door.admits(request.headers["Device-Id"]):
-            self.note(f"OTA: {device} is not an allowed device: no credentials given")
+            self.refusals.say("device", f"OTA: {device} is not an allowed device: no credentials given")
             return self._refusal(f"device {request.headers['Device-Id']} is not allowed here", HTTPStatus.FORBIDDEN)
-        body = system_info(await request.read())
+        try:
+            async with asyncio.timeout(self.settings.door.http.idle_s):  # a body sent byte by byte holds a socket
+                raw = await request.read()
+        except TimeoutError:
+            return self._refusal("the request's body did not come in time", HTTPStatus.REQUEST_TIMEOUT)
+        body = system_info(raw)
         if isinstance(body, str):
             return self._refusal(body)
         told = f"mqtt {self.settings.mqtt_endpoint}" if self.mqtt else self.settings.websocket_url

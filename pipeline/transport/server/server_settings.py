@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from pipeline.endpoints.doors import HttpLimits, descriptor_share
+
 # config.yaml wakeup_words: the real server's eleven defaults
 WAKE_WORDS = (
     "你好小智",
@@ -87,7 +89,8 @@ class SessionSettings:
 
 @dataclass(frozen=True, slots=True)
 class DoorSettings:
-    """What a front door (WebSocket, MQTT) lets in and how long it waits for a device that stops reading."""
+    """What a front door (WebSocket, MQTT, OTA) lets in, how long it waits for a device that stops reading or never
+    gets through its handshake."""
 
     max_connections: int = 2000  # open connections at once; more are refused (WebSocket 503, MQTT CONNACK 3)
     max_per_address: int = 500  # from one IP address; 0: no limit
@@ -106,14 +109,24 @@ class DoorSettings:
     # web origins (scheme://host[:port]) that may call the OTA or open a WebSocket besides pages of this machine; a
     # request without Origin, as devices send, always may; "*": any, as the real server
     allowed_origins: tuple[str, ...] = ()
+    # connections not through their handshake yet (a WebSocket upgrade, an MQTT CONNECT) at once; past it, the one
+    # that has waited longest is closed (endpoints.doors); 0: half the process's descriptor limit
+    max_waiting: int = 0
+    handshake_timeout_s: float = 10.0  # WebSocket: the upgrade must be done by then (websockets' open_timeout)
+    http: HttpLimits = field(default_factory=HttpLimits)  # the OTA endpoint's HTTP connections
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_per_address < 0:
             raise ValueError("max_connections >= 1 and max_per_address >= 0")
-        if self.write_timeout_s <= 0 or self.max_idle_s <= 0:
-            raise ValueError("write_timeout_s and max_idle_s must be positive")
+        if self.write_timeout_s <= 0 or self.max_idle_s <= 0 or self.handshake_timeout_s <= 0:
+            raise ValueError("write_timeout_s, max_idle_s and handshake_timeout_s must be positive")
+        if self.max_waiting < 0:
+            raise ValueError("max_waiting >= 0")
         if self.duplicate_connect not in DUPLICATE_CONNECT:
             raise ValueError(f"duplicate_connect {self.duplicate_connect!r}: one of {', '.join(DUPLICATE_CONNECT)}")
+
+    def waiting_cap(self) -> int:
+        return self.max_waiting or descriptor_share()
 
     def admits(self, device_id: str) -> bool:
         """Whether a device of this Device-Id (a MAC in any case, colons or underscores) may have credentials."""

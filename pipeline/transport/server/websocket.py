@@ -10,17 +10,21 @@ comes in (403), and a web page only from this machine or an origin listed in ``a
 devices send no Origin: ``origins``). A message over the size limit is closed by websockets
 itself (1009), and a client that stops reading holds at most its queue (websockets'
 ``max_queue``) before TCP stops it. What the real server has no limit for, the lab's front door
-has as ``DoorSettings``: open connections (over the cap, 503), and a send that cannot go out
-within ``write_timeout_s`` (the connection is dropped).
+has as ``DoorSettings``: open connections (over the cap, 503), a send that cannot go out
+within ``write_timeout_s`` (the connection is dropped), a handshake not done within
+``handshake_timeout_s``, and connections waiting for their handshake (past ``max_waiting``, the one that
+has waited longest is dropped, so idle sockets cannot take every descriptor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -29,6 +33,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from pipeline.clock import Clock
+from pipeline.endpoints.doors import WaitingRoom
+from pipeline.endpoints.repeats import Repeats, say_loop_errors_once
 from pipeline.tracing.timeline import PacketCounts
 from pipeline.transport.server.device_session import DeviceSession
 from pipeline.transport.server.flood import FloodGuard
@@ -42,6 +48,7 @@ from pipeline.transport.wire.messages import Hello, Message, encode
 
 # headers a client may send as query parameters instead (xs/core/websocket_server.py:83-106)
 QUERY_FALLBACKS = ("Device-Id", "Client-Id", "Authorization")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +169,40 @@ def _token_ok(authorization: str, token: str) -> bool:
     return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
+def _waiting_room(door: DoorSettings) -> type[ServerConnection]:
+    """Connections that wait in one room until their handshake is done: past ``door``'s cap the one that has waited
+    longest is dropped, so that sockets left idle cannot hold every descriptor (``endpoints.doors``)."""
+    room: WaitingRoom[ServerConnection] = WaitingRoom(lambda c: c.transport.abort(), door.waiting_cap())
+    said = Repeats(_log.warning, now=asyncio.get_running_loop().time)
+
+    class Waiting(ServerConnection):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            closed = room.closed
+            room.enter(self)
+            if room.closed > closed:
+                said.say("full", f"{room.cap} WebSocket connections wait for their handshake: the oldest was dropped")
+
+        async def handshake(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                await super().handshake(*args, **kwargs)
+            finally:
+                room.leave(self)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            room.leave(self)
+            super().connection_lost(exc)
+
+    return Waiting
+
+
 async def start_websocket_server(settings: WebSocketSettings, turns: TurnSources, clock: Clock) -> Server:
     """Listen for devices; the returned server is closed by the caller (``async with`` or ``close()``)."""
 
     async def handler(ws: ServerConnection) -> None:
         await DeviceSession(WebSocketChannel(ws, settings, clock), settings.session, turns, clock).serve()
 
-    return await serve(
+    server = await serve(
         handler,
         settings.host,
         settings.port,
@@ -177,4 +211,8 @@ async def start_websocket_server(settings: WebSocketSettings, turns: TurnSources
         compression=None,  # audio does not compress, and per-message deflate costs every frame
         reuse_port=settings.reuse_port,
         close_timeout=2.0,  # a flooding client's close frame waits behind its unread messages
+        open_timeout=settings.door.handshake_timeout_s,
+        create_connection=_waiting_room(settings.door),
     )
+    say_loop_errors_once()
+    return server
