@@ -52,23 +52,30 @@ Address = tuple[str, int]
 class _Confirming:
     """Packets from one address that would move the session, held until ``CONFIRM_PACKETS`` came in a row."""
 
-    def __init__(self) -> None:
+    def __init__(self, drop: Callable[[str, int], None]) -> None:
+        self.drop = drop
         self.address: Address | None = None
         self.held: list[AudioPacket] = []
 
-    def offer(self, packet: AudioPacket, address: Address) -> tuple[list[AudioPacket], int]:
-        """The packets confirmed by this one (none yet, or all held, in order), and how many held ones were
-        given up (the run broke: what they claimed is not believed)."""
-        given_up = 0
-        step = packet.sequence - self.held[-1].sequence if self.held else 0
-        if address == self.address and 0 < step <= JUMP_PACKETS:
+    def offer(self, packet: AudioPacket, address: Address) -> list[AudioPacket]:
+        """The packets this one confirms: none yet, or all those held, in order."""
+        run = self.held if address == self.address else []
+        step = packet.sequence - run[-1].sequence if run else JUMP_PACKETS + 1  # none: a new run
+        if 0 < step <= JUMP_PACKETS:
             self.held.append(packet)
-        else:
-            given_up, self.address, self.held = len(self.held), address, [packet]
+        elif -JUMP_PACKETS <= step <= 0:
+            # reordered or repeated within the run: not played, as no packet behind the newest is; the run goes
+            # on (a forger's packet a little ahead of the device's costs it at most that much, as anywhere)
+            self.drop("behind a run of packets being confirmed", 1)
+            return []
+        else:  # the run broke: what its packets claimed is not believed
+            if self.held:
+                self.drop("a new address or a jump ahead that too few packets confirmed", len(self.held))
+            self.address, self.held = address, [packet]
         if len(self.held) < CONFIRM_PACKETS:
-            return [], given_up
+            return []
         confirmed, self.held = self.held, []
-        return confirmed, given_up
+        return confirmed
 
 
 class MqttFrontDoor(Protocol):
@@ -110,7 +117,7 @@ class MqttUdpChannel:
         self.sequence = 0
         self.check = SequenceCheck()
         self.shape = OpusShape(60)  # until the hello's answer says the frame duration
-        self.confirming = _Confirming()
+        self.confirming = _Confirming(self._drop)
         self.closed = False
         self.dropped: dict[str, int] = {}  # datagrams that moved nothing, by why
         # the id the device was told in our hello; before that "", which is what firmware waiting
@@ -145,9 +152,7 @@ class MqttUdpChannel:
         if not moves_peer and ahead is not None and ahead <= JUMP_PACKETS:
             self._play(packet, now)
             return
-        confirmed, given_up = self.confirming.offer(packet, address)
-        if given_up:
-            self._drop("a new address or a jump ahead that too few packets confirmed", given_up)
+        confirmed = self.confirming.offer(packet, address)
         if confirmed:
             self.peer = address
             for held in confirmed:

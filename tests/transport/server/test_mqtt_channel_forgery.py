@@ -162,6 +162,26 @@ def test_the_device_loses_nothing_when_its_address_changes_or_its_stream_resumes
     assert s.channel.check.lost == 100 and s.channel.dropped == {}
 
 
+def test_a_packet_reordered_while_the_first_ones_are_confirmed_is_the_only_one_lost() -> None:
+    s = Session()
+    for sequence in (1, 2, 4, 3, 5):
+        s.channel.datagram(s.crypto.seal(SPEECH, sequence, sequence), PEER)
+    assert s.played() == [1, 2, 4, 5]  # 3 came after 4: not played, as anywhere
+    assert s.channel.dropped == {"behind a run of packets being confirmed": 1}
+
+
+def test_a_lucky_forgery_from_the_devices_new_address_does_not_hold_up_its_move() -> None:
+    """A forged packet far ahead, held for confirmation from the address the device moves to: the device's
+    own packets, far behind it, break that run and make their own."""
+    s = Session()
+    s.speak(10)
+    s.played()
+    s.clock.ns += 5_500_000_000
+    s.forge(s.sequence + 1000, LUCKY, NEW_PORT)
+    s.speak(CONFIRM_PACKETS, NEW_PORT)
+    assert s.played() == list(range(11, 11 + CONFIRM_PACKETS)) and s.downlink() == NEW_PORT
+
+
 @pytest.mark.transport
 def test_the_devices_next_turn_is_answered_after_a_forger_tried_to_take_its_downlink() -> None:
     """Over loopback: the emulator asks, falls silent past the rebind time, a forger sends from another port
