@@ -23,7 +23,6 @@ unless given; ``auto`` has the ASR detect it). Every such setting enters config_
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -34,26 +33,32 @@ from typing import Any
 from pipeline.analysis.row_sink import RowSink
 from pipeline.cli import model_cache, quiet_native_telemetry, say_nothing, say_on_stderr
 from pipeline.clock import RealClock, run_on_clock
-from pipeline.endpoints.serving import until_signalled
 from pipeline.plan.run_folder import RunExists, refuse_existing_run
 from pipeline.plan.run_plan import new_run_id
 from pipeline.records.bench_csv import BenchCsv, BenchCsvError
 from pipeline.records.whole_lines import RecordWriteError
-from pipeline.run.assembly import SetupError, load_engines, open_chat
-from pipeline.run.server_run import RecordsUnwritten, ServedTurns, first_of
+from pipeline.run.assembly import SetupError, load_engines
+from pipeline.run.server_run import (
+    RecordsUnwritten,
+    ServedTurns,
+    heard_language,
+    refuse_oracle_without_texts,
+)
 from pipeline.run.session import Run, TraceSink, attach_scheduler, session_attributes
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import AUTO, FixtureError, QuestionSet, load_questions
 from pipeline.settings.models import ModelError
 from pipeline.tracing import names
 from pipeline.tracing.export import Tracing, otlp_from_env
-from pipeline.transport.server.mqtt_front import MqttFrontEnd, MqttFrontSettings, refuse_tls_port
-from pipeline.transport.server.ota_endpoint import OTA_PATH, OtaError, OtaServer, server_url
+from pipeline.transport.server.front_doors import serve_until_stopped as serve_until_stopped
+from pipeline.transport.server.mqtt_front import MqttFrontSettings, refuse_tls_port
+from pipeline.transport.server.ota_endpoint import OtaError
 from pipeline.transport.server.pacing import PACINGS
 from pipeline.transport.server.processes import ORPHAN_CHECK_S, ProcessesShare, parse_process, refusal
 from pipeline.transport.server.restart_budget import RestartLimit
 from pipeline.transport.server.server_settings import (
     AUTO_LISTENING,
+    DUPLICATE_CONNECT,
     DoorSettings,
     FloodSettings,
     SessionSettings,
@@ -62,7 +67,7 @@ from pipeline.transport.server.server_settings import (
 from pipeline.transport.server.supervisor import supervise
 from pipeline.transport.server.told_address import OtaFront as OtaFront  # as: tests reach both as serve.X
 from pipeline.transport.server.told_address import public_host as public_host
-from pipeline.transport.server.websocket import WebSocketSettings, start_websocket_server
+from pipeline.transport.server.websocket import WebSocketSettings
 from pipeline.transport.wire.opus import PRESETS
 
 # What a server of xiaozhi devices runs under any --config: the real server's end-pointing (a later file
@@ -101,6 +106,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="control messages a second a connection may send on average (0: not metered)",
     )
     p.add_argument("--max-connections", type=int, default=DOOR.max_connections, help="open connections at once")
+    for flag, value, says in (
+        ("device", "MAC", "only these Device-Ids get OTA credentials and in at the doors (default: any, as the real)"),
+        ("host", "NAME", "a DNS name devices reach the OTA by"),
+        ("origin", "ORIGIN", "a web page that may call the doors"),
+    ):
+        p.add_argument(f"--allowed-{flag}", action="append", default=[], metavar=value, help=f"{says} (repeatable)")
+    p.add_argument(
+        "--duplicate-connect",
+        choices=DUPLICATE_CONNECT,
+        default=DOOR.duplicate_connect,
+        help="MQTT, a CONNECT with a connected device's client id: refuse it (the default) or drop the connected one "
+        "(the real gateway's rule, which lets whoever has a device's credentials take its session)",
+    )
     p.add_argument(
         "--auto-listening",
         choices=AUTO_LISTENING,
@@ -188,36 +206,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def serve_until_stopped(
-    run: Run,
-    turns: ServedTurns,
-    settings: WebSocketSettings,
-    mqtt: MqttFrontSettings | None = None,
-    ota: OtaFront | None = None,
-    orphan_check_s: float | None = None,
-) -> None:
-    async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(open_chat(run.config, run.engines, run.api_key, {}))
-        if settings.session.greeting and settings.session.wake_reply_cache:  # made now, as the real one's file is
-            await turns.cached_reply(settings.session.wake_reply, "")
-        server = await stack.enter_async_context(await start_websocket_server(settings, turns, run.clock))
-        port = server.sockets[0].getsockname()[1] if server.sockets else settings.port
-        print(f"serving ws://{settings.host}:{port}{settings.path} (run {run.run_id})", flush=True)
-        mqtt_endpoint = ""
-        if mqtt is not None:
-            gateway = await stack.enter_async_context(MqttFrontEnd(mqtt, turns, run.clock))
-            (host, mqtt_port), udp_port = gateway.mqtt_address, gateway.udp_address[1]
-            mqtt_endpoint = f"{gateway.public_host}:{mqtt_port}"
-            told = f"told as {gateway.public_host}"
-            print(f"serving mqtt://{host}:{mqtt_port} with audio on udp://{host}:{udp_port}, {told}", flush=True)
-        if ota is not None:
-            told_ota = ota.settings(settings, port, mqtt_endpoint, mqtt.signature_key if mqtt else "")
-            front = await stack.enter_async_context(OtaServer(told_ota, run.clock, ota.note))
-            told = server_url(ota.public_host, front.port, OTA_PATH, "http")
-            print(f"serving OTA at {told}, telling devices {front.settings.websocket_url}", flush=True)
-        await first_of(until_signalled(orphan_check_s), turns.records_failed.wait())
-
-
 def mqtt_key(args: argparse.Namespace, env: Mapping[str, str]) -> str:
     """The MQTT signature key, from the environment, never the command line; "" when none is named."""
     if not args.mqtt_signature_key_env:
@@ -228,16 +216,6 @@ def mqtt_key(args: argparse.Namespace, env: Mapping[str, str]) -> str:
     if not key:
         raise ValueError(f"--mqtt-signature-key-env {args.mqtt_signature_key_env}: the variable is not set")
     return key
-
-
-def refuse_oracle_without_texts(asr: str, questions: QuestionSet) -> None:
-    """The oracle ASR says the named question's reference text; with none to say, every turn would be empty."""
-    if asr == "oracle" and not any(q.text for q in questions.questions):
-        where = f"{questions.folder} has no reference texts" if questions.questions else "no fixtures folder was given"
-        raise ValueError(
-            f"the oracle ASR says each question's reference text, and {where}: pass a fixtures folder with a "
-            "manifest (python -m pipeline.serve FIXTURES ...), or configure a real ASR ([asr] impl)"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,11 +265,6 @@ def prepare(args: argparse.Namespace, env: Mapping[str, str], run_id: str) -> Se
     return ServePrepared(run, bench, told, token, key, session, door, language, processes)
 
 
-def heard_language(given: str) -> str:
-    """``--language`` as the ASR is told it: a language code, or ``AUTO`` for "auto" (it detects)."""
-    return AUTO if given.strip().lower() in ("auto", "") else given.strip()
-
-
 def server_settings(args: argparse.Namespace, turn_timeout_s: float) -> tuple[SessionSettings, DoorSettings]:
     """How the server treats devices, from the command line (a ValueError names a setting out of range)."""
     flood = FloodSettings(max_backlog_s=args.max_backlog_s, max_control_per_s=args.max_control_per_s)
@@ -304,7 +277,14 @@ def server_settings(args: argparse.Namespace, turn_timeout_s: float) -> tuple[Se
         idle_goodbye_s=args.idle_goodbye_s,
         flood=flood,
     )
-    return session, DoorSettings(max_connections=args.max_connections)
+    door = DoorSettings(
+        max_connections=args.max_connections,
+        allowed_devices=tuple(args.allowed_device),
+        allowed_hosts=tuple(args.allowed_host),
+        allowed_origins=tuple(args.allowed_origin),
+        duplicate_connect=args.duplicate_connect,
+    )
+    return session, door
 
 
 def exposure_warnings(args: argparse.Namespace, p: ServePrepared) -> list[str]:

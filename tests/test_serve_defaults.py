@@ -48,3 +48,20 @@ def test_the_language_and_every_server_setting_enter_config_id(tmp_path: Path) -
     others = {config_id(*a) for a in (("--language", "auto"), ("--auto-listening", "per-listen"),
                                       ("--no-wake-reply-cache",), ("--max-backlog-s", "10"))}  # fmt: skip
     assert default not in others and len(others) == 4
+
+
+def test_who_the_doors_let_in_is_the_command_lines_and_the_ota_is_told_it_too() -> None:
+    from pipeline.transport.server.told_address import OtaFront
+    from pipeline.transport.server.websocket import WebSocketSettings
+
+    devices = ["--allowed-device", "AA:BB:CC:00:11:22", "--allowed-device", "aa_bb_cc_00_11_33"]
+    others = ["--allowed-host", "lab.lan", "--allowed-origin", "http://console.lan:8080"]
+    args = serve.parse_args([*devices, *others, "--duplicate-connect", "replace"])
+    _session, door = serve.server_settings(args, 30.0)
+    assert door.allowed_devices == ("AA:BB:CC:00:11:22", "aa_bb_cc_00_11_33")
+    assert (door.allowed_hosts, door.allowed_origins) == (("lab.lan",), ("http://console.lan:8080",))
+    assert door.duplicate_connect == "replace" and door.admits("aa:bb:cc:00:11:22")
+    assert not door.admits("aa:bb:cc:0:0:1")
+    told = OtaFront("lab.lan", 8003, "", lambda _m: None).settings(WebSocketSettings(door=door), 8000)
+    assert told.door == door  # the OTA gives credentials to the doors' devices only
+    assert serve.server_settings(serve.parse_args([]), 30.0)[1].duplicate_connect == "refuse"

@@ -19,7 +19,7 @@ from pipeline.run.assembly import build_stages, build_tts
 from pipeline.run.inputs import written_language
 from pipeline.run.session import Run, TraceSink, exchange, keep_history, turn_attributes
 from pipeline.run.turn import ServerStages
-from pipeline.settings.fixtures import AUTO, Question
+from pipeline.settings.fixtures import AUTO, Question, QuestionSet
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from stages.llm import Message, ToolSource
@@ -137,3 +137,18 @@ async def first_of(*waits: Coroutine[Any, Any, object]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def heard_language(given: str) -> str:
+    """``--language`` as the ASR is told it: a language code, or ``AUTO`` for "auto" (it detects)."""
+    return AUTO if given.strip().lower() in ("auto", "") else given.strip()
+
+
+def refuse_oracle_without_texts(asr: str, questions: QuestionSet) -> None:
+    """The oracle ASR says the named question's reference text; with none to say, every turn would be empty."""
+    if asr == "oracle" and not any(q.text for q in questions.questions):
+        where = f"{questions.folder} has no reference texts" if questions.questions else "no fixtures folder was given"
+        raise ValueError(
+            f"the oracle ASR says each question's reference text, and {where}: pass a fixtures folder with a "
+            "manifest (python -m pipeline.serve FIXTURES ...), or configure a real ASR ([asr] impl)"
+        )

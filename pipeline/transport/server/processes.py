@@ -34,7 +34,7 @@ from pathlib import Path
 from pipeline.transport.server.restart_budget import RestartLimit
 from pipeline.transport.server.restart_record import segment_run_id
 
-READY = "serving ws://"  # the line a process prints once it listens (serve.serve_until_stopped)
+READY = "serving ws://"  # the line a process prints once it listens (front_doors.serve_until_stopped)
 START_LIMIT_S = 300.0  # a process loads its models before it listens: real ones take minutes on a cold cache
 ORPHAN_CHECK_S = 1.0  # how often a process looks whether its parent is still there (it stops if not)
 STOP_LIMIT_S = 30.0  # after SIGINT, a process writes its last turns and traces; then it is killed

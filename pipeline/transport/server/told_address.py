@@ -26,7 +26,15 @@ class OtaFront:
         offset_min = (time.localtime().tm_gmtoff or 0) // 60  # a device shows the lab machine's local time
         url = server_url(self.public_host, ws_port, ws.path)
         return OtaSettings(
-            url, ws.host, self.port, self.token, offset_min, mqtt_endpoint, mqtt_key, cors_origin=self.cors_origin
+            url,
+            ws.host,
+            self.port,
+            self.token,
+            offset_min,
+            mqtt_endpoint,
+            mqtt_key,
+            cors_origin=self.cors_origin,
+            door=ws.door,  # the devices, hosts and origins the doors let in are the OTA's too
         )
 
 
