@@ -2,7 +2,8 @@
 
 ``device_settings`` says how it behaves; ``dial`` opens the ``link`` a URL names (``websocket_link``,
 ``mqtt_udp_link``, which asks an OTA endpoint where to connect: ``ota_client``), each guarded against a
-hostile server (``downlink_guard``); ``device`` holds the session and asks questions; ``device_turn`` runs one
+hostile server (``downlink_guard``); ``device`` holds the session and asks questions, opening a lost
+connection again on the firmware's backoff (``reconnect``); ``device_turn`` runs one
 (clip out, answer in, playout, barge-in); ``microphone`` streams in realtime mode, its packets encoded once
 (``uplink_packets``) and sent on the loop's one schedule (``pacer``, which records how late each send went);
 ``tools`` answers MCP as the firmware does; ``speaker`` plays its answers, and its user's questions, into
