@@ -22,6 +22,7 @@ ENTRY_POINTS = {
     "pipeline.capacity.__main__",
     "pipeline.acoustic.__main__",
     "pipeline.acoustic.run",  # `python -m pipeline.acoustic run`: its arguments, the sound devices, the measurement
+    "pipeline.interop.fault_inside",  # one fault case inside the namespace made for it (interop.fault_namespace)
 }
 # part -> the parts it may import (its own part always allowed)
 MAY_USE = {
@@ -84,6 +85,7 @@ MAY_USE = {
 # needs (reading traces needs analysis, never the report; the report's command, never the run)
 ENTRY_MAY_USE = {
     "pipeline.capacity.sink": {"transport.wire"},  # a server that answers hello and discards the rest
+    "pipeline.interop.fault_inside": {"interop"},
     "pipeline.acoustic.run": {"acoustic", "settings", "records"},
     "pipeline.analyze": {"analysis", "records"},
     "pipeline.whatif": {"analysis", "records"},  # re-timing and its intervals are statistics; paths.csv

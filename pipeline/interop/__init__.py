@@ -3,7 +3,8 @@ the lab's own server under faults.
 
 The fault matrix (issue 42): ``fault_cases`` runs a case (``fault_kinds``: what breaks, when) with
 ``fault_run`` (here) or ``fault_namespace`` (a network and mount namespace of its own, for a cut or a full
-disk), puts the fault in with ``fault_inject`` (kill -9, nftables, an endpoint behind ``fault_proxy``), and
-checks what is left with ``fault_ledger`` (every planned turn in one row, the traces against bench.csv) and
-``fault_leftovers`` (processes, ports, temporary files); ``fault_result`` writes the table.
+disk, where ``fault_inside`` runs it), puts the fault in with ``fault_inject`` (kill -9, nftables, an
+endpoint behind ``fault_proxy``), and checks what is left with ``fault_ledger`` (every planned turn in one
+row, the traces against bench.csv) and ``fault_leftovers`` (processes, ports, temporary files);
+``fault_result`` writes the table.
 """

@@ -2,25 +2,25 @@
 
 A network cut (an nftables rule) and a small disk (a tmpfs mount) must touch nothing of the machine's: inside
 the namespace the case has its own loopback, its own (empty) ruleset and its own mounts, and both vanish
-with it, however the case ends. The case runs there as ``python -m pipeline.interop.fault_namespace CASE OUT``
-(the lab's B' runs the same way, ``offline.isolated_run``) and writes its result to ``OUT/CASE/case.json``,
-read back here.
+with it, however the case ends. The case runs there as ``python -m pipeline.interop.fault_inside OUT CASE``
+(the case as JSON; the lab's B' runs the same way, ``offline.isolated_run``) and writes its result to
+``OUT/NAME/case.json``, read back here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.interop.fault_kinds import CASES, FaultCase
+from pipeline.interop.fault_kinds import FaultCase
 from pipeline.interop.fault_result import CaseResult
-from pipeline.interop.fault_run import run_here
 
 TOOLS = {"unshare": "util-linux", "nft": "nftables", "ip": "iproute2", "mount": "mount"}
 SPARE_S = 120.0  # beyond the case's own bound: its servers' start and stop
@@ -35,7 +35,8 @@ def missing() -> str:
 
 
 def command(case: FaultCase, out: Path) -> list[str]:
-    inner = shlex.join([sys.executable, "-m", "pipeline.interop.fault_namespace", case.name, str(out)])
+    written = json.dumps(dataclasses.asdict(case))
+    inner = shlex.join([sys.executable, "-m", "pipeline.interop.fault_inside", str(out), written])
     return [
         "unshare",
         "--net",
@@ -72,15 +73,3 @@ def run_in_namespace(case: FaultCase, out: Path, environment: Mapping[str, str],
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["no output"]
         return CaseResult(case.name, case.title, status=f"failed: the namespace run wrote no result ({tail[0]})")
     return CaseResult.from_dict(json.loads(result_file.read_text(encoding="utf-8")))
-
-
-def main(argv: Sequence[str]) -> int:
-    """Inside the namespace: run the case, write its result."""
-    name, out = argv[0], Path(argv[1])
-    result = run_here(CASES[name], out, os.environ, Path.cwd())
-    (out / name / "case.json").write_text(json.dumps(result.as_dict(), indent=2, ensure_ascii=False) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
