@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import serve
+from pipeline.run import server_run
 from pipeline.settings.config import load_config
 from tests.paths import REPO_ROOT
 
@@ -32,7 +33,7 @@ def test_every_config_without_its_own_choice_end_points_as_the_real_server(tmp_p
 @pytest.mark.parametrize(("given", "heard"), [("zh", "zh"), ("en", "en"), ("auto", ""), ("AUTO", "")])
 def test_the_language_the_asr_is_told_is_zh_unless_given_and_auto_names_detection(given: str, heard: str) -> None:
     assert serve.parse_args([]).language == "zh"
-    assert serve.heard_language(given) == heard
+    assert server_run.heard_language(given) == heard
 
 
 def test_the_language_and_every_server_setting_enter_config_id(tmp_path: Path) -> None:

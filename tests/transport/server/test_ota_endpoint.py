@@ -19,6 +19,7 @@ from websockets.protocol import State
 
 from pipeline import serve
 from pipeline.clock import RealClock
+from pipeline.run import server_run
 from pipeline.run.device_side import Ask
 from pipeline.settings.fixtures import Question, QuestionSet
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
@@ -171,10 +172,10 @@ def test_serve_refuses_at_start_an_oracle_asr_without_reference_texts(tmp_path: 
     assert not list(tmp_path.iterdir())  # refused before anything was loaded or written
     untexted = QuestionSet(tmp_path, (Question("q1", "en", "", "", tmp_path / "q1.wav"),))
     with pytest.raises(ValueError, match="has no reference texts"):  # a folder without a manifest
-        serve.refuse_oracle_without_texts("oracle", untexted)
-    serve.refuse_oracle_without_texts("whisper", untexted)  # a real ASR hears the audio itself
+        server_run.refuse_oracle_without_texts("oracle", untexted)
+    server_run.refuse_oracle_without_texts("whisper", untexted)  # a real ASR hears the audio itself
     texted = QuestionSet(tmp_path, (Question("q1", "en", "", "What time is it?", tmp_path / "q1.wav"),))
-    serve.refuse_oracle_without_texts("oracle", texted)
+    server_run.refuse_oracle_without_texts("oracle", texted)
 
 
 def test_serve_accepts_the_udp_public_host_spelling_of_the_flag() -> None:
