@@ -5,7 +5,7 @@ report that reads it import it from here; this part imports nothing of ours.
 - ``schema``: how a record declares its columns (``meta``), its columns read back (``schema``), the docs'
   table of them, and a CSV of records read back cell by cell as each column's type (``read_csv``).
 - ``turn``: ``TurnRow``, bench.csv's columns; ``bench_csv``: bench.csv appended to and read back.
-- ``whole_lines``: a record file (bench.csv, a trace file) appended whole lines or nothing (a full disk).
+- ``whole_lines``: a record file rewritten whole, or appended whole lines or nothing (a full disk).
 - ``segment``: ``SegmentRow``, segments.csv (a device turn's first sound in consecutive parts).
 - ``path``: ``PathRow``, paths.csv (a turn's two critical paths), and the segment kinds a path is split into.
 - ``capacity``: a ramp's ``Capacity`` and ``Step``s (capacity.json) and ``StepRow`` (steps.csv).

@@ -20,6 +20,7 @@ from msgspec import Meta
 from msgspec.structs import astuple
 
 from pipeline.records.schema import CORE_PCT, COUNT, MB, MS, SECONDS, TEXT, RecordFileError, meta, read_csv, schema
+from pipeline.records.whole_lines import replace_whole
 
 SCHEMA_VERSION = 1
 FAILURE_KINDS = ("no_answer", "cut_connection", "refused", "other")
@@ -179,18 +180,12 @@ def step_cells(row: StepRow) -> list[object]:
 def write(folder: Path, result: Capacity) -> None:
     """capacity.json and steps.csv, each replaced whole (written aside, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
-    _replace(folder / "capacity.json", msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
+    replace_whole(folder / "capacity.json", msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
     text = io.StringIO()
     out = csv.writer(text, lineterminator="\n")
     out.writerow(STEP_COLUMNS)
     out.writerows(step_cells(step_row(s)) for s in result.steps)
-    _replace(folder / "steps.csv", text.getvalue().encode())
-
-
-def _replace(path: Path, data: bytes) -> None:
-    aside = path.with_name(path.name + ".part")
-    aside.write_bytes(data)
-    aside.replace(path)
+    replace_whole(folder / "steps.csv", text.getvalue().encode())
 
 
 class CapacityFileError(ValueError):

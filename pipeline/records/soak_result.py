@@ -20,6 +20,7 @@ from msgspec.structs import astuple
 
 from pipeline.records.ramp_result import FAILURE_KINDS, MachineSpeed, Quantiles, machine_cells
 from pipeline.records.schema import CORE_PCT, COUNT, MB, MS, SECONDS, RecordFileError, meta, read_csv, schema
+from pipeline.records.whole_lines import replace_whole
 
 SCHEMA_VERSION = 1
 
@@ -144,19 +145,13 @@ def window_row(w: SoakWindow) -> WindowRow:
 def write(folder: Path, soak: Soak) -> None:
     """soak.json and windows.csv, each replaced whole (written aside, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
-    _replace(folder / "soak.json", msgspec.json.format(msgspec.json.encode(soak), indent=2) + b"\n")
+    replace_whole(folder / "soak.json", msgspec.json.format(msgspec.json.encode(soak), indent=2) + b"\n")
     text = io.StringIO()
     out = csv.writer(text, lineterminator="\n")
     out.writerow(WINDOW_COLUMNS)
     for w in soak.windows:
         out.writerow("" if c is None else c for c in astuple(window_row(w)))
-    _replace(folder / "windows.csv", text.getvalue().encode())
-
-
-def _replace(path: Path, data: bytes) -> None:
-    aside = path.with_name(path.name + ".part")
-    aside.write_bytes(data)
-    aside.replace(path)
+    replace_whole(folder / "windows.csv", text.getvalue().encode())
 
 
 class SoakFileError(ValueError):

@@ -1,4 +1,5 @@
-"""Appending to a record file (a trace file, bench.csv) whole lines or nothing.
+"""Writing a record file whole: a file rewritten at once (``replace_whole``: capacity.json, soak.json and their
+CSVs), or appended to (a trace file, bench.csv) whole lines or nothing (``append_whole``).
 
 A write the disk cannot take (ENOSPC on a full trace folder, EFBIG, EIO) used to leave the start of a line at
 the end of the file and stop the run with a traceback. Here the file is cut back to where the line began, so
@@ -12,6 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """``path`` replaced by ``data`` whole: written aside, then renamed over it, so a reader never meets half."""
+    aside = path.with_name(path.name + ".part")
+    aside.write_bytes(data)
+    aside.replace(path)
 
 
 class RecordWriteError(OSError):
