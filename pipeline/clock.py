@@ -5,6 +5,8 @@ nanoseconds, so span times are monotonic within a run yet absolute. The virtual
 clock runs the whole asyncio program on an event loop whose time only moves when
 every task is waiting on a timer: scripted latencies then become exact and a
 ten-second turn takes milliseconds to simulate.
+
+``LeakyBucket`` meters on a clock: the server's flood guard and the device's downlink guard both keep one.
 """
 
 from __future__ import annotations
@@ -169,3 +171,21 @@ def run_on_clock(coro: Coroutine[Any, Any, T], clock: Clock) -> T:
             loop.close()
     with asyncio.Runner(loop_factory=real_event_loop) as runner:
         return runner.run(coro)
+
+
+class LeakyBucket:
+    """At most ``capacity``, refilled at ``per_s`` as ``clock`` moves: ``take`` says whether ``amount`` was there."""
+
+    def __init__(self, capacity: float, per_s: float, clock: Clock) -> None:
+        self.capacity, self.per_s, self.clock = capacity, per_s, clock
+        self.level = capacity
+        self.last = clock.now_ns()
+
+    def take(self, amount: float) -> bool:
+        now = self.clock.now_ns()
+        self.level = min(self.capacity, self.level + (now - self.last) / 1e9 * self.per_s)
+        self.last = now
+        if self.level < amount:
+            return False
+        self.level -= amount
+        return True

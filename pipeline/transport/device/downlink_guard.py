@@ -12,7 +12,7 @@ turn keeps (``bounded``) is cut to ``MAX_TEXT_CHARS``.
 
 from __future__ import annotations
 
-from pipeline.clock import Clock
+from pipeline.clock import Clock, LeakyBucket
 from pipeline.transport.device.device_settings import DownlinkLimits
 
 LONGEST_PACKET_MS = 120.0  # RFC 6716 3.2.5: what one packet can hold; an unreadable one is charged this
@@ -51,33 +51,15 @@ def bounded(text: str) -> str:
     return text if len(text) <= MAX_TEXT_CHARS else text[: MAX_TEXT_CHARS - 1] + "…"
 
 
-class _Bucket:
-    """A leaky bucket: ``capacity`` at most, refilled at ``per_s`` on the clock."""
-
-    def __init__(self, capacity: float, per_s: float, clock: Clock) -> None:
-        self.capacity, self.per_s, self.clock = capacity, per_s, clock
-        self.level = capacity
-        self.last = clock.now_ns()
-
-    def take(self, amount: float) -> bool:
-        now = self.clock.now_ns()
-        self.level = min(self.capacity, self.level + (now - self.last) / 1e9 * self.per_s)
-        self.last = now
-        if self.level < amount:
-            return False
-        self.level -= amount
-        return True
-
-
 class DownlinkGuard:
     """``audio(packet)`` and ``control()`` raise ``DownlinkFlood`` once the server is past its limits."""
 
     def __init__(self, limits: DownlinkLimits, clock: Clock) -> None:
         self.limits = limits
         backlog_ms = limits.max_backlog_s * 1000
-        self._audio = _Bucket(backlog_ms, 1000.0, clock) if backlog_ms else None
+        self._audio = LeakyBucket(backlog_ms, 1000.0, clock) if backlog_ms else None
         per_s = limits.max_control_per_s
-        self._control = _Bucket(float(limits.control_burst), per_s, clock) if per_s else None
+        self._control = LeakyBucket(float(limits.control_burst), per_s, clock) if per_s else None
 
     def audio(self, opus: bytes) -> None:
         """An audio packet arrived."""

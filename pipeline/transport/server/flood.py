@@ -10,28 +10,12 @@ device cannot refill it by saying hello again.
 
 from __future__ import annotations
 
-from pipeline.clock import Clock
+from pipeline.clock import Clock, LeakyBucket
 from pipeline.transport.server.server_settings import FloodSettings
 
 
 class Flooded(Exception):
     """The connection sent more than its guard allows; the text says what."""
-
-
-class _Bucket:
-    def __init__(self, capacity: float, per_s: float, clock: Clock) -> None:
-        self.capacity, self.per_s, self.clock = capacity, per_s, clock
-        self.level = capacity
-        self.last = clock.now_ns()
-
-    def take(self, amount: float) -> bool:
-        now = self.clock.now_ns()
-        self.level = min(self.capacity, self.level + (now - self.last) / 1e9 * self.per_s)
-        self.last = now
-        if self.level < amount:
-            return False
-        self.level -= amount
-        return True
 
 
 class FloodGuard:
@@ -40,9 +24,9 @@ class FloodGuard:
     def __init__(self, settings: FloodSettings, clock: Clock) -> None:
         self.settings = settings
         backlog_ms = settings.max_backlog_s * 1000
-        self._audio = _Bucket(backlog_ms, 1000.0, clock) if backlog_ms else None
+        self._audio = LeakyBucket(backlog_ms, 1000.0, clock) if backlog_ms else None
         self._control = (
-            _Bucket(float(settings.control_burst), settings.max_control_per_s, clock)
+            LeakyBucket(float(settings.control_burst), settings.max_control_per_s, clock)
             if settings.max_control_per_s
             else None
         )
