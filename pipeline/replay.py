@@ -32,7 +32,8 @@ from pipeline.records.whole_lines import RecordWriteError
 from pipeline.run.assembly import SetupError
 from pipeline.run.gate import GateClosed
 from pipeline.run.ray_workers import WorkerSpec, run_on_ray
-from pipeline.run.session import Run, run_session
+from pipeline.run.session import STOPPED, Run, run_session
+from pipeline.run.stopping import Stopped, until_stopped
 from pipeline.settings.config import ConfigError, choices
 from pipeline.settings.fixtures import FixtureError
 from pipeline.settings.models import ModelError
@@ -263,12 +264,16 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if plan.workers:
             run_on_workers(run, p, plan, plan.workers, env, tracing, sink)
         else:
-            run_on_clock(run_session(run, tracing, sink, say), run.clock)
+            run_on_clock(until_stopped(run_session(run, tracing, sink, say)), run.clock)
     except (DeviceError, GateClosed, RecordWriteError) as exc:  # the turns finished before it stay written
         print(f"error: {exc}", file=sys.stderr)
         written = f"{len(sink.rows)} turn(s) finished before it are written ({p.bench.path}, {trace_path})"
         print(written, file=sys.stderr)
         return 2
+    except Stopped as stop:  # each turn in flight is a failed row (stopped), written before the run unwound
+        cut = sum(1 for r in sink.rows if r.error == STOPPED)
+        print(f"{stop}: {len(sink.rows)} turn(s) written, {cut} of them cut mid-turn ({p.bench.path})", file=sys.stderr)
+        return stop.exit_code
     finally:
         tracing.shutdown()
         p.engines.close()

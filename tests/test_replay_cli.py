@@ -189,6 +189,34 @@ def test_a_run_killed_mid_way_keeps_every_finished_turn(tmp_path: Path) -> None:
     assert len(trace_lines) == len(rows) - 1  # one line per finished turn, no session line
 
 
+@pytest.mark.realtime
+def test_a_run_stopped_by_sigterm_writes_the_turn_in_flight_as_a_failed_row(tmp_path: Path) -> None:
+    from pipeline.analysis.read import read_traces
+
+    fx = make_fixtures(tmp_path / "fx", ["q1", "q2", "q3", "q4"])
+    argv = [sys.executable, "-m", "pipeline.replay", str(fx), *SIM, "--fast", "--rounds", "3"]
+    argv += ["--out", str(tmp_path / "o"), "--run-id", "t"]
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("[2/12]"):
+                break
+        proc.send_signal(signal.SIGTERM)  # as an operator's kill, or a CI runner's cancel
+        said = proc.stderr.read()
+    finally:
+        code = proc.wait(20)
+    assert code == 143, said
+    rows = read_bench_csv(tmp_path / "o" / "bench.csv")
+    stopped = [r for r in rows if not r.ok]
+    assert len(rows) >= 3 and len(stopped) == 1  # every finished turn, and the one the stop cut
+    assert (stopped[0].error, stopped[0].note) == ("stopped", "the run stopped: SIGTERM")
+    assert stopped[0] == max(rows, key=lambda r: r.turn_start_ns)
+    assert f"stopped by SIGTERM: {len(rows)} turn(s) written, 1 of them cut mid-turn" in said
+    assert read_traces([tmp_path / "o" / "traces" / "t.jsonl"], workers=1).rows == rows  # whole lines, the same rows
+
+
 def input_tokens_per_turn(trace: Path) -> list[int]:
     from pipeline.analysis.traces import ReadProblems, read_trace_file
     from pipeline.tracing import names

@@ -36,6 +36,7 @@ from pipeline.tracing.timeline import JobTimeline, TurnTimeline
 from stages.llm import ChatBackend, Message
 from stages.registry import TurnInputs
 
+STOPPED = "stopped"  # a turn the run's stop (SIGTERM, Ctrl-C) cut: a failed row, never a lost one
 Progress = Callable[[str], None]
 TraceSink = Callable[[dict[str, Any]], None]  # takes each finished turn's trace line (OTLP JSON)
 
@@ -231,49 +232,85 @@ class _Fleet:
 
     async def _rounds(self, device: int, questions: tuple[Question, ...], remote: RemoteTurns | None) -> None:
         run, cfg = self.run, self.run.config
-        history: list[Message] = []
         plan = [(r, i, q) for r in range(1, cfg.run.rounds + 1) for i, q in enumerate(questions)]
         asks: dict[int, Ask | None] = {}
-        for pos, (round_no, index, q) in enumerate(plan):
+        history: list[Message] = []
+        for pos, (round_no, _index, q) in enumerate(plan):
             await run.gate.before(pos)
             clip = self.audio[q.id]
             before = self.probe.sample() if self.probe else None
-            reserved = ""
-            if isinstance(clip, BadAudio):
-                timeline = _failed_timeline(run.clock, "bad_audio", str(clip))
-                note = str(clip)
-            elif remote is not None:  # the server keeps the conversation's history
-                ask = await self._ask(plan, pos, asks)
-                then = await self._ask(plan, pos + 1, asks) if pos + 1 < len(plan) else None
-                assert ask is not None
-                reserved = ask.traceparent
-                timeline = await remote.turn(ask, then)
-                note = clip.note
-            else:
-                context = tuple(history)
-                salt = (device * 1000 + round_no) * 1000 + index
-                stages = build_stages(cfg, run.engines, q, salt, context)
-                timeline = await run_turn(
-                    clip.frames,
-                    stages,
-                    run.clock,
-                    realtime=cfg.run.pacing == "realtime",
-                    timeout_s=cfg.run.turn_timeout_s,
-                    meter=self.meter,
-                )
-                note = clip.note
-                mark_true_end(timeline, q)
-                if timeline.ok:
-                    history = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
+            started_ns = run.clock.now_ns()
+            try:
+                timeline, note, reserved = await self._turn(device, plan, pos, asks, remote, history)
+            except asyncio.CancelledError as exc:  # the run stopped mid-turn: the turn is a failed row, not lost
+                timeline = stopped_timeline(started_ns, run.clock.now_ns(), exc)
+                ask = asks.get(pos)
+                self._emit(device, q, round_no, timeline.error_message, timeline, ask.traceparent if ask else "", None)
+                raise
+            if remote is None and timeline.ok:
+                history[:] = keep_history(history + exchange(timeline), cfg.llm.history_rounds)
             load = self.probe.between(before, self.probe.sample()) if self.probe else None
-            temp = self.thermometer.reading(timeline.start_ns, timeline.end_ns or timeline.start_ns)
-            attrs = turn_attributes(run, q, round_no, note, load, temp)
-            if isinstance(clip, LoadedAudio) and q.truth is not None:
-                attrs[names.TRUTH_UTTERANCES] = await self._utterances(q, clip)
-            if cfg.fleet.devices > 1:
-                attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, cfg.fleet.devices
-            self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
+            utterances: int | None = None
+            try:
+                if isinstance(clip, LoadedAudio) and q.truth is not None:
+                    utterances = await self._utterances(q, clip)
+            finally:  # a stop while the clip is scored still writes the finished turn
+                self._emit(device, q, round_no, note, timeline, reserved, load, utterances)
             run.gate.after(pos)
+
+    async def _turn(
+        self,
+        device: int,
+        plan: list[tuple[int, int, Question]],
+        pos: int,
+        asks: dict[int, Ask | None],
+        remote: RemoteTurns | None,
+        history: list[Message],
+    ) -> tuple[TurnTimeline, str, str]:
+        """The device's ``pos``-th turn: its timeline, its note and the turn span id the server was given."""
+        run, cfg = self.run, self.run.config
+        round_no, index, q = plan[pos]
+        clip = self.audio[q.id]
+        if isinstance(clip, BadAudio):
+            return _failed_timeline(run.clock, "bad_audio", str(clip)), str(clip), ""
+        if remote is not None:  # the server keeps the conversation's history
+            ask = await self._ask(plan, pos, asks)
+            then = await self._ask(plan, pos + 1, asks) if pos + 1 < len(plan) else None
+            assert ask is not None
+            return await remote.turn(ask, then), clip.note, ask.traceparent
+        salt = (device * 1000 + round_no) * 1000 + index
+        stages = build_stages(cfg, run.engines, q, salt, tuple(history))
+        timeline = await run_turn(
+            clip.frames,
+            stages,
+            run.clock,
+            realtime=cfg.run.pacing == "realtime",
+            timeout_s=cfg.run.turn_timeout_s,
+            meter=self.meter,
+        )
+        mark_true_end(timeline, q)
+        return timeline, clip.note, ""
+
+    def _emit(
+        self,
+        device: int,
+        q: Question,
+        round_no: int,
+        note: str,
+        timeline: TurnTimeline,
+        reserved: str,
+        load: TurnLoad | None,
+        utterances: int | None = None,
+    ) -> None:
+        """The finished turn's spans written and handed to the sink."""
+        run = self.run
+        temp = self.thermometer.reading(timeline.start_ns, timeline.end_ns or timeline.start_ns)
+        attrs = turn_attributes(run, q, round_no, note, load, temp)
+        if utterances is not None:
+            attrs[names.TRUTH_UTTERANCES] = utterances
+        if run.config.fleet.devices > 1:
+            attrs[names.DEVICE_INDEX], attrs[names.DEVICE_COUNT] = device, run.config.fleet.devices
+        self.sink(self.tracing.emit_turn(timeline, attrs, reserved=reserved))
 
     async def _ask(self, plan: list[tuple[int, int, Question]], pos: int, asks: dict[int, Ask | None]) -> Ask | None:
         """The device's ``pos``-th question as it will ask it (None for a clip that cannot be read), made once."""
@@ -309,6 +346,12 @@ def exchange(timeline: TurnTimeline) -> list[Message]:
     """The turn as conversation history: what was heard and what was said."""
     answer = " ".join(s.text for s in timeline.sentences)
     return [Message("user", timeline.asr.text), Message("assistant", answer)]
+
+
+def stopped_timeline(start_ns: int, end_ns: int, cancelled: asyncio.CancelledError) -> TurnTimeline:
+    """A turn the run's stop cut (``pipeline.run.stopping``): failed, ``stopped``, naming the signal."""
+    why = str(cancelled.args[0]) if cancelled.args else "cancelled"
+    return TurnTimeline(start_ns=start_ns, end_ns=end_ns, error_type=STOPPED, error_message=f"the run stopped: {why}")
 
 
 def _failed_timeline(clock: Clock, error_type: str, message: str) -> TurnTimeline:
