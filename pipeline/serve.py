@@ -319,7 +319,11 @@ def serve(args: argparse.Namespace, p: ServePrepared, tracing: Tracing, sink: Tr
     stopping = serve_until_stopped(p.run, turns, settings, mqtt, ota, ORPHAN_CHECK_S if one_of_many else None)
     run_on_clock(stopping, p.run.clock)
     if turns.unwritten is not None:
-        raise RecordsUnwritten(f"{turns.unwritten}; the server stopped rather than serve turns it cannot record")
+        lost = "; ".join(turns.unrecorded[:5]) + (" ..." if len(turns.unrecorded) > 5 else "")
+        raise RecordsUnwritten(
+            f"{turns.unwritten}; the server stopped rather than serve turns it cannot record; "
+            f"served but not recorded: {lost}"
+        )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -348,7 +352,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     attach_scheduler(run)  # every connection's turns share the one model
     trace_path = args.out / "traces" / f"{run.run_id}.jsonl"
     tracing = Tracing(trace_path, env.get("OTEL_SERVICE_NAME", "xiaozhi-lab-server"), otlp_from_env(env))
-    sink = RowSink(p.bench, 0, say_nothing if args.quiet else say_on_stderr)
+    sink = RowSink(p.bench, 0, say_nothing if args.quiet else say_on_stderr, keep=False)  # counted, not held
     served = {**session_attributes(run), names.SERVER_SETTINGS: describe(p.session, p.door, p.processes)}
     tracing.start_session(served, clock.now_ns())
     try:
@@ -366,7 +370,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             print(f"warning: the session's end was not traced: {exc}", file=sys.stderr)
         tracing.shutdown()
         run.engines.close()
-    print(f"{len(sink.rows)} turn(s); traces: {trace_path}; rows: {p.bench.path}")
+    print(f"{sink.count} turn(s); traces: {trace_path}; rows: {p.bench.path}")
     return 0
 
 

@@ -103,6 +103,9 @@ class ScriptedTurns:
     async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
         return []  # no device here says a wake word
 
+    def ended(self, session_id: str) -> None:
+        pass  # nothing kept by session
+
 
 def _ms(a: int | None, b: int | None) -> float:
     return (b - a) / 1e6 if a is not None and b is not None else float("nan")

@@ -37,3 +37,6 @@ class ToneReply:
 
     async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
         return [TONE] * 5
+
+    def ended(self, session_id: str) -> None:
+        """A session is over: these tests keep nothing by session."""

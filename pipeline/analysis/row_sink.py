@@ -19,20 +19,25 @@ from pipeline.records.turn_row import TurnRow
 
 
 class RowSink:
-    """Appends each turn's rows to bench.csv as it finishes, keeps them, and says how it went."""
+    """Appends each turn's rows to bench.csv as it finishes, counts them, keeps them (unless ``keep`` is
+    False: a server up for days would hold every row it ever wrote), and says how it went."""
 
-    def __init__(self, bench: BenchCsv, total: int, progress: Callable[[str], None]) -> None:
+    def __init__(self, bench: BenchCsv, total: int, progress: Callable[[str], None], keep: bool = True) -> None:
         self.bench = bench
         self.total = total
         self.progress = progress
+        self.keep = keep
         self.rows: list[TurnRow] = []
+        self.count = 0  # rows written, kept or not
 
     def __call__(self, line: dict[str, Any]) -> None:
         facts = facts_from_spans(spans_from_traces_data(line))
         self.bench.append_lines(f.csv_line for f in facts if f.csv_line is not None)
         rows = [f.row for f in facts]
-        self.rows.extend(rows)
-        self.progress(progress_line(len(self.rows), self.total, rows))
+        if self.keep:
+            self.rows.extend(rows)
+        self.count += len(rows)
+        self.progress(progress_line(self.count, self.total, rows))
 
 
 def progress_line(done: int, total: int, rows: list[TurnRow]) -> str:

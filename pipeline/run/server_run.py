@@ -58,6 +58,7 @@ class ServedTurns:
         self.replies: dict[str, list[bytes]] = {}
         self.count = 0
         self.unwritten: OSError | None = None  # why a finished turn's records could not be written
+        self.unrecorded: list[str] = []  # those turns, each in a few words
         self.records_failed = asyncio.Event()  # set then: the server stops rather than serve unrecorded
 
     def question(self, request: ServedRequest) -> Question:
@@ -98,7 +99,14 @@ class ServedTurns:
             self.sink(self.tracing.emit_turn(timeline, attrs, request.traceparent))
         except OSError as exc:  # the trace folder's disk is full: every later turn would go unrecorded too
             self.unwritten = self.unwritten or exc
+            # said where the operator reads why the server stopped: the turn is accounted for, if not recorded
+            how = "ok" if timeline.ok else f"failed {timeline.error_type}"
+            self.unrecorded.append(f"{request.question_id or 'live'} round {request.round} ({how})")
             self.records_failed.set()
+
+    def ended(self, session_id: str) -> None:
+        """A session's history goes with it: a server up for days sees a new session at every reconnection."""
+        self.history.pop(session_id, None)
 
     async def cached_reply(self, text: str, session_id: str) -> list[bytes]:
         """``text`` spoken once by the run's TTS and kept, as 60 ms frames; the session's history gets it

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -64,5 +65,6 @@ def test_the_servers_disk_full(tmp_path: Path) -> None:
     said = (tmp_path / "disk-full" / "logs" / "server.log").read_text()
     assert "cannot be written (No space left on device)" in said  # it stopped, saying why, rather than lose records
     assert "the server stopped rather than serve turns it cannot record" in said
+    assert re.search(r"served but not recorded: \w+ round \d \((ok|failed \w+)\)", said)  # that turn, named
     # the server's own records: whole lines only, its bench.csv and its traces the same turns
     assert result.server_records and all(": same " in r and "unreadable" not in r for r in result.server_records)

@@ -113,6 +113,7 @@ class DeviceSession:
         finally:
             watch.cancel()
             await self._leave("disconnected", "the device left mid-turn")
+            self.turns.ended(self.session_id)
 
     # --- hello ---------------------------------------------------------------
 

@@ -75,3 +75,8 @@ class TurnSources(Protocol):
         reply to a wake word that the real server plays from a file without any turn. The session's history
         gets it as the assistant's words, as the real server's dialogue does."""
         ...
+
+    def ended(self, session_id: str) -> None:
+        """The session is over (its connection closed): what was kept for it (its history) can go, as the
+        real server's dialogue goes with its connection."""
+        ...

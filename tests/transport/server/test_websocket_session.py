@@ -45,6 +45,7 @@ class Turns(ToneReply):
         self.done: list[tuple[TurnRequest, TurnTimeline]] = []
         self.built = 0
         self.empty_first = empty_first
+        self.ended_sessions: list[str] = []
 
     def stages(self, request: TurnRequest) -> ServerStages:
         self.built += 1
@@ -57,6 +58,9 @@ class Turns(ToneReply):
 
     def finished(self, request: TurnRequest, timeline: TurnTimeline) -> None:
         self.done.append((request, timeline))
+
+    def ended(self, session_id: str) -> None:
+        self.ended_sessions.append(session_id)
 
     async def settled(self, count: int, within_s: float = 15.0) -> None:
         async with asyncio.timeout(within_s):
@@ -172,6 +176,7 @@ def test_realtime_mode_answers_three_questions_after_one_listen_start_in_order()
     starts = [i for i, kind in enumerate(order) if kind == ("stt", None)]
     stops = [i for i, kind in enumerate(order) if kind == ("tts", "stop")]
     assert starts[0] < stops[0] < starts[1] < stops[1] < starts[2] < stops[2]
+    assert turns.ended_sessions == [dev.session_id]  # what the server kept for the session can go with it
 
 
 def test_a_client_that_names_no_question_is_answered_in_realtime_mode_too() -> None:
