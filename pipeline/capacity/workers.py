@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import shutil
 import tempfile
 import threading
 import time
@@ -64,6 +65,7 @@ class ShareSpec:
     run_id: str
     service: str
     env: dict[str, str] = field(repr=False)
+    scratch: str = ""  # the step's folder for its workers' own files, which the driver removes ("": the system's)
 
 
 @dataclass
@@ -107,7 +109,10 @@ class ShareWorker:
         return lines, np.concatenate(late) if late else np.empty(0)
 
     def _run(self) -> float:
-        with tempfile.TemporaryDirectory(prefix="lab-capacity-worker-") as folder:
+        scratch = self.spec.scratch or None
+        if scratch is not None:  # on another machine of a cluster the driver's folder is not there yet
+            Path(scratch).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="lab-capacity-worker-", dir=scratch) as folder:
             return self._run_in(Path(folder))
 
     def _run_in(self, folder: Path) -> float:
@@ -177,6 +182,7 @@ class RayFleet:
     say: Say = print
     lost: list[str] = field(default_factory=list)  # one message per worker that died, over the whole ramp
     worker: type[ShareWorker] = ShareWorker  # the actor's body
+    scratch: str | None = None  # where each step's scratch folder is made (None: the system's temporary folder)
 
     def __call__(
         self, run: Run, tracing: Tracing, sink: TraceSink, probe: ServerProbe, offsets_ms: list[float]
@@ -186,7 +192,12 @@ class RayFleet:
         service = self.env.get("OTEL_SERVICE_NAME", SERVICE)
         actor = self.ray.remote(num_cpus=0)(self.worker)
         devices, env = run.config.fleet.devices, dict(self.env)
-        specs = [ShareSpec(self.target, self.profile, self.plan, devices, s, run.run_id, service, env) for s in plan]
+        # a worker killed mid-step never removes its folder: the driver removes the step's, here (on a
+        # cluster, only this machine's: a killed worker elsewhere leaves its own behind)
+        scratch = tempfile.mkdtemp(prefix="lab-capacity-step-", dir=self.scratch)
+        specs = [
+            ShareSpec(self.target, self.profile, self.plan, devices, s, run.run_id, service, env, scratch) for s in plan
+        ]
         handles = [actor.remote(spec) for spec in specs]
         try:
             return run_on_clock(self._drive(run, handles, plan, tracing, sink, probe, max(offsets_ms)), run.clock)
@@ -194,6 +205,7 @@ class RayFleet:
             for handle in handles:  # a step's workers end with it
                 with contextlib.suppress(Exception):
                     self.ray.kill(handle)
+            shutil.rmtree(scratch, ignore_errors=True)
 
     async def _drive(
         self,

@@ -10,7 +10,9 @@ connection offered; 1,100 idle sockets under a 1,024-descriptor limit left an ho
   descriptors for everything else. At the cap a newcomer closes the connection that has waited longest for a
   request, as nginx reuses its idle keep-alive connections when it runs out (``ngx_drain_connections``): a
   socket left idle cannot lock an honest client out. When every one is mid-request, the newcomer gets 503;
-- says its refusals, and the event loop's repeated errors, once with a count (``repeats``).
+- says its refusals, and the event loop's repeated errors, once with a count (``repeats``);
+- gives a request's body ``body_s`` to arrive (``body_within``): one trickled a byte at a time is refused with
+  408 rather than hold its handler, and its connection, for as long as the client likes.
 
 ``WaitingRoom`` is the same rule for the xiaozhi doors' handshakes (a WebSocket upgrade, an MQTT CONNECT).
 """
@@ -30,6 +32,7 @@ from aiohttp.web_protocol import RequestHandler
 from pipeline.endpoints.repeats import Repeats, say_loop_errors_once
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 MOST = 65536  # a descriptor limit of "unlimited" is taken as this
 _log = logging.getLogger(__name__)
@@ -47,13 +50,27 @@ class HttpLimits:
 
     max_connections: int = 0  # 0: half the process's descriptor limit (512 under 1,024)
     idle_s: float = 15.0  # aiohttp's client keeps an idle connection 15 s; httpx 5 s: they close first
+    body_s: float = 30.0  # a request's whole body: a 25 MiB upload at 10 Mbit/s takes 21 s
 
     def __post_init__(self) -> None:
-        if self.max_connections < 0 or self.idle_s <= 0:
-            raise ValueError("max_connections >= 0 and idle_s > 0")
+        if self.max_connections < 0 or self.idle_s <= 0 or self.body_s <= 0:
+            raise ValueError("max_connections >= 0, idle_s > 0 and body_s > 0")
 
     def cap(self) -> int:
         return self.max_connections or descriptor_share()
+
+
+class SlowBody(Exception):
+    """A request body that did not arrive in time: a client trickling it would hold its handler for good."""
+
+
+async def body_within(read: Awaitable[T], seconds: float) -> T:
+    """``read`` (a request body's reading), or ``SlowBody`` once it has taken ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await read
+    except TimeoutError:
+        raise SlowBody(f"the request body did not arrive within {seconds:g} s") from None
 
 
 class WaitingRoom(Generic[K]):

@@ -114,7 +114,8 @@ def ramp_watched(
     said: list[str] = []
     ramp = Ramp(target, profile, plan, out, {}, say=said.append)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import tests/
-    fleet = Watched(ray, 2, target, profile, plan, {}, said.append, worker=Marking)
+    fleet = Watched(ray, 2, target, profile, plan, {}, said.append, worker=Marking, scratch=str(out.parent / "scratch"))
+    (out.parent / "scratch").mkdir(exist_ok=True)
     fleet.kill_after, fleet.late_by_worker = kill_after, {}
     ramp.spread = fleet
     return ramp.run(), fleet, said
@@ -152,6 +153,7 @@ def test_a_worker_killed_mid_step_leaves_a_lost_turn_per_device(server: tuple[st
     # the two lost turns count as measured: the hold goes on until the surviving device has answered two
     found, fleet, said = ramp_watched(tmp_path / "k", url, kill_after=1, min_turns=4)
     assert len(fleet.lost) == 1 and fleet.lost[0].startswith("worker 0 (devices 0, 2) failed mid-step:")
+    assert list((tmp_path / "scratch").iterdir()) == []  # the killed worker's folder went with its step
     assert f"error: {fleet.lost[0]}" in said
     bench, traced = step_rows(tmp_path / "k", "steps/3")
     assert traced == bench

@@ -23,7 +23,7 @@ from websockets.exceptions import InvalidStatus
 from pipeline import serve
 from pipeline.clock import RealClock, VirtualClock
 from pipeline.transport.server.flood import Flooded, FloodGuard
-from pipeline.transport.server.mqtt_channel import CONFIRM_PACKETS, MqttUdpChannel
+from pipeline.transport.server.mqtt_channel import CONFIRM_PACKETS
 from pipeline.transport.server.mqtt_connection import MqttConnection
 from pipeline.transport.server.mqtt_front import MqttFrontSettings
 from pipeline.transport.server.server_settings import DoorSettings, FloodSettings, SessionSettings
@@ -36,6 +36,7 @@ from pipeline.transport.wire.messages import Tts
 from pipeline.transport.wire.udp import MAX_GAP, WINDOW, PacketCrypto, SequenceCheck
 from tests.scenario import SILENCE, TONE
 from tests.server_harness import FakeChannel, Turns, say_hello, session, virtual
+from tests.transport.server import udp_channel
 from tests.transport.server.test_mqtt_front import HELLO, front_end, raw
 from tests.transport.server.test_websocket import ScriptedTurns, gateway, real
 from tests.wire_helpers import dump, hello, parse
@@ -73,40 +74,12 @@ def test_the_sequence_checks_memory_is_a_window_whatever_arrives() -> None:
     assert (check.late, check.stale) == (1, 1)  # 3*MAX_GAP-3 was counted lost and came late; 5 is long gone
 
 
-class _Front:
-    public_host, rejected_datagrams, udp_port = "127.0.0.1", 0, 9
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, tuple[str, int]]] = []
-
-    def sendto(self, data: bytes, address: tuple[str, int]) -> None:
-        self.sent.append((data, address))
-
-    def forget(self, channel: MqttUdpChannel) -> None:
-        pass
-
-
-class _Clock:
-    kind = "test"
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def now_ns(self) -> int:
-        return self.ns
-
-
-async def _publish(message: Any) -> None:
-    pass
-
-
 def test_a_datagram_from_anyone_but_the_sessions_peer_does_not_take_its_downlink() -> None:
     """Attack: a forged datagram (the ssrc is in every header, in clear) from another address. The old front end
     moved the session's downlink to whoever sent the last datagram that opened. A peer silent for the rebind
     time may move (a NAT that gave the device a new port), as the gateway's devices need, once its new
     address has sent ``CONFIRM_PACKETS`` in a row (tests/transport/server/test_mqtt_channel_forgery.py)."""
-    clock, front = _Clock(), _Front()
-    channel = MqttUdpChannel(front, _publish, "02:00:00:00:00:01", FloodGuard(FloodSettings(), clock), clock, 5.0)
+    channel, front, clock = udp_channel.channel()
     device = PacketCrypto(channel.crypto.key, channel.crypto.nonce)
     peer, stranger = ("192.0.2.1", 5000), ("198.51.100.9", 6000)
 
@@ -215,7 +188,7 @@ def test_a_backlog_after_a_stall_is_heard_and_a_flood_is_closed() -> None:
 
 
 def test_the_control_bucket_holds_a_burst_and_refills_at_its_rate() -> None:
-    clock = _Clock()
+    clock = udp_channel.StepClock()
     guard = FloodGuard(FloodSettings(max_control_per_s=20, control_burst=200), clock)
     for _ in range(200):
         guard.control()

@@ -41,6 +41,7 @@ from aiohttp import web
 from pipeline.endpoints.cloud.answers import BadRequest, StreamPlan, include_usage, plan_reply
 from pipeline.endpoints.cloud.compute import ComputeProfile, Slots, Timer
 from pipeline.endpoints.cloud.faults import FAULT_HEADER, FAULTS, broken, cut, error
+from pipeline.endpoints.doors import SlowBody, body_within
 from pipeline.endpoints.serving import HttpApp
 
 
@@ -118,12 +119,14 @@ class EmulatedCloud(HttpApp):
         if fault == "500":
             return error(500, "emulated server failure", "server_error")
         try:
-            body = await request.json()
+            body = await body_within(request.json(), self.limits.body_s)
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
             plan = plan_reply(body, self.answers)
         except BadRequest as exc:
             return error(400, str(exc)[:200], "invalid_request_error", exc.code, param=exc.param)
+        except SlowBody as exc:
+            return error(408, str(exc), "invalid_request_error", "request_timeout")
         except (ValueError, RecursionError) as exc:  # not JSON (nested past the decoder's depth included)
             return error(400, str(exc)[:200] or type(exc).__name__, "invalid_request_error")
         rng = random.Random(self._rng.random())

@@ -25,6 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from pipeline.clock import Clock
+from pipeline.endpoints.doors import SlowBody, body_within
 from pipeline.tracing import names
 from pipeline.tracing.service_spans import RequestTiming
 
@@ -60,13 +61,18 @@ class LlmRelay:
             headers["Authorization"] = f"Bearer {self.upstream_key}"
         return headers
 
-    async def chat(self, request: web.Request, timing: RequestTiming) -> web.StreamResponse:
-        """One chat request, passed on; ``timing`` (started when it arrived) is recorded however it ends."""
+    async def chat(self, request: web.Request, timing: RequestTiming, body_s: float) -> web.StreamResponse:
+        """One chat request, passed on; ``timing`` (started when it arrived) is recorded however it ends;
+        its body must arrive within ``body_s``."""
         traceparent = request.headers.get("traceparent", "")
-        body = await request.read()
-        timing.attributes.update(_request_attributes(body))
         try:
+            body = await body_within(request.read(), body_s)
+            timing.attributes.update(_request_attributes(body))
             return await self._forward(request, body, timing)
+        except SlowBody as exc:
+            timing.error_type, timing.error_message = "request_timeout", str(exc)
+            timing.attributes.setdefault(names.HTTP_STATUS, 408)
+            return _error(408, str(exc), "invalid_request_error")
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
             timing.error_type, timing.error_message = "upstream_unreachable", f"{type(exc).__name__}: {exc}"[:300]
             timing.attributes.setdefault(names.HTTP_STATUS, 502)
@@ -185,6 +191,6 @@ def _request_attributes(body: bytes) -> dict[str, str | int | bool]:
     return attrs
 
 
-def _error(status: int, message: str) -> web.Response:
-    error = {"error": {"message": message, "type": "upstream_error", "param": None, "code": None}}
+def _error(status: int, message: str, kind: str = "upstream_error") -> web.Response:
+    error = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return web.json_response(error, status=status)

@@ -30,6 +30,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from pipeline.clock import Clock
+from pipeline.endpoints.doors import SlowBody, body_within
 from pipeline.endpoints.serving import HttpApp
 from pipeline.endpoints.speech import bodies, forms
 from pipeline.endpoints.speech.api_errors import ApiError
@@ -138,7 +139,7 @@ class SpeechServices(HttpApp):
             self._authorize(request)
         except ApiError as exc:
             return self._ended(request, timing, self._failed(timing, exc))
-        return await self.relay.chat(request, timing)
+        return await self.relay.chat(request, timing, self.limits.body_s)
 
     @staticmethod
     def _failed(timing: RequestTiming, exc: ApiError) -> web.Response:
@@ -163,9 +164,11 @@ class SpeechServices(HttpApp):
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             raise self._too_large()
         try:
-            return await read()
+            return await body_within(read(), self.limits.body_s)
         except web.HTTPRequestEntityTooLarge:
             raise self._too_large() from None
+        except SlowBody as exc:
+            raise ApiError(408, "request_timeout", str(exc)) from None
 
     def _received(self, timing: RequestTiming, size: int) -> None:
         """The input's size on the span; refused over the limit (a chunked body has no length to check first)."""

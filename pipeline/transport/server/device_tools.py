@@ -11,10 +11,10 @@ measured turn. JSON-RPC 2.0 travels inside ``{"type": "mcp", "session_id": ..., 
 
 What a device lists is bounded where the real server takes anything: at most ``MOST_TOOLS`` tools kept,
 ``MOST_PAGES`` pages followed, each tool at most ``MOST_TOOL_CHARS`` and its name at most ``MOST_NAME_CHARS``
-long; a device's text quoted in a problem or an error is cut to ``MOST_QUOTED_CHARS``. The real server
-renames the names a description mentions tool by tool over every tool (quadratic: 15,000 tools in one
-223 KiB page held the event loop, and every other device's ping, for 5 s); here each description is
-rewritten in one pass of a regex shaped as a trie of the names, whatever their number.
+long, a call's answer at most ``MOST_RESULT_CHARS``; a device's text quoted in a problem or an error is cut to
+``MOST_QUOTED_CHARS``. The real server renames the names a description mentions tool by tool over every tool
+(quadratic: 15,000 tools in one 223 KiB page held the event loop, and every other device's ping, for 5 s);
+here each description is rewritten in one pass of a regex shaped as a trie of the names, whatever their number.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ MOST_PAGES = 32
 MOST_TOOL_CHARS = 8000
 MOST_NAME_CHARS = 64
 MOST_QUOTED_CHARS = 200
+MOST_RESULT_CHARS = 16_000  # a tool's answer kept: a device's status is a few hundred; a page would cost the prompt
 _NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_\-\u4e00-\u9fff]")  # util.py sanitize_tool_name
 
 
@@ -340,12 +341,17 @@ def _result_text(name: str, rid: int, answer: mcp.Result | mcp.Error) -> str:
     if isinstance(answer, mcp.Error):
         raise McpError(f"device tool {name!r} (id {rid}) failed: {_quoted(answer.error.message)}", WHERE, str(rid))
     result = mcp.call_result(answer)
-    if isinstance(result, mcp.NotJsonRpc):  # as the real server, whatever else came is passed on whole
-        return _json(answer.result)
+    if isinstance(result, mcp.NotJsonRpc):  # as the real server, whatever else came is passed on
+        return _kept(_json(answer.result))
     texts = [c.text for c in result.content if isinstance(c.text, str)]
     if result.isError:
         why = _quoted(" ".join(texts)) or "isError without a text"
         raise McpError(f"device tool {name!r} (id {rid}) failed: {why}", WHERE, str(rid))
-    if texts:
-        return texts[0]
-    return _json(answer.result)
+    return _kept(texts[0] if texts else _json(answer.result))
+
+
+def _kept(text: str) -> str:
+    """A tool's result as the turn keeps it (the LLM's next prompt, the span): cut to ``MOST_RESULT_CHARS``."""
+    if len(text) <= MOST_RESULT_CHARS:
+        return text
+    return f"{text[:MOST_RESULT_CHARS]}... ({len(text) - MOST_RESULT_CHARS} more characters)"

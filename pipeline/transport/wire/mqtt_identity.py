@@ -27,6 +27,8 @@ GROUP = "GID_test"  # the gateway's own example group (mqtt_config_v2.js); the g
 PUBLISH_TOPIC = "device-server"
 SUBSCRIBE_TOPIC = "null"  # a string, not JSON null: older firmware fails without the field (the gateway's comment)
 KEEPALIVE_S = 240  # the firmware's keep-alive when the OTA names none (mqtt_protocol.cc)
+# the firmware's id is about 60 characters (GROUP@@@MAC@@@UUID); MQTT lets a server refuse long ones
+MAX_CLIENT_ID_CHARS = 256
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")  # what the gateway asks of a legacy two-part client id
 
 
@@ -78,6 +80,11 @@ def password(client: str, user: str, key: str) -> str:
 def check(client: str, user: str, given_password: str, key: str) -> DeviceIdentity:
     """The device a CONNECT names, or ``CredentialError``. With a key, the password must be the signature;
     without one, nothing is checked, as the gateway does when MQTT_SIGNATURE_KEY is unset."""
+    if len(client) > MAX_CLIENT_ID_CHARS or not client.isprintable():  # it is logged, and a session's key
+        raise CredentialError(
+            mqtt_packets.IDENTIFIER_REJECTED,
+            f"the client id is over {MAX_CLIENT_ID_CHARS} characters or holds control characters",
+        )
     parts = client.split("@@@")
     if len(parts) not in (2, 3) or not all(parts[:2]):
         raise CredentialError(mqtt_packets.IDENTIFIER_REJECTED, "the client id is not GROUP@@@MAC@@@UUID")

@@ -28,7 +28,7 @@ from pipeline.tracing import names
 from pipeline.tracing.export import Tracing
 from pipeline.tracing.timeline import TurnTimeline
 from pipeline.transport.device.tools import EmulatedTools
-from pipeline.transport.server.device_tools import DeviceToolsClient, McpError, McpSettings
+from pipeline.transport.server.device_tools import MOST_RESULT_CHARS, DeviceToolsClient, McpError, McpSettings
 from pipeline.transport.wire import mcp
 from pipeline.transport.wire.messages import Mcp, decode, encode
 from tests.scenario import utterance
@@ -169,6 +169,22 @@ def test_a_tool_call_goes_to_the_device_and_comes_back_with_its_text_and_id() ->
         "params": {"name": "self.audio_speaker.set_volume", "arguments": {"volume": 30}},  # the device's own name
     }
     assert device.firmware.state.volume == 30
+
+
+def test_a_devices_long_answer_is_kept_cut_with_the_cut_said() -> None:
+    class Chatty(EmulatedTools):
+        def handle(self, payload: mcp.Payload) -> mcp.Result | mcp.Error | None:
+            assert isinstance(payload, mcp.Request)
+            if payload.method != "tools/call":
+                return super().handle(payload)
+            return mcp.Result(id=payload.id, result={"content": [{"type": "text", "text": "x" * 1_000_000}]})
+
+    async def scenario() -> str:
+        client = await listed(FakeDevice(firmware=Chatty()))
+        return (await client.run("self_audio_speaker_set_volume", '{"volume": 30}')).result
+
+    kept = virtual(scenario())
+    assert kept == "x" * MOST_RESULT_CHARS + f"... ({1_000_000 - MOST_RESULT_CHARS} more characters)"
 
 
 def call_fails(device: FakeDevice, name: str, arguments: str, settings: McpSettings | None = None) -> McpError:

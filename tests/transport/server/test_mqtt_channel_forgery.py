@@ -10,20 +10,18 @@ device for minutes; one datagram from another port after 5 s of device silence, 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from pipeline.clock import RealClock
 from pipeline.run.device_side import Ask
 from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
-from pipeline.transport.server.flood import FloodGuard
-from pipeline.transport.server.mqtt_channel import CONFIRM_PACKETS, JUMP_PACKETS, MqttUdpChannel
-from pipeline.transport.server.server_settings import FloodSettings
+from pipeline.transport.server.mqtt_channel import CONFIRM_PACKETS, JUMP_PACKETS
 from pipeline.transport.wire.framing import Audio
 from pipeline.transport.wire.udp import PacketCrypto
 from tests.transport.server.test_mqtt_front import front_end
 from tests.transport.server.test_websocket import SPEECH_END_MS, ScriptedTurns, clip, real
+from tests.transport.server.udp_channel import channel
 
 PEER, NEW_PORT, STRANGER = ("192.0.2.1", 5000), ("192.0.2.1", 5001), ("198.51.100.9", 6000)
 SPEECH = b"\x58" + bytes(40)  # a 60 ms wideband SILK frame, mono: what the firmware's encoder sends
@@ -32,40 +30,11 @@ NOT_OPUS = b"\xff" * 41  # what the rest decrypt to (here: 20 ms full-band stere
 FRAME_NS = 60_000_000
 
 
-class _Front:
-    public_host, rejected_datagrams, udp_port = "127.0.0.1", 0, 9
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, int]] = []
-
-    def sendto(self, data: bytes, address: tuple[str, int]) -> None:
-        self.sent.append(address)
-
-    def forget(self, channel: MqttUdpChannel) -> None:
-        pass
-
-
-class _Clock:
-    kind = "test"
-
-    def __init__(self) -> None:
-        self.ns = 0
-
-    def now_ns(self) -> int:
-        return self.ns
-
-
-async def _publish(message: Any) -> None:
-    pass
-
-
 class Session:
     """One session's channel, the device that streams into it, and a forger with its ssrc."""
 
     def __init__(self) -> None:
-        self.clock, self.front = _Clock(), _Front()
-        guard = FloodGuard(FloodSettings(), self.clock)
-        self.channel = MqttUdpChannel(self.front, _publish, "02:00:00:00:00:01", guard, self.clock, 5.0)
+        self.channel, self.front, self.clock = channel()
         self.crypto = PacketCrypto(self.channel.crypto.key, self.channel.crypto.nonce)
         self.sequence = 0
 
@@ -90,7 +59,7 @@ class Session:
 
     def downlink(self) -> tuple[str, int]:
         asyncio.run(self.channel.send_audio(b"answer", 0))
-        return self.front.sent[-1]
+        return self.front.sent[-1][1]
 
 
 def test_a_forged_packet_far_ahead_from_the_devices_own_address_costs_that_packet() -> None:

@@ -213,6 +213,8 @@ def test_credentials_are_checked_only_with_a_key_and_a_legacy_client_id_needs_a_
                 (CONFIG.client_id, "anything"),
                 ("GID_test@@@02_00_00_00_00_09", ""),
                 ("GID_test@@@not_a_mac", ""),
+                ("GID_test@@@02_00_00_00_00_09@@@" + "u" * 300, ""),  # a session's key and a log line: bounded
+                ("GID_\x1b[2J@@@02_00_00_00_00_09@@@u", ""),  # an escape sequence for the operator's terminal
             ):
                 async with raw(lab) as device:
                     codes.append(await device.connect(client, user, password=password))
@@ -224,7 +226,8 @@ def test_credentials_are_checked_only_with_a_key_and_a_legacy_client_id_needs_a_
             codes.append(await device.connect(CONFIG.client_id, "not-base64-json", password=bad_user))
         return codes
 
-    assert real(scenario) == [0, 0, mp.IDENTIFIER_REJECTED, 0, mp.BAD_CREDENTIALS]
+    rejected = mp.IDENTIFIER_REJECTED
+    assert real(scenario) == [0, 0, rejected, rejected, rejected, 0, mp.BAD_CREDENTIALS]
 
 
 @pytest.mark.parametrize(
