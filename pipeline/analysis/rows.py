@@ -55,6 +55,13 @@ def _str(value: AttrValue) -> str:
     return "" if value is None else str(value)
 
 
+def _server_error(server: TurnSpans | None) -> str:
+    """Why a device turn's server side failed: "" where it succeeded, or its spans are not at hand."""
+    if server is None or server.turn.attributes.get(names.OK) is True:
+        return ""
+    return _str(server.turn.attributes.get(names.ERROR_TYPE)) or "unknown"
+
+
 def _language(a: dict[str, AttrValue], asr: ReadSpan | None) -> str:
     detected = _str(asr.attributes.get(names.ASR_LANGUAGE)) if asr is not None else ""
     return _str(a.get(names.LANGUAGE)) or detected
@@ -119,6 +126,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         tokens=sum(_int(c.attributes.get(names.GEN_AI_OUTPUT_TOKENS)) for c in calls),
         ok=int(ok),
         error="" if ok else _str(get(names.ERROR_TYPE)) or "unknown",
+        server_error=_server_error(server),
         temp_c=attr_number(get(names.TEMP_C)),
         note=_str(get(names.NOTE)),
         whole_turn_ms=ms(speech_end, playback.end_ns) if playback and ok and not _barged(device) else None,

@@ -19,14 +19,18 @@ from typing import Any
 
 from pipeline.interop.fault_kinds import CASES, FaultCase, pick
 from pipeline.interop.fault_namespace import run_in_namespace
+from pipeline.interop.fault_real import why_not
 from pipeline.interop.fault_result import CaseResult, table, write_json
 from pipeline.interop.fault_run import run_here
 
+LAB = "the lab's server"
 __all__ = ["CASES", "CaseResult", "FaultCase", "pick", "run_case", "run_cases"]
 
 
 def run_case(case: FaultCase, out: Path, environment: Mapping[str, str], root: Path) -> CaseResult:
     """One case, its folder ``out/NAME``; ``root``: the repository (its fixtures and configs)."""
+    if case.server == "real" and (why := why_not(case)):
+        return CaseResult(case.name, case.title, status=f"not run: {why}")
     if case.namespace:
         return run_in_namespace(case, out, environment, root)
     return run_here(case, out, environment, root)
@@ -51,10 +55,11 @@ def run_cases(
     root: Path,
     command: str,
     said: Callable[[CaseResult], object] = lambda r: None,
+    server: str = LAB,
 ) -> list[CaseResult]:
     """Each case in turn; ``out/faults.md`` and ``out/faults.json`` rewritten after each; ``said`` told each."""
     out.mkdir(parents=True, exist_ok=True)
-    header = {"command": command, **_machine(root)}
+    header = {"command": command, "server": server, **_machine(root)}
     results: list[CaseResult] = []
     for case in cases:
         results.append(run_case(case, out, environment, root))
@@ -67,7 +72,7 @@ def run_cases(
 def document(results: Sequence[CaseResult], header: Mapping[str, Any]) -> str:
     """faults.md: the command, the machine, the table, and each case's commands and events."""
     lines = [
-        "# Fault matrix: the lab's server\n\n",
+        f"# Fault matrix: {header.get('server', LAB)}\n\n",
         f"`{header['command']}` at commit {header['commit']}, {header['started']}, {header['cores']} cores, ",
         f"load {header['load_1m_at_start']} at the start. Recovered after: from the fault until each device ",
         "it hit (a failed row) started an ok turn again ('-': one never did). Lost: planned turns with no row. ",

@@ -10,7 +10,9 @@ that leave it so ask fewer questions and wait longer.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 Fault = Literal["kill", "kill-restart", "kill-worker", "cut", "loss", "llm", "speech", "disk"]
@@ -37,6 +39,10 @@ class FaultCase:
     turn_timeout_s: float = 0.0  # the server's [run] turn_timeout_s (0: the simulator's)
     disk_kib: int = 0  # the server's trace folder on a tmpfs of this size
     limit_s: float = 240.0
+    server: str = "lab"  # or "real": the xiaozhi-esp32-server of ``real_folder`` under ``real_python`` (fault_real)
+    real_folder: str = ""
+    real_python: str = ""
+    real_gateway: str = ""  # a checkout of the real MQTT gateway: the MQTT + UDP cases go through it
 
     @property
     def namespace(self) -> bool:
@@ -74,6 +80,14 @@ CASES: dict[str, FaultCase] = {
                   limit_s=420),
     )
 }  # fmt: skip
+
+
+def against_real(case: FaultCase, folder: Path, python: Path, gateway: Path | None = None) -> FaultCase:
+    """``case`` against the real server whose ``app.py`` is in ``folder``, run by ``python`` (its venv's), with
+    the real MQTT gateway of ``gateway`` in front of it for the MQTT + UDP cases."""
+    return dataclasses.replace(
+        case, server="real", real_folder=str(folder), real_python=str(python), real_gateway=str(gateway or "")
+    )
 
 
 def pick(names: str) -> list[FaultCase]:

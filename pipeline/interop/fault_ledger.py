@@ -31,10 +31,17 @@ def key_of(row: TurnRow) -> Key:
 
 
 def error_kind(row: TurnRow) -> str:
-    """A failed row's error as the table shows it: its first line, cut to ``ERROR_CHARS``."""
-    lines = row.error.strip().splitlines()
-    text = lines[0] if lines else "no error text"
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+    """A failed row's error as the table shows it: its first line, cut to ``ERROR_CHARS``, and the server's
+    cause beside it where the server's traces were read with the device's (``server_error``)."""
+    said = _first_line(row.error) or "no error text"
+    cause = _first_line(row.server_error)
+    return said if not cause or cause == said else f"{said} (server: {cause})"
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= ERROR_CHARS else line[: ERROR_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)

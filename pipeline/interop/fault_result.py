@@ -9,6 +9,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pipeline.interop.fault_ledger import Key, Ledger
@@ -80,20 +81,36 @@ def _keys(keys: Sequence[Key]) -> str:
     return f"{len(keys)}: {shown}" + (" ..." if len(keys) > 4 else "")
 
 
+def read_json(path: Path) -> tuple[dict[str, Any], list[CaseResult]]:
+    """A faults.json: its header (the command, the machine) and its cases."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cases = data.pop("cases")
+    return data, [CaseResult.from_dict(c) for c in cases]
+
+
+def rows_cell(ledger: Ledger) -> str:
+    """The device's rows against the plan: "3 ok / 1 failed of 4 planned (1 disconnected)"."""
+    return _rows(ledger).replace(" failed", f" failed of {ledger.planned} planned", 1)
+
+
+def recovered_cell(ledger: Ledger) -> str:
+    """The time until every device the fault hit was answered again."""
+    if ledger.ok == ledger.rows and not ledger.lost:
+        return "none needed (no turn failed)"
+    return "-" if ledger.recovery_s is None else f"{ledger.recovery_s:.1f} s"
+
+
 def table_line(result: CaseResult) -> str:
     """The case's line of the matrix."""
     name = f"{result.name}: {result.title}"
     ledger = result.ledger
     if ledger is None:
         return f"| {_cell(name)} | {_cell(result.status)} | - | - | - | - | - | - | - |\n"
-    recovered = "-" if ledger.recovery_s is None else f"{ledger.recovery_s:.1f} s"
-    if ledger.ok == ledger.rows and not ledger.lost:
-        recovered = "none needed (no turn failed)"
     cells = [
         name if result.status == "run" else f"{name} ({result.status})",
         "; ".join(result.device_saw) or "no error line",
-        _rows(ledger).replace(" failed", f" failed of {ledger.planned} planned", 1),
-        recovered,
+        rows_cell(ledger),
+        recovered_cell(ledger),
         _keys(ledger.lost),
         _keys(ledger.duplicates) + (f"; {len(ledger.unplanned)} unplanned" if ledger.unplanned else ""),
         result.analyze,

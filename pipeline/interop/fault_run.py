@@ -19,8 +19,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import msgspec
 
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
@@ -29,9 +31,11 @@ from pipeline.interop.fault_kinds import FaultCase
 from pipeline.interop.fault_ledger import error_kind, ledger, planned, traces_agree
 from pipeline.interop.fault_leftovers import held_ports, session_members, temp_left
 from pipeline.interop.fault_proxy import MODES, FaultProxy
+from pipeline.interop.fault_real import RealSide, fixtures_of, real_side, server_said
 from pipeline.interop.fault_result import CaseResult
 from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports
 from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.turn_row import TurnRow
 from pipeline.settings.fixtures import load_questions
 
 FIXTURES = "audio_fixtures"  # these three relative to the repository (the processes' working folder)
@@ -87,9 +91,13 @@ def _server_argv(case: FaultCase, configs: Sequence[str], ports: Sequence[int], 
     return argv
 
 
-def _device_argv(case: FaultCase, ports: Sequence[int], out: Path) -> list[str]:
-    url = f"mqtt://127.0.0.1:{ports[1]}" if case.transport == "mqtt" else f"ws://127.0.0.1:{ports[0]}/xiaozhi/v1/"
-    argv = [sys.executable, "-m", "pipeline.replay", FIXTURES, "--config", SIMULATOR, "--server", url]
+def _lab_url(case: FaultCase, ports: Sequence[int]) -> str:
+    """Where the device reaches the lab's server: its MQTT port, or its WebSocket."""
+    return f"mqtt://127.0.0.1:{ports[1]}" if case.transport == "mqtt" else f"ws://127.0.0.1:{ports[0]}/xiaozhi/v1/"
+
+
+def _device_argv(case: FaultCase, url: str, out: Path, fixtures: Path) -> list[str]:
+    argv = [sys.executable, "-m", "pipeline.replay", str(fixtures), "--config", SIMULATOR, "--server", url]
     argv += ["--out", str(out), "--limit", str(case.limit), "--rounds", str(case.rounds)]
     if case.devices > 1:
         argv += ["--devices", str(case.devices)]
@@ -134,6 +142,16 @@ def _failures(folder: Path) -> str:
     return " (failed: " + ", ".join(f"{n} {e}" for e, n in failed.most_common()) + ")" if failed else ""
 
 
+def with_causes(rows: Sequence[TurnRow], device: Path, servers: Sequence[Path]) -> list[TurnRow]:
+    """The device's rows, each whose server side failed naming why (``server_error``): the device's traces
+    read beside every server folder's, joined by the ``traceparent`` as ``pipeline.analyze`` joins them."""
+    files = [f for folder in (device, *servers) if (folder / "traces").is_dir() for f in trace_files(folder / "traces")]
+    if not servers or not files:
+        return list(rows)
+    causes = {r.trace_id: r.server_error for r in read_traces(files, workers=1).rows if r.server_error}
+    return [msgspec.structs.replace(r, server_error=causes[r.trace_id]) if r.trace_id in causes else r for r in rows]
+
+
 def records_agree(folder: Path) -> str:
     """A folder's bench.csv against the rows its traces recompute, in a line."""
     bench = folder / "bench.csv"
@@ -170,37 +188,69 @@ def _run(case: FaultCase, folder: Path, env: Mapping[str, str], root: Path, resu
     with contextlib.ExitStack() as stack:
         group = stack.enter_context(ProcessGroup(folder / "logs", env))
         ports = free_ports(4)
-        configs, endpoints = [SIMULATOR], []
-        proxy = None
-        if case.fault in ("llm", "speech"):
-            endpoints.append(_endpoint(case, group, folder, ports[3], root))
-            proxy = stack.enter_context(FaultProxy(ports[3]))
-        if extra := _tomls(case, proxy.port if proxy is not None else 0):
-            (folder / "fault.toml").write_text(extra, encoding="utf-8")
-            configs.append(str(folder / "fault.toml"))
-        disk = folder / "server-disk"
-        if case.disk_kib:
-            _mount_disk(case, disk, stack, folder / "server")
-
-        def start_server(name: str) -> StartedProcess:
-            where = disk if case.disk_kib else folder / name
-            argv = _server_argv(case, configs, ports, where)
-            result.commands.append(shlex.join(argv))
-            return group.start(name, argv, cwd=root)
-
+        if case.server == "real":
+            four = (ports[0], ports[1], ports[2], ports[3])  # its WebSocket and HTTP, the cloud, the speech services
+            side, proxy, endpoints = real_side(case, group, folder, four, root, stack)
+            start_server = _real_starter(side, group, result)
+            url, env_of_device = side.device_url, side.device_env
+        else:
+            proxy, endpoints, start_server = _lab_side(case, group, folder, ports, root, stack, result)
+            url, env_of_device = _lab_url(case, ports), {}
         stage = CaseStage(case, folder, group, ports[0], start_server, proxy=proxy)
         stage.servers.append(start_server("server"))
-        group.wait_line(stage.servers[0], r"serving ws://", 120)
-        device_argv = _device_argv(case, ports, folder / "device")
+        if case.server != "real":  # the real server's start returns once it listens
+            group.wait_line(stage.servers[0], r"serving ws://", 120)
+        device_argv = _device_argv(case, url, folder / "device", fixtures_of(case, folder, root))
         result.commands.append(shlex.join(device_argv))
         stage.started_ns = time.time_ns()
-        stage.device = group.start("device", device_argv, cwd=root)
+        stage.device = group.start("device", device_argv, cwd=root, env=env_of_device)
         try:
             INJECT[case.fault](stage)
             _wait_device(stage, result)
         finally:
             result.events, result.fault_ns = stage.events, stage.fault_ns
         _stop_and_look(stage, endpoints, ports, folder, result)
+
+
+def _real_starter(side: RealSide, group: ProcessGroup, result: CaseResult) -> Callable[[str], StartedProcess]:
+    """How to start the real server (again): its command kept, listening once it returns."""
+
+    def start_server(name: str) -> StartedProcess:
+        result.commands.append(f"(cd {shlex.quote(str(side.copy))} && {shlex.quote(str(side.python))} app.py)")
+        return side.start(group, name)
+
+    return start_server
+
+
+def _lab_side(
+    case: FaultCase,
+    group: ProcessGroup,
+    folder: Path,
+    ports: Sequence[int],
+    root: Path,
+    stack: contextlib.ExitStack,
+    result: CaseResult,
+) -> tuple[FaultProxy | None, list[StartedProcess], Callable[[str], StartedProcess]]:
+    """The lab's server of one case: its endpoint behind the case's proxy, and how to start it (again)."""
+    configs, endpoints = [SIMULATOR], []
+    proxy = None
+    if case.fault in ("llm", "speech"):
+        endpoints.append(_endpoint(case, group, folder, ports[3], root))
+        proxy = stack.enter_context(FaultProxy(ports[3]))
+    if extra := _tomls(case, proxy.port if proxy is not None else 0):
+        (folder / "fault.toml").write_text(extra, encoding="utf-8")
+        configs.append(str(folder / "fault.toml"))
+    disk = folder / "server-disk"
+    if case.disk_kib:
+        _mount_disk(case, disk, stack, folder / "server")
+
+    def start_server(name: str) -> StartedProcess:
+        where = disk if case.disk_kib else folder / name
+        argv = _server_argv(case, configs, ports, where)
+        result.commands.append(shlex.join(argv))
+        return group.start(name, argv, cwd=root)
+
+    return proxy, endpoints, start_server
 
 
 def _wait_device(stage: CaseStage, result: CaseResult) -> None:
@@ -234,9 +284,13 @@ def _check(case: FaultCase, folder: Path, root: Path, result: CaseResult) -> Non
     device = folder / "device"
     bench = device / "bench.csv"
     rows = read_bench_csv(bench) if bench.is_file() else []
-    questions = [q.id for q in load_questions(root / FIXTURES).questions[: case.limit]]
-    result.ledger = ledger(planned(questions, case.rounds, case.devices), rows, result.fault_ns)
-    result.analyze = records_agree(device)
     servers = sorted(p.parent for p in folder.glob("server*/**/bench.csv") if "server-disk" not in p.parts)
+    fixtures = folder / "fixtures" if case.server == "real" else root / FIXTURES  # as fixtures_of made them
+    questions = [q.id for q in load_questions(fixtures).questions[: case.limit]] if fixtures.is_dir() else []
+    plan = planned(questions, case.rounds, case.devices)
+    result.ledger = ledger(plan, with_causes(rows, device, servers), result.fault_ns)
+    result.analyze = records_agree(device)
     result.server_records = [f"{p.relative_to(folder)}: {records_agree(p)}{_failures(p)}" for p in servers]
+    if case.server == "real":
+        result.server_records = server_said(folder / "logs")
     result.device_saw = device_saw(folder / "logs" / "device.log")

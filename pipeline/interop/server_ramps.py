@@ -55,6 +55,11 @@ def ramp_argv(python: str, fixtures: Path, target: RampTarget, settings: RampSet
     return [*argv, *settings.extra]
 
 
+def passed_on(options: Mapping[str, object]) -> tuple[str, ...]:
+    """Options given to the script, passed on to each ``pipeline.capacity`` as given (None or 0: not given)."""
+    return tuple(part for option, value in options.items() if value for part in (option, str(value)))
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User plus system CPU seconds the process has used (its own, not its children's); None once it is gone."""
     try:

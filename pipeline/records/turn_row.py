@@ -58,13 +58,12 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
     tokens: Annotated[int, _m(TOKENS, "output tokens of the turn's LLM calls")] = 0
     ok: Annotated[int, _m(FLAG, "1: the turn succeeded")] = 0
     error: Annotated[str, _m(TEXT, "why the turn failed (empty when it succeeded)", repeated=True)] = ""
+    server_error: Annotated[
+        str, _m(TEXT, "a device's row beside our server's traces: why its side failed (`LlmHttpError`)", repeated=True)
+    ] = ""
     temp_c: Annotated[
         float | None,
-        _m(
-            CELSIUS,
-            "the hottest sensor (or the temperature command's reading) during the turn; empty where there "
-            "is none: never invented",
-        ),
+        _m(CELSIUS, "the hottest sensor (or the temperature command's reading) in the turn; never made up"),
     ] = None
     note: Annotated[
         str,

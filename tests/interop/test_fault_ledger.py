@@ -71,6 +71,14 @@ def test_an_error_is_shown_by_its_first_line_cut_short() -> None:
     assert len(error_kind(row("a", 1, ok=False, error="x" * 200))) == 80
 
 
+def test_a_failed_row_names_its_servers_cause_beside_what_the_device_saw() -> None:
+    saw = row("a", 1, ok=False, error="no_audio_out")
+    assert error_kind(replace(saw, server_error="LlmHttpError\n503")) == "no_audio_out (server: LlmHttpError)"
+    assert error_kind(replace(saw, server_error="no_audio_out")) == "no_audio_out"  # said once
+    got = ledger(planned(["a", "b"], 1, 1), [replace(saw, server_error="timeout"), replace(saw, question_id="b")], None)
+    assert got.failed == {"no_audio_out (server: timeout)": 1, "no_audio_out": 1}
+
+
 def test_the_traces_agree_with_bench_csv_only_cell_for_cell() -> None:
     rows = [row("a", 90), row("b", 101)]
     assert traces_agree(rows, list(reversed(rows))) == ""

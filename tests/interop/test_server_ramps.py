@@ -11,7 +11,15 @@ import pytest
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.process_group import InteropError
 from pipeline.interop.ramp_table import SHOWN, ramp_markdown, step_table
-from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, cpu_seconds, ramp_argv
+from pipeline.interop.server_ramps import (
+    EndedRamp,
+    ProcessCpu,
+    RampSettings,
+    RampTarget,
+    cpu_seconds,
+    passed_on,
+    ramp_argv,
+)
 from pipeline.records.ramp_result import STEP_COLUMNS, Capacity, Quantiles, Step, write
 from pipeline.records.truth import TRUTH, read_truth
 from tests.paths import REPO_ROOT
@@ -111,3 +119,23 @@ def test_the_table_shows_every_column_it_names_and_says_when_steps_csv_cannot_be
     assert set(SHOWN) <= set(STEP_COLUMNS)
     (tmp_path / "steps.csv").write_text("devices,verdict\n1,holds\n", encoding="utf-8")
     assert step_table(tmp_path) == [f"({tmp_path / 'steps.csv'}: its columns are not the ones this version writes)"]
+
+
+def test_a_soak_is_shown_window_by_window_under_its_ramp(tmp_path: Path) -> None:
+    from tests.report.sections.test_soak_windows import written
+
+    soaked = written(tmp_path / "soak", rising=True).parent
+    ramps = [EndedRamp("real server, A", soaked, "held: 8\n", 0, {}), EndedRamp("lab", tmp_path / "no", "", 0, {})]
+    text = ramp_markdown(ramps, "# intro\n\n")
+    assert "Soak: 8 device(s) held 4 min in windows of 60 s (4 written): drifted (" in text
+    assert "| window | s | turns | silence P50 ms [95 % CI] |" in text
+    assert "| 4 | 180-240 | 12 | 1800 [1780, 1820] | 1900 [1860, 1940] | 1 | 55 % | 380-381 | 40, 6 |" in text
+    assert "| figure | first | last | rho | per hour | drifted | why |" in text
+    assert text.count("Soak: ") == 1  # the ramp without a soak shows none
+    (soaked / "soak.json").write_text("{", encoding="utf-8")
+    assert "Unreadable soak result: " in ramp_markdown(ramps[:1], "")
+
+
+def test_only_the_options_given_are_passed_on() -> None:
+    given = {"--min-turns": 8, "--think": "15s", "--soak": None, "--window": ""}
+    assert passed_on(given) == ("--min-turns", "8", "--think", "15s")

@@ -46,7 +46,7 @@ def experiment_rows() -> list[TurnRow]:
 def test_the_header_is_the_committed_bench_csvs() -> None:
     with (EXPERIMENT / "bench.csv").open(encoding="utf-8", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == COLUMNS
-    assert len(COLUMNS) == len(set(COLUMNS)) == 79
+    assert len(COLUMNS) == len(set(COLUMNS)) == 80
 
 
 def test_bench_csv_written_from_the_traces_is_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
@@ -124,7 +124,8 @@ def test_the_paths_columns_are_each_targets_total_segments_in_path_order_and_sla
 def test_the_texts_a_reader_keeps_once_are_those_the_schema_marks_repeated() -> None:
     # the list facts.py once wrote by hand
     assert (
-        *("run_id", "condition", "config_id", "question_id", "error", "note", "llm_model", "llm_endpoint"),
+        *("run_id", "condition", "config_id", "question_id", "error", "server_error", "note", "llm_model"),
+        "llm_endpoint",
         *("asr_error_metric", "language", "category", "scripted", "clock", "transport", "turn_temperature"),
         "cut_off_by",
     ) == turn_row.REPEATED
