@@ -60,8 +60,9 @@ MAY_USE = {
     "transport.device": {"contract", "clock", "run", "tracing", "endpoints", "transport.wire", "acoustic"},
     # plans points from the settings, runs each as a replay's plan written as its command line, reads its rows back
     "sweep": {"settings", "analysis", "plan", "records"},
-    # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back
-    "interop": {"settings", "endpoints", "analysis", "names", "records"},
+    # runs servers the lab did not write and the lab's own entry points as processes, reads their traces back;
+    # report: a soak's windows in capacity.md as the report shows them (interop.ramp_table)
+    "interop": {"settings", "endpoints", "analysis", "names", "records", "report"},
     # ramps devices against a server step by step: each step a replay run (its plan, its devices), read back
     "capacity": {
         *("contract", "clock", "settings", "run", "fleet", "tracing", "analysis", "names", "records"),

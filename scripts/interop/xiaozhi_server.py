@@ -49,7 +49,7 @@ from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures
 from pipeline.interop.lab_server import lab_config
 from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports
 from pipeline.interop.ramp_table import ramp_markdown
-from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, ramp_argv
+from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, passed_on, ramp_argv
 from pipeline.interop.side_by_side import RunResult, interop_intro, markdown, packets
 from pipeline.interop.turns_mode import LAB, REAL, TurnsOptions, planned, settle, turns_intro, turns_problem, turns_runs
 from pipeline.records.segment import write_segments
@@ -262,13 +262,16 @@ class Interop:
         self, label: str, condition: str, server: str, processes: ProcessGroup, env: Mapping[str, str] | None
     ) -> None:
         folder = self.out / "capacity" / label.replace(", ", "-").replace(" ", "-")
-        extra = ("--min-turns", str(self.args.min_turns)) if self.args.min_turns else ()
+        a = self.args
+        given = {"--min-turns": a.min_turns, "--max-hold": a.max_hold, "--think": a.think}
+        extra = passed_on({**given, "--soak": a.soak, "--window": a.window})
         settings = RampSettings(self.args.capacity, self.args.hold, self.args.margin, self.args.profile, extra)
         # the lab's server writes spans of its own, from which the ramp tells which part of the silence grew first
         traces = self.out / "serve" / condition / "traces" if label.startswith("lab server") else None
         target = RampTarget(server, label, self.metered["server"], traces)
         argv = ramp_argv(self.python, self.fixtures, target, settings, folder)
-        print(f"{label}: ramping {self.args.capacity} device(s), each step held {self.args.hold}", flush=True)
+        held = f"held {a.soak} (a soak)" if a.soak else f"each step held {a.hold}"
+        print(f"{label}: ramping {a.capacity} device(s), {held}", flush=True)
         meter = ProcessCpu(dict(self.metered))
         meter.start(time.monotonic())
         started = processes.start(f"capacity-{folder.name}", argv, env=env)
@@ -330,7 +333,11 @@ def capacity_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument("--margin", default="", help="pipeline.capacity --margin (default: its own)")
     group.add_argument("--profile", type=Path, help="a load profile for pipeline.capacity --profile")
     group.add_argument("--min-turns", type=int, help="pipeline.capacity --min-turns (default: its own)")
+    group.add_argument("--max-hold", help="pipeline.capacity --max-hold: a step's longest hold short of --min-turns")
     group.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
+    group.add_argument("--think", help="pipeline.capacity --think: a device's pause between an answer and a question")
+    group.add_argument("--soak", metavar="DURATION", help="hold the one step --capacity names this long (e.g. 20m)")
+    group.add_argument("--window", help="with --soak: each window's length (pipeline.capacity's default, 5m)")
     group.add_argument(
         "--exclude",
         default="",
