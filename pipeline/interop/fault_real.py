@@ -36,6 +36,9 @@ NOT_FOR_REAL = {
     "disk": "the real server writes no traces of ours to fill a disk with",
 }
 NO_GATEWAY = "MQTT + UDP reaches the real server through its MQTT gateway: give --gateway"
+# the device's own hint of which fixture question it asks (``{"type": "lab", ...}``): the real server knows no
+# such message and logs an ERROR for each, one a turn, which says nothing of the fault
+LAB_HINT = '"type":"lab"'
 _LOG_HEAD = re.compile(r"^\d{6} [\d:]+\[[^\]]*\]\[([^\]]*)\]-ERROR-")  # loguru: time, version, module
 
 
@@ -125,14 +128,15 @@ def _gateway(case: FaultCase, group: ProcessGroup, folder: Path, ws_url: str) ->
 
 
 def server_said(logs: Path, most: int = 3) -> list[str]:
-    """Each real server log's ``-ERROR-`` lines, by module and message with numbers folded, with counts."""
+    """Each real server log's ``-ERROR-`` lines (but those about the lab's hint), by module and message with numbers
+    folded, with counts."""
     said = []
     for log in sorted(logs.glob("server*.log")):
         counts: Counter[str] = Counter()
         first: dict[str, str] = {}
         for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
             head = _LOG_HEAD.match(line)
-            if head is None:
+            if head is None or LAB_HINT in line:
                 continue
             text = f"{head.group(1)}: {line[head.end() :].strip()}"
             folded = re.sub(r"\d+(\.\d+)?", "#", text)

@@ -22,6 +22,7 @@ LOG = """\
 261207 01:02:04[0.9.6_SiOpLaOpnonoCh][core.providers.llm.openai.openai]-ERROR-Error in response generation: 503 at 1
 261207 01:02:09[0.9.6_SiOpLaOpnonoCh][core.providers.llm.openai.openai]-ERROR-Error in response generation: 503 at 2
 261207 01:02:09[0.9.6_SiOpLaOpnonoCh][core.connection]-ERROR-WebSocket closed
+261207 01:02:10[0.9.6_SiOpLaOpno][core.handle.textMessageProcessor]-ERROR-收到未知类型消息：{"type":"lab"}
   a continuation line -ERROR- that is no record of its own
 """
 
