@@ -9,11 +9,14 @@ are resampled to it where they are compared). Samples are floats in -1..1, so th
 
 What stops a file is a ``RecordingError`` naming it: unreadable, empty, fewer channels than the layout
 needs. What does not stop it is noted: clipped samples (at full scale) distort the waveform but not where
-sound begins, so the turns are still measured and their rows say so.
+sound begins, so the turns are still measured and their rows say so; a WAV cut short (its header claims
+more than it holds) is measured as far as it goes; a file of several channels given as ``mono`` says each
+channel's level and what the mix did to a sound in one of them.
 """
 
 from __future__ import annotations
 
+import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -51,7 +54,7 @@ def read_recording(path: Path, layout: Layout) -> Recording:
     """The file's channels for ``layout``, or ``RecordingError`` naming the file."""
     samples, rate = _samples(path)
     channels = samples.shape[1]
-    notes = []
+    notes = [short] if (short := cut_short(path, len(samples), rate)) else []
     if layout == "stereo":
         if channels != 2:
             raise RecordingError(
@@ -62,7 +65,7 @@ def read_recording(path: Path, layout: Layout) -> Recording:
     else:
         mic, speaker = samples.mean(axis=1), None
         if channels > 1:
-            notes.append(f"{channels} channels mixed to one microphone")
+            notes.append(mixed(samples))
     clipped = [
         f"{name} {n} samples" for name, x in (("microphone", mic), ("speaker", speaker)) if (n := clipped_samples(x))
     ]
@@ -74,6 +77,36 @@ def read_recording(path: Path, layout: Layout) -> Recording:
         np.ascontiguousarray(mic),
         None if speaker is None else np.ascontiguousarray(speaker),
         "; ".join(notes),
+    )
+
+
+def mixed(samples: np.ndarray) -> str:
+    """What mixing a file's channels to one microphone did: a sound in one channel alone comes out at
+    1/N of its level (-6 dB of two), so a soft onset crosses the audibility level later."""
+    channels = samples.shape[1]
+    rms = np.sqrt(np.mean(samples**2, axis=0))
+    levels = ", ".join("silent" if r == 0 else f"{20 * np.log10(r):.1f}" for r in rms)
+    drop = 20 * np.log10(channels)
+    return (
+        f"{channels} channels mixed to one microphone (RMS {levels} dBFS): a sound in one channel alone is "
+        f"{drop:.1f} dB softer in the mix; a recording of the emulator (left microphone, right speaker) is "
+        "--layout stereo"
+    )
+
+
+def cut_short(path: Path, frames: int, rate: int) -> str:
+    """ "" or what a WAV whose header claims more audio than the file holds lost (libsndfile reads such a file
+    as far as it goes, without a word)."""
+    try:
+        with wave.open(str(path)) as w:
+            claimed = w.getnframes()
+    except (wave.Error, EOFError, OSError):  # not a PCM WAV the standard library reads: no header to check
+        return ""
+    if claimed <= frames:
+        return ""
+    return (
+        f"the header claims {claimed} frames ({claimed / rate:.3f} s), the file holds {frames} "
+        f"({frames / rate:.3f} s): cut short, measured as far as it goes"
     )
 
 

@@ -86,6 +86,30 @@ def test_a_mono_file_where_stereo_was_promised_names_the_file(tmp_path: Path) ->
     assert not row.ok and str(path) in row.error and "1 channel" in row.error and "--layout mono" in row.error
 
 
+def test_a_wav_cut_short_is_measured_as_far_as_it_goes_and_says_so(tmp_path: Path) -> None:
+    """Attack (issue 43): a WAV whose header claims more than the file holds was read without a word."""
+    built = build(asked(), PLAN)
+    path = built.write(tmp_path / "cut.wav")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data") + 4  # the data chunk's size: 16000 frames more than follow it
+    claimed = int.from_bytes(data[at : at + 4], "little") + 16000 * 4
+    data[at : at + 4] = claimed.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    rows = measure_recording(path, asked())
+    frames = len(built.samples)
+    said = f"the header claims {frames + 16000} frames ({(frames + 16000) / 16000:.3f} s), the file holds {frames}"
+    assert all(r.ok for r in rows) and all(said in r.note and "cut short" in r.note for r in rows)
+    assert [r.first_audible_s for r in rows] == [t.first_audible / 16000 for t in built.turns]
+
+
+def test_a_stereo_file_given_as_mono_says_what_the_mix_did(tmp_path: Path) -> None:
+    built = build(asked(), PLAN[:1])
+    path = built.write(tmp_path / "two-channels.wav")
+    (row,) = measure_recording(path, asked(), layout="mono")
+    assert "2 channels mixed to one microphone (RMS " in row.note
+    assert "a sound in one channel alone is 6.0 dB softer in the mix" in row.note and "--layout stereo" in row.note
+
+
 @pytest.mark.parametrize("content", [b"", b"RIFF\x00\x00\x00\x00WAVEjunk", b"not audio at all"])
 def test_an_unreadable_file_names_itself(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "broken.wav"
