@@ -285,11 +285,12 @@ def _json(value: object) -> str:
     return json.dumps(msgspec.to_builtins(value), ensure_ascii=False)
 
 
-def _quoted(text: str) -> str:
-    """A device's text in a problem or an error: cut to ``MOST_QUOTED_CHARS``, the cut said."""
-    if len(text) <= MOST_QUOTED_CHARS:
+def _quoted(text: str, most: int = MOST_QUOTED_CHARS) -> str:
+    """A device's text cut to ``most`` characters, the cut said: ``MOST_QUOTED_CHARS`` in a problem or an error,
+    ``MOST_RESULT_CHARS`` for a tool's result as the turn keeps it (the LLM's next prompt, the span)."""
+    if len(text) <= most:
         return text
-    return f"{text[:MOST_QUOTED_CHARS]}... ({len(text) - MOST_QUOTED_CHARS} more characters)"
+    return f"{text[:most]}... ({len(text) - most} more characters)"
 
 
 def _error_text(answer: mcp.Result | mcp.Error) -> str:
@@ -342,16 +343,9 @@ def _result_text(name: str, rid: int, answer: mcp.Result | mcp.Error) -> str:
         raise McpError(f"device tool {name!r} (id {rid}) failed: {_quoted(answer.error.message)}", WHERE, str(rid))
     result = mcp.call_result(answer)
     if isinstance(result, mcp.NotJsonRpc):  # as the real server, whatever else came is passed on
-        return _kept(_json(answer.result))
+        return _quoted(_json(answer.result), MOST_RESULT_CHARS)
     texts = [c.text for c in result.content if isinstance(c.text, str)]
     if result.isError:
         why = _quoted(" ".join(texts)) or "isError without a text"
         raise McpError(f"device tool {name!r} (id {rid}) failed: {why}", WHERE, str(rid))
-    return _kept(texts[0] if texts else _json(answer.result))
-
-
-def _kept(text: str) -> str:
-    """A tool's result as the turn keeps it (the LLM's next prompt, the span): cut to ``MOST_RESULT_CHARS``."""
-    if len(text) <= MOST_RESULT_CHARS:
-        return text
-    return f"{text[:MOST_RESULT_CHARS]}... ({len(text) - MOST_RESULT_CHARS} more characters)"
+    return _quoted(texts[0] if texts else _json(answer.result), MOST_RESULT_CHARS)
