@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.interop.fault_result import CaseResult, read_json, recovered_cell, rows_cell
+from pipeline.report import markdown
+from pipeline.report.document import Table
 
 HEADERS = ("rows: ok / failed (error)", "recovered after", "lost, doubled")
 
@@ -35,14 +37,14 @@ def side_by_side(files: Sequence[Path]) -> str:
     for _header, results in read:
         for r in results:
             cases.setdefault(r.name, r.title)
-    head = ["case", *(f"{name}: {h}" for name in names for h in HEADERS)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ("case", *(f"{name}: {h}" for name in names for h in HEADERS))
+    rows = []
     for case, title in cases.items():
         cells = [f"{case}: {title}"]
         for _header, results in read:
             cells += _side(next((r for r in results if r.name == case), None))
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines.append("")
+        rows.append(tuple(cells))
+    lines = [markdown.table(Table("faults-side-by-side", head, tuple(rows))), ""]
     for name, (header, _results) in zip(names, read, strict=True):
         command, commit = header.get("command", "?"), header.get("commit", "?")
         started, load = header.get("started", "?"), header.get("load_1m_at_start", "?")

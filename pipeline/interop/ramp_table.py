@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.interop.server_ramps import EndedRamp, cpu_cells
 from pipeline.records.ramp_result import CapacityFileError, StepRow, read_steps
-from pipeline.records.soak_result import SoakFileError, read
+from pipeline.report import markdown
 from pipeline.report.sections import soak_windows
 
 METERED = ("server", "gateway", "services", "cloud")
@@ -45,21 +45,8 @@ def ramp_markdown(ramps: Sequence[EndedRamp], intro: str) -> str:
 
 def soak_table(folder: Path) -> list[str]:
     """A soak's verdict, its windows and its drift checks, as the report shows them ([] without a soak)."""
-    path = folder / soak_windows.FILE
-    if not path.is_file():
-        return []
-    try:
-        soak = read(path)
-    except SoakFileError as exc:
-        return ["", f"Unreadable soak result: {exc}"]
-    out = ["", soak_windows.words(soak), ""]
-    for headers, rows in (
-        (soak_windows.HEADERS, [soak_windows.window_row(w) for w in soak.windows]),
-        (soak_windows.DRIFT_HEADERS, [soak_windows.drift_row(c) for c in soak.drift]),
-    ):
-        out += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        out += ["| " + " | ".join(cells) + " |" for cells in rows] + [""]
-    return out[:-1]
+    shown = soak_windows.blocks(folder / "capacity.json", folder.name, draw=False)
+    return [line for b in shown for line in ("", markdown.block(b))]
 
 
 def steps_of(folder: Path) -> list[StepRow]:
