@@ -6,6 +6,7 @@ The fault matrix (issue 42): ``fault_cases`` runs a case (``fault_kinds``: what 
 disk, where ``fault_inside`` runs it), puts the fault in with ``fault_inject`` (kill -9, nftables, an
 endpoint behind ``fault_proxy``), and checks what is left with ``fault_ledger`` (every planned turn in one
 row, the traces against bench.csv) and ``fault_leftovers`` (processes, ports, temporary files);
-``fault_result`` writes the table. ``fault_real`` runs the same cases against the real xiaozhi-esp32-server
-(``real_server``) and ``fault_compare`` puts two matrices side by side.
+``fault_result`` writes the table; ``fault_endpoints`` starts the stand-ins either server talks to.
+``fault_real`` runs the same cases against the real xiaozhi-esp32-server (``real_server``) and
+``fault_compare`` puts two matrices side by side.
 """

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.interop import fault_endpoints as stand_ins
 from pipeline.interop import gateway, real_server
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.fault_kinds import FaultCase
@@ -29,8 +29,6 @@ from pipeline.interop.process_group import ProcessGroup, StartedProcess, free_po
 
 CUT_BY_ITS_VAD = "zh02,zh06,zh08"  # cut in two by its 200 ms of silence at any load: no fault's doing
 START_TIMEOUT_S = 120.0
-CLOUD_PROFILE = "fast-70b-api"
-SPEECH_SERVICES = "configs/capacity-services.toml"  # relative to the repository, as the lab's cases name theirs
 NOT_FOR_REAL = {
     "kill-worker": "the real server runs one process",
     "disk": "the real server writes no traces of ours to fill a disk with",
@@ -52,7 +50,7 @@ def why_not(case: FaultCase) -> str:
 def fixtures_of(case: FaultCase, folder: Path, root: Path) -> Path:
     """The questions the case's device asks: the repository's fixtures, or for the real server those its
     end-pointing leaves whole (written into the case's folder)."""
-    fixtures = root / "audio_fixtures"
+    fixtures = root / stand_ins.FIXTURES
     if case.server != "real":
         return fixtures
     return fixtures_without(fixtures, CUT_BY_ITS_VAD, folder / "fixtures")
@@ -84,14 +82,7 @@ def real_side(
     """The stand-ins listening, the case's proxy in front of one, and the server's copy written; ``ports``:
     the server's WebSocket and HTTP ports, the cloud's, the speech services'."""
     ws, http, cloud_port, speech_port = ports
-    python = sys.executable
-    argv = [python, "-m", "pipeline.endpoints.cloud", "--port", str(cloud_port), "--profile", CLOUD_PROFILE]
-    cloud = group.start("cloud", [*argv, "--answers", str(root / "audio_fixtures" / "manifest.csv")], cwd=root)
-    argv = [python, "-m", "pipeline.endpoints.speech", "--config", SPEECH_SERVICES, "--port", str(speech_port)]
-    argv += ["--out", str(folder / "speech"), "--fixtures", str(root / "audio_fixtures")]
-    speech = group.start("speech", argv, cwd=root)
-    group.wait_port(cloud, cloud_port, 120)
-    group.wait_port(speech, speech_port, 120)
+    cloud, speech = stand_ins.cloud(group, cloud_port, root), stand_ins.speech(group, speech_port, folder, root)
     proxy = None
     if case.fault in ("llm", "speech"):
         proxy = stack.enter_context(FaultProxy(cloud_port if case.fault == "llm" else speech_port))

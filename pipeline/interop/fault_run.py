@@ -26,6 +26,7 @@ import msgspec
 
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import trace_files
+from pipeline.interop import fault_endpoints as stand_ins
 from pipeline.interop.fault_inject import INJECT, CaseStage
 from pipeline.interop.fault_kinds import FaultCase
 from pipeline.interop.fault_ledger import error_kind, ledger, planned, traces_agree
@@ -38,11 +39,9 @@ from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.turn_row import TurnRow
 from pipeline.settings.fixtures import load_questions
 
-FIXTURES = "audio_fixtures"  # these three relative to the repository (the processes' working folder)
+FIXTURES = stand_ins.FIXTURES  # these two relative to the repository (the processes' working folder)
 SIMULATOR = "configs/simulator.toml"
-SPEECH_SERVICES = "configs/capacity-services.toml"
 STOP_GRACE_S = 35.0  # past the server's own stop limit (processes.STOP_LIMIT_S, 30 s): its last turns written
-CLOUD_PROFILE = "fast-70b-api"
 ERROR_LINE = re.compile(r"error|fail|disconnect|reconnect|lost|refused|timed? ?out|traceback|cannot|gone", re.I)
 
 
@@ -59,15 +58,7 @@ def _tomls(case: FaultCase, endpoint_port: int) -> str:
 
 def _endpoint(case: FaultCase, group: ProcessGroup, folder: Path, port: int, root: Path) -> StartedProcess:
     """The emulated cloud or the speech services, listening on ``port``."""
-    python = sys.executable
-    if case.fault == "llm":
-        argv = [python, "-m", "pipeline.endpoints.cloud", "--port", str(port), "--profile", CLOUD_PROFILE]
-        started = group.start("cloud", [*argv, "--answers", f"{FIXTURES}/manifest.csv"], cwd=root)
-    else:
-        argv = [python, "-m", "pipeline.endpoints.speech", "--config", SPEECH_SERVICES, "--port", str(port)]
-        started = group.start("speech", [*argv, "--out", str(folder / "speech"), "--fixtures", FIXTURES], cwd=root)
-    group.wait_port(started, port, 120)
-    return started
+    return stand_ins.cloud(group, port, root) if case.fault == "llm" else stand_ins.speech(group, port, folder, root)
 
 
 def _mount_disk(case: FaultCase, where: Path, stack: contextlib.ExitStack, keep: Path) -> None:
