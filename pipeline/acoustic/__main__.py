@@ -1,7 +1,12 @@
 """``python -m pipeline.acoustic``: measure recordings (``measure``), or play to a real device and measure it (``run``).
 
     python -m pipeline.acoustic measure RECORDING... --questions FIXTURES --out ROWS.csv [--layout stereo|mono]
-        [--config TOML] [--model-cache DIR]
+        [--rounds R] [--config TOML] [--model-cache DIR]
+
+With ``--rounds R`` the recordings hold the questions as the replay plays them (device N's recording, ``N.wav``:
+the fixtures started at question N, R rounds): every question played is exactly one row, one not found a
+failed row with its best score. Without it, each question found is a row and one not found is not seen (a
+reverberant room needs the order: see docs/tasks/acoustic.md).
 
 One row per turn found (``pipeline.records.acoustic``), its silence from the question's end of speech: the
 question's truth where the fixtures carry one (``truth.csv``), else where ``--config``'s VAD ends the clip's
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +28,7 @@ from pathlib import Path
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import QuestionError, load_questions
 from pipeline.acoustic.recording import LAYOUTS
+from pipeline.acoustic.schedule import played_order
 from pipeline.records.acoustic import write_rows
 from pipeline.settings.config import ConfigError, load_config
 from pipeline.settings.fixtures import FixtureError
@@ -53,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         help="stereo: microphone left, speaker right (the emulator's); mono: one room microphone",
     )
     m.add_argument(
+        "--rounds",
+        type=int,
+        metavar="R",
+        help="the recordings hold R rounds of the questions in the replay's order: every one played is a row",
+    )
+    m.add_argument(
         "--config",
         type=Path,
         action="append",
@@ -70,15 +83,25 @@ def measure(args: argparse.Namespace) -> int:
     except (QuestionError, FixtureError, ConfigError, ModelError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.rounds is not None and args.rounds < 1:
+        print(f"error: --rounds {args.rounds}: at least 1", file=sys.stderr)
+        return 2
     rows = []
     for path in args.recordings:
-        rows += measure_recording(path, questions, args.layout)
+        schedule = None if args.rounds is None else played_order(len(questions), args.rounds, _device(path))
+        rows += measure_recording(path, questions, args.layout, schedule=schedule)
     count = write_rows(args.out, rows)
     failed = [r for r in rows if not r.ok]
     for r in failed:
         print(f"error: {r.error}", file=sys.stderr)
     print(f"{args.out}: {count} rows, {count - len(failed)} turns measured, {len(failed)} failed")
     return 1 if failed else 0
+
+
+def _device(path: Path) -> int:
+    """The device a recording is of: the number its name ends with (the replay writes ``N.wav``), else 0."""
+    digits = re.search(r"(\d+)$", path.stem)
+    return int(digits.group(1)) if digits else 0
 
 
 def _run(argv: list[str]) -> int:

@@ -1,39 +1,51 @@
-"""Where each question was played in a recording: normalised cross-correlation against the known clip.
+"""Where each question was played in a recording: its band pattern found, its direct sound placed by the waveform.
 
-The lab knows what it played, not when the sound card played it: the delay of an output and an input
-path is unknown and differs per machine, so every occurrence is found in the microphone channel (or the
-single room microphone) by correlating it with the question's audio. Only the clip's speech is matched
-(from its first audible sample to its end of speech): in a room the answer may already play in the clip's
-trailing silence. A coarse pass at ``COARSE_RATE``, pre-emphasised, over the whole recording finds the
-candidates (the recording's spectrum made once, in blocks, shared by every question); each is refined at
-the recording's own rate over a few samples around it, so a clean channel gives the exact sample, and in
-a room the direct sound is preferred to a reflection that matches as well. Occurrences of different
-questions may not overlap in their speech: the stronger match wins. Rounds are a question's occurrences
-in the order they were played. On a clean channel the end of speech is placed by the very frame that
-holds it (``speech_end_sample``).
+The lab knows what it played, not when the sound card played it: the delay of an output and an input path
+is unknown and differs per machine, so every occurrence is found in the microphone channel (or the single
+room microphone). Only the clip's speech is matched (from its first audible sample to its end of speech): in
+a room the answer may already play in the clip's trailing silence. Two passes:
+
+- **find** (``bands``): each clip's log band energies correlated with the recording's, a score that a room's
+  reverberation and noise lower far less than they lower a waveform's match; its lag is a 10 ms frame, and
+  reverberation pulls it late.
+- **place**: near that lag (``REACH_MS`` either side), the pre-emphasised waveform's normalised correlation
+  at the recording's own rate, so a clean channel gives the exact sample, and in a room the direct sound is
+  preferred to a reflection that matches as well (an earlier peak nearly as strong, within ``EARLIEST_MS``).
+
+Two ways to say what was played. ``find_occurrences``: any question, any number of times, each match above
+``FREE_SCORE``, the stronger winning where two overlap; a question below it is not seen at all. ``find_played``:
+the order the questions were played in (``schedule``, the replay's own order), every one of them accounted for:
+the occurrences chosen are the order-keeping set of matches above ``PLAYED_SCORE`` with the largest summed
+score, and a question none of them explains is ``Missed``, with its best score and where it most likely was
+(between its neighbours), so the turn before it ends there. On a clean channel the end of speech is placed by
+the very frame that holds it (``speech_end_sample``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import soxr
 
+from pipeline.acoustic import bands
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE
+from pipeline.acoustic.schedule import Slot, chosen
 from pipeline.events import FRAME_MS
 
-COARSE_RATE = 8000  # speech's correlation peak is as sharp as a 62.5 us step needs; 4x less work than 16 kHz
-# normalised correlation that counts as the clip: a clean copy scores 1.0; measured in the simulated room (RT60
-# 0.3-0.6 s, 20 dB SNR) the question scored 0.44-0.64 and other speech of the same voices at most 0.2
-MIN_SCORE = 0.3
-BLOCK = 1 << 19  # samples per FFT block of a long recording: 65 s at COARSE_RATE
+# band-pattern scores, measured on 30-turn recordings through simulated rooms (RT60 0.2-0.8 s, 1.5 and 3 m,
+# SNR 30-10 dB, white and pink noise; scripts/bench_acoustic.py): a question where it was played scored 0.38-0.95,
+# another question or an answer of the same voices anywhere in the recording at most 0.62 (0.59 in a dry room)
+FREE_SCORE = 0.65  # found with nothing else known: above any other speech's score
+PLAYED_SCORE = 0.3  # found where the played order allows it: the worst room's true matches kept
+MOST_PER_PLAYING = 3  # candidates kept per time a question was played, for the order to choose from
 FRAME_JITTER_MS = 20.0  # how far the frame holding the end of speech may lie from where the whole clip puts it
 EXACT_COPY = 0.99  # that frame's match on a clean channel (a room's reverberation never reaches it)
 PRE_EMPHASIS = 0.95
-REFINE_SAMPLES = 3  # coarse steps searched either side at the recording's rate
+REACH_MS = 50.0  # how far from the band pattern's lag the waveform's is looked for (reverberation pulls it late)
 EARLIEST_MS = 30.0  # how much earlier than the best match the direct sound may be (a reflection's extra path: 10 m)
 EARLY_SHARE = 0.8  # an earlier match this close to the best is the direct sound (speech's own repeats score far less)
 
@@ -41,34 +53,110 @@ EARLY_SHARE = 0.8  # an earlier match this close to the best is the direct sound
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One playing of a question: the question's index, the recording sample of the clip's first sample, and
-    how well it matched (0..1)."""
+    how well it matched (0..1: the band pattern's score)."""
 
     question: int
     start: int
     score: float
 
 
+@dataclass(frozen=True, slots=True)
+class Missed:
+    """A question played but not found: its index, its best score between the occurrences found either side of
+    it, and the recording sample of the clip's first sample where that best score puts it."""
+
+    question: int
+    start: int
+    score: float
+
+
+class _Scores:
+    """Every question's band-pattern score against one recording, made once."""
+
+    def __init__(self, mic: np.ndarray, rate: int, questions: Sequence[PlayedQuestion]) -> None:
+        self.rate = rate
+        self.spoken = [spoken_part(q) for q in questions]
+        recording = bands.band_energies(mic, rate)
+        self.frames = recording.shape[1]
+        self.scores = []
+        self.lengths = []
+        for q, (lo, hi) in zip(questions, self.spoken, strict=True):
+            clip = bands.band_energies(q.pcm[lo:hi], q.sample_rate)
+            self.lengths.append(clip.shape[1])
+            self.scores.append(bands.band_ncc(recording, clip))
+        self.offsets = [lo * rate / q.sample_rate for q, (lo, _) in zip(questions, self.spoken, strict=True)]
+
+    def start(self, question: int, lag: int) -> int:
+        """The recording sample of the clip's first sample, for a band lag of the question's speech."""
+        return round(lag * bands.HOP * self.rate / bands.RATE - self.offsets[question])
+
+    def lag(self, question: int, start: int) -> int:
+        return round((start + self.offsets[question]) * bands.RATE / (bands.HOP * self.rate))
+
+
 def find_occurrences(mic: np.ndarray, rate: int, questions: Sequence[PlayedQuestion]) -> list[Occurrence]:
-    """Every question's occurrences in ``mic`` (at ``rate``), in the order they were played."""
-    spoken = [spoken_part(q) for q in questions]
-    coarse_mic = _emphasised(_resampled(mic, rate, COARSE_RATE))
-    clips = [
-        _emphasised(_resampled(q.pcm[lo:hi], q.sample_rate, COARSE_RATE))
-        for q, (lo, hi) in zip(questions, spoken, strict=True)
-    ]
-    if not len(coarse_mic) or not any(len(c) for c in clips):
+    """Every question's occurrences in ``mic`` (at ``rate``) that score above ``FREE_SCORE``, in time order."""
+    if not len(mic) or not questions:
         return []
-    scores = Correlator(coarse_mic, max(len(c) for c in clips))
-    found = []
-    for index, clip in enumerate(clips):
-        offset = spoken[index][0] * COARSE_RATE / questions[index].sample_rate
-        for lag, score in _peaks(scores.ncc(clip), len(clip)):
-            found.append(Occurrence(index, round(lag - offset), score))
-    kept = _without_overlaps(found, questions)
+    scored = _Scores(mic, rate, questions)
+    found = [
+        Occurrence(i, scored.start(i, lag), score)
+        for i, s in enumerate(scored.scores)
+        for lag, score in _peaks(s, scored.lengths[i], FREE_SCORE)
+    ]
+    kept = _without_overlaps(found, questions, rate)
     mic = np.asarray(mic, dtype=np.float64)
-    return sorted(
-        (_refined(o, mic, rate, questions[o.question], spoken[o.question]) for o in kept), key=lambda o: o.start
-    )
+    return sorted((_placed(o, mic, rate, questions[o.question]) for o in kept), key=lambda o: o.start)
+
+
+def find_played(
+    mic: np.ndarray, rate: int, questions: Sequence[PlayedQuestion], schedule: Sequence[int]
+) -> list[Occurrence | Missed]:
+    """One entry per question played, in ``schedule``'s order (indices into ``questions``): where it was found, or
+    ``Missed``."""
+    if not len(mic) or not schedule:
+        return [Missed(q, 0, 0.0) for q in schedule]
+    scored = _Scores(mic, rate, questions)
+    plays = Counter(schedule)
+    candidates = [
+        Occurrence(i, scored.start(i, lag), score)
+        for i in sorted(plays)
+        for lag, score in _peaks(scored.scores[i], scored.lengths[i], PLAYED_SCORE, MOST_PER_PLAYING * plays[i] + 1)
+    ]
+    slots = [
+        Slot(c.question, c.start, c.start + _speech_samples(questions[c.question], rate), c.score) for c in candidates
+    ]
+    picks = chosen(schedule, slots)
+    mic = np.asarray(mic, dtype=np.float64)
+    out: list[Occurrence | Missed] = []
+    for k, pick in enumerate(picks):
+        if pick is not None:
+            out.append(_placed(candidates[pick], mic, rate, questions[schedule[k]]))
+            continue
+        before = next((out[j] for j in range(k - 1, -1, -1) if isinstance(out[j], Occurrence)), None)
+        after = next((candidates[p] for p in picks[k + 1 :] if p is not None), None)
+        out.append(_missed(scored, schedule[k], before, after, questions, rate))
+    return out
+
+
+def _missed(
+    scored: _Scores,
+    question: int,
+    before: Occurrence | Missed | None,
+    after: Occurrence | None,
+    questions: Sequence[PlayedQuestion],
+    rate: int,
+) -> Missed:
+    """Where a question not found most likely was: its best score after the previous occurrence's speech and
+    before the next one's start."""
+    s = scored.scores[question]
+    lo = 0 if before is None else scored.lag(question, before.start + _speech_samples(questions[before.question], rate))
+    hi = len(s) if after is None else scored.lag(question, after.start - _speech_samples(questions[question], rate))
+    lo, hi = max(0, min(lo, len(s))), max(0, min(hi, len(s)))
+    if hi <= lo:  # no room between its neighbours: it lies where the previous one's speech ended
+        return Missed(question, scored.start(question, lo), 0.0)
+    best = lo + int(np.argmax(s[lo:hi]))
+    return Missed(question, scored.start(question, best), max(0.0, float(s[best])))
 
 
 def spoken_part(q: PlayedQuestion) -> tuple[int, int]:
@@ -80,61 +168,30 @@ def spoken_part(q: PlayedQuestion) -> tuple[int, int]:
     return (int(loud[0]), end) if len(loud) else (0, end)
 
 
-class Correlator:
-    """Normalised cross-correlation of one signal with many templates, the signal's spectrum made once. A long
-    signal is cut into overlapping blocks of ``BLOCK`` samples (overlap-save): the same work per sample, and
-    memory that does not grow with the recording's length in one piece."""
-
-    def __init__(self, signal: np.ndarray, longest: int) -> None:
-        self.n = len(signal)
-        whole = _power_of_two(self.n + longest)
-        self.size = whole if whole <= BLOCK else max(BLOCK, _power_of_two(2 * longest))
-        self.step = self.size - longest + 1  # lags each block gives without wrapping round
-        self.starts = range(0, self.n, self.step)
-        self.spectra = [np.fft.rfft(signal[s : s + self.size], self.size) for s in self.starts]
-        self.cumulative = np.concatenate(([0.0], np.cumsum(signal.astype(np.float64) ** 2)))
-
-    def ncc(self, template: np.ndarray) -> np.ndarray:
-        """Score per lag 0..n-1: the template against the signal from that lag (zeros past its end)."""
-        norm = float(np.linalg.norm(template))
-        if norm == 0.0:
-            return np.zeros(self.n)
-        kernel = np.conj(np.fft.rfft(template, self.size))
-        corr = np.empty(self.n)
-        for start, spectrum in zip(self.starts, self.spectra, strict=True):
-            count = min(self.step, self.n - start)
-            corr[start : start + count] = np.fft.irfft(spectrum * kernel, self.size)[:count]
-        lags = np.arange(self.n)
-        window = self.cumulative[np.minimum(lags + len(template), self.n)] - self.cumulative[lags]
-        # silence (or near it) matches nothing: a floor keeps rounding noise from dividing into a peak
-        floor = 1e-9 * len(template)
-        return np.where(window > floor, corr / (norm * np.sqrt(np.maximum(window, floor))), 0.0)
+def _speech_samples(q: PlayedQuestion, rate: int) -> int:
+    return round(q.speech_end_s * rate)
 
 
-def _power_of_two(n: int) -> int:
-    return 1 << max(0, int(np.ceil(np.log2(max(n, 1)))))
-
-
-def _peaks(scores: np.ndarray, length: int) -> list[tuple[int, float]]:
-    """Lags above ``MIN_SCORE``, strongest first, each at least half a clip from a stronger one."""
+def _peaks(scores: np.ndarray, length: int, least: float, most: int | None = None) -> list[tuple[int, float]]:
+    """Lags scoring at least ``least``, strongest first (``most`` of them at most), each at least half a clip
+    from a stronger one."""
     scores = scores.copy()
-    peaks = []
+    peaks: list[tuple[int, float]] = []
     half = max(1, length // 2)
-    while len(scores):
+    while len(scores) and (most is None or len(peaks) < most):
         lag = int(np.argmax(scores))
-        if scores[lag] < MIN_SCORE:
+        if scores[lag] < least:
             break
         peaks.append((lag, float(scores[lag])))
-        scores[max(0, lag - half) : lag + half] = 0.0
+        scores[max(0, lag - half) : lag + half] = -np.inf
     return peaks
 
 
-def _without_overlaps(found: list[Occurrence], questions: Sequence[PlayedQuestion]) -> list[Occurrence]:
+def _without_overlaps(found: list[Occurrence], questions: Sequence[PlayedQuestion], rate: int) -> list[Occurrence]:
     """The strongest matches whose speech does not overlap a stronger match's."""
-    kept: list[tuple[float, float, Occurrence]] = []
+    kept: list[tuple[int, int, Occurrence]] = []
     for o in sorted(found, key=lambda o: -o.score):
-        q = questions[o.question]
-        begin, end = o.start / COARSE_RATE, o.start / COARSE_RATE + q.speech_end_s
+        begin, end = o.start, o.start + _speech_samples(questions[o.question], rate)
         if all(end <= b or begin >= e for b, e, _ in kept):
             kept.append((begin, end, o))
     return [o for _, _, o in kept]
@@ -165,26 +222,24 @@ def speech_end_sample(mic: np.ndarray, rate: int, q: PlayedQuestion, o: Occurren
     return predicted - reach + best + round((end_ms - k * FRAME_MS) * rate / 1000)
 
 
-def _refined(o: Occurrence, mic: np.ndarray, rate: int, q: PlayedQuestion, spoken: tuple[int, int]) -> Occurrence:
-    """The coarse lag made exact at the recording's rate: the best lag near it, or an earlier one nearly as
-    good: in a room a reflection can match as well as the direct sound, which comes first."""
-    if rate == q.sample_rate:  # the clip's own samples: a clean channel matches them exactly
-        clip, offset = q.pcm[spoken[0] : spoken[1]].astype(np.float64), spoken[0]
-    else:
-        at_rate = _resampled(q.pcm, q.sample_rate, rate)
-        offset = round(spoken[0] * rate / q.sample_rate)
-        clip = at_rate[offset : round(spoken[1] * rate / q.sample_rate)]
-    o = Occurrence(o.question, o.start + round(offset * COARSE_RATE / rate), o.score)
-    step = rate / COARSE_RATE
-    reach = int(np.ceil(REFINE_SAMPLES * step))
-    early = round(EARLIEST_MS * rate / 1000)
-    lo = round(o.start * step) - reach - early
-    scores = _local_ncc(mic, clip, lo, lo + early + 2 * reach + 1)
+def _placed(o: Occurrence, mic: np.ndarray, rate: int, q: PlayedQuestion) -> Occurrence:
+    """The band pattern's lag made exact at the recording's rate: the best waveform match within ``REACH_MS``
+    of it, or an earlier one nearly as good (in a room a reflection can match as well as the direct sound,
+    which comes first). The score stays the band pattern's."""
+    lo_s, hi_s = spoken_part(q)
+    at_rate = _resampled(q.pcm, q.sample_rate, rate) if rate != q.sample_rate else q.pcm.astype(np.float64)
+    offset = round(lo_s * rate / q.sample_rate)
+    clip = _emphasised(at_rate[offset : round(hi_s * rate / q.sample_rate)])
+    reach, early = round(REACH_MS * rate / 1000), round(EARLIEST_MS * rate / 1000)
+    lo = o.start + offset - reach - early
+    lags = early + 2 * reach + 1
+    near = _emphasised(mic[max(0, lo) : lo + lags + len(clip)])
+    scores = _local_ncc(near, clip, min(lo, 0), min(lo, 0) + lags)
     best = early + int(np.argmax(scores[early:]))
     inner = scores[1:-1]
     peaks = np.nonzero((inner >= scores[:-2]) & (inner >= scores[2:]) & (inner >= EARLY_SHARE * scores[best]))[0] + 1
     first = int(peaks[0]) if len(peaks) and peaks[0] < best else best
-    return Occurrence(o.question, lo + first - offset, max(float(scores[first]), 0.0))
+    return Occurrence(o.question, lo + first - offset, o.score)
 
 
 def _local_ncc(mic: np.ndarray, clip: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -202,9 +257,9 @@ def _local_ncc(mic: np.ndarray, clip: np.ndarray, lo: int, hi: int) -> np.ndarra
 
 
 def _emphasised(x: np.ndarray) -> np.ndarray:
-    """Pre-emphasis (a first difference): speech's strong low frequencies made to weigh less, so another
-    utterance of the same voice (an answer) matches a question far less (measured here: false matches
-    fell from 0.37 to 0.2, true ones in a room stayed above 0.44)."""
+    """Pre-emphasis (a first difference): speech's strong low frequencies, which a room's reverberation holds
+    longest, made to weigh less, so the direct sound's match stands out."""
+    x = np.asarray(x, dtype=np.float64)
     return np.concatenate((x[:1], x[1:] - PRE_EMPHASIS * x[:-1])) if len(x) else x
 
 

@@ -1,14 +1,17 @@
 """A recording's turns measured from its sound alone: where each question was played, where its speech
 ended, and when the answer was first and last audible.
 
-The only inputs are the recording and the questions the lab played (``questions.PlayedQuestion``); nothing the
-run wrote beside the recording is read. Each occurrence of a question (``align``) starts a turn: its end
-of speech is the clip's own (its truth's where it has one, else the run's VAD: ``questions``; the row's
-``speech_end_from`` says which) from where the clip was found; the answer is looked for from
-there until the next question's first sound (or the recording's end), on the speaker channel when there is
-one (``onset.clean_span``) and on the room microphone when there is not (``onset.room_span``). A turn
-that cannot be measured is a failed row naming the file; a file that cannot be read is one failed row;
-neither stops the other turns or files.
+The only inputs are the recording, the questions the lab played (``questions.PlayedQuestion``) and, where
+known, the order it played them in (``schedule``: the replay's order, ``schedule.played_order``); nothing the
+run wrote beside the recording is read. With the order, every question played is exactly one row: one
+that cannot be found is a failed row with its best score, and the turn before it ends where it most likely
+was; without it, each question found (``align``) starts a turn and one not found is not seen. A turn's end of
+speech is the clip's own (its truth's where it has one, else the run's VAD: ``questions``; the row's
+``speech_end_from`` says which) from where the clip was found; the answer is looked for from there until
+the next question's first sound (or the recording's end), on the speaker channel when there is one
+(``onset.clean_span``) and on the room microphone when there is not (``onset.room_span``, above the noise
+and the question's own predicted tail: ``tail``). A turn that cannot be measured is a failed row naming the
+file; a file that cannot be read is one failed row; neither stops the other turns or files.
 """
 
 from __future__ import annotations
@@ -20,26 +23,36 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.acoustic.align import Occurrence, find_occurrences, speech_end_sample
+from pipeline.acoustic.align import PLAYED_SCORE, Missed, Occurrence, find_occurrences, find_played, speech_end_sample
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
+from pipeline.acoustic.tail import Placed, question_tail, room_decay
 from pipeline.records.acoustic import MEASURED_BY, AcousticRow, failed_row
+
+Found = Occurrence | Missed
 
 
 def measure_recording(
-    path: Path, questions: Sequence[PlayedQuestion], layout: Layout = "stereo", device: str | None = None
+    path: Path,
+    questions: Sequence[PlayedQuestion],
+    layout: Layout = "stereo",
+    device: str | None = None,
+    schedule: Sequence[int] | None = None,
 ) -> list[AcousticRow]:
-    """One row per turn found in the recording at ``path``; failures are rows, never exceptions."""
+    """One row per turn found in the recording at ``path`` (per question played, in ``schedule``'s order, where
+    given: indices into ``questions``); failures are rows, never exceptions."""
     name = device if device is not None else path.stem
     try:
-        rows = measure(read_recording(path, layout), questions, name)
+        rows = measure(read_recording(path, layout), questions, name, schedule)
     except RecordingError as exc:
         rows = [failed_row(name, str(exc))]
     return [replace(row, recording=str(path)) for row in rows]
 
 
-def measure(recording: Recording, questions: Sequence[PlayedQuestion], device: str) -> list[AcousticRow]:
+def measure(
+    recording: Recording, questions: Sequence[PlayedQuestion], device: str, schedule: Sequence[int] | None = None
+) -> list[AcousticRow]:
     """The turns of a recording already read."""
     path, note = recording.path, recording.note
     if not questions:
@@ -54,7 +67,11 @@ def measure(recording: Recording, questions: Sequence[PlayedQuestion], device: s
                 note=note,
             )
         ]
-    found = find_occurrences(recording.mic, recording.rate, questions)
+    found: list[Found] = list(
+        find_occurrences(recording.mic, recording.rate, questions)
+        if schedule is None
+        else find_played(recording.mic, recording.rate, questions, schedule)
+    )
     if not found:
         channel = "microphone channel" if recording.speaker is not None else "recording"
         return [
@@ -62,80 +79,123 @@ def measure(recording: Recording, questions: Sequence[PlayedQuestion], device: s
                 device, f"{path}: no question found in the {channel} (no speech, or not these questions)", note=note
             )
         ]
-    floor = noise_floor(recording.mic, recording.rate) if recording.speaker is None else 0.0
+    turn = _Turn(recording, questions, device, found)
     rounds: Counter[int] = Counter()
     rows = []
     for i, o in enumerate(found):
         rounds[o.question] += 1
-        following = found[i + 1] if i + 1 < len(found) else None
-        rows.append(_turn(recording, questions, o, following, rounds[o.question], device, floor))
+        rows.append(turn.missed(o, rounds[o.question]) if isinstance(o, Missed) else turn.row(i, rounds[o.question]))
     return rows
 
 
-def _turn(
-    recording: Recording,
-    questions: Sequence[PlayedQuestion],
-    o: Occurrence,
-    following: Occurrence | None,
-    round_no: int,
-    device: str,
-    floor: float,
-) -> AcousticRow:
-    q, rate, path = questions[o.question], recording.rate, recording.path
-    end = (
-        speech_end_sample(recording.mic, rate, q, o)
-        if recording.speaker is not None
-        else o.start + round(q.speech_end_s * rate)
-    )
-    if end > len(recording.mic):
-        return failed_row(
-            device,
-            f"{path}: the recording ends at {recording.seconds:.3f} s, before question {q.question_id!r} "
-            f"(round {round_no}) finished speaking ({end / rate:.3f} s)",
-            q.question_id,
+class _Turn:
+    """One turn's measurement in a recording: what every turn of it shares."""
+
+    def __init__(
+        self, recording: Recording, questions: Sequence[PlayedQuestion], device: str, found: Sequence[Found]
+    ) -> None:
+        self.recording, self.questions, self.device, self.found = recording, questions, device, found
+        rate = recording.rate
+        self.placed = {
+            i: Placed(
+                questions[o.question], o.start, o.start + round(questions[o.question].speech_end_s * rate), self.stop(i)
+            )
+            for i, o in enumerate(found)
+            if isinstance(o, Occurrence)
+        }
+        self.floor, self.t60 = 0.0, 0.0
+        if recording.speaker is None:  # a room: its noise and its decay, from the whole recording
+            self.floor = noise_floor(recording.mic, rate)
+            self.t60 = room_decay(recording.mic, rate, list(self.placed.values()), self.floor)
+
+    def stop(self, i: int) -> int:
+        """Where the answer to the ``i``-th question found must have ended: the next question's first sound."""
+        if i + 1 >= len(self.found):
+            return len(self.recording.mic)
+        following = self.found[i + 1]
+        return _first_sound(self.questions[following.question], following, self.recording.rate)
+
+    def failed(self, q: PlayedQuestion, round_no: int, error: str, note: str = "") -> AcousticRow:
+        notes = "; ".join(n for n in (self.recording.note, note) if n)
+        return failed_row(self.device, error, q.question_id, round_no, notes, q.speech_end_from)
+
+    def missed(self, o: Missed, round_no: int) -> AcousticRow:
+        q, rate = self.questions[o.question], self.recording.rate
+        return self.failed(
+            q,
             round_no,
-            recording.note,
-            q.speech_end_from,
+            f"{self.recording.path}: question {q.question_id!r} (round {round_no}) was played but not found: its "
+            f"best match scored {o.score:.2f} (a match needs {PLAYED_SCORE:.2f}), at {max(o.start, 0) / rate:.3f} s",
         )
-    stop = len(recording.mic) if following is None else _first_sound(questions[following.question], following, rate)
-    span = _answer(recording, end, stop, floor)
-    if span is None:
-        until = "the recording's end" if following is None else f"the next question at {stop / rate:.3f} s"
-        return failed_row(
-            device,
-            f"{path}: no audible answer to question {q.question_id!r} (round {round_no}) between its end of "
-            f"speech at {end / rate:.3f} s and {until}",
-            q.question_id,
-            round_no,
-            recording.note,
-            q.speech_end_from,
+
+    def row(self, i: int, round_no: int) -> AcousticRow:
+        o = self.found[i]
+        assert isinstance(o, Occurrence)  # a Missed question is measure()'s missed row
+        following = self.found[i + 1] if i + 1 < len(self.found) else None
+        recording, q, rate, path = self.recording, self.questions[o.question], self.recording.rate, self.recording.path
+        end = (
+            speech_end_sample(recording.mic, rate, q, o)
+            if recording.speaker is not None
+            else o.start + round(q.speech_end_s * rate)
         )
-    return AcousticRow(
-        run_id="",
-        device=device,
-        question_id=q.question_id,
-        round=round_no,
-        speech_end_s=end / rate,
-        first_audible_s=span.first / rate,
-        last_audible_s=span.last / rate,
-        first_audible_ms=(span.first - end) * 1000 / rate,
-        whole_turn_ms=(span.last - end) * 1000 / rate,
-        measured_by=MEASURED_BY,
-        ok=True,
-        error="",
-        note=recording.note,
-        speech_end_from=q.speech_end_from,
+        if end > len(recording.mic):
+            return self.failed(
+                q,
+                round_no,
+                f"{path}: the recording ends at {recording.seconds:.3f} s, before question {q.question_id!r} "
+                f"(round {round_no}) finished speaking ({end / rate:.3f} s)",
+            )
+        stop = self.stop(i)
+        bounded = _bounded_by(self.questions[following.question], following, rate) if following is not None else ""
+        span = self._answer(i, end, stop)
+        if span is None:
+            until = "the recording's end" if following is None else f"the next question at {stop / rate:.3f} s"
+            return self.failed(
+                q,
+                round_no,
+                f"{path}: no audible answer to question {q.question_id!r} (round {round_no}) between its end of "
+                f"speech at {end / rate:.3f} s and {until}",
+                bounded,
+            )
+        return AcousticRow(
+            run_id="",
+            device=self.device,
+            question_id=q.question_id,
+            round=round_no,
+            speech_end_s=end / rate,
+            first_audible_s=span.first / rate,
+            last_audible_s=span.last / rate,
+            first_audible_ms=(span.first - end) * 1000 / rate,
+            whole_turn_ms=(span.last - end) * 1000 / rate,
+            measured_by=MEASURED_BY,
+            ok=True,
+            error="",
+            note="; ".join(n for n in (recording.note, bounded) if n),
+            speech_end_from=q.speech_end_from,
+            rise_ms=(span.rise - end) * 1000 / rate,
+        )
+
+    def _answer(self, i: int, begin: int, stop: int) -> Span | None:
+        recording = self.recording
+        if recording.speaker is not None:
+            return clean_span(recording.speaker, begin, stop)
+        tail = question_tail(recording.mic, recording.rate, self.placed[i], self.floor, self.t60)
+        return room_span(recording.mic, recording.rate, begin, stop, self.floor, tail)
+
+
+def _bounded_by(q: PlayedQuestion, following: Found, rate: int) -> str:
+    """The note of a turn whose next question was not found: its answer was looked for only up to where that
+    question most likely began."""
+    if not isinstance(following, Missed):
+        return ""
+    return (
+        f"the answer measured up to {max(following.start, 0) / rate:.3f} s, where the next question "
+        f"({q.question_id!r}, not found) most likely began"
     )
 
 
-def _answer(recording: Recording, begin: int, stop: int, floor: float) -> Span | None:
-    if recording.speaker is not None:
-        return clean_span(recording.speaker, begin, stop)
-    return room_span(recording.mic, recording.rate, begin, stop, floor)
-
-
-def _first_sound(q: PlayedQuestion, o: Occurrence, rate: int) -> int:
+def _first_sound(q: PlayedQuestion, o: Found, rate: int) -> int:
     """The recording sample where a question's clip first becomes audible: the previous answer ends before it."""
     loud = np.nonzero(np.abs(q.pcm) > AUDIBLE)[0]
     offset = int(loud[0]) if len(loud) else 0
-    return o.start + round(offset * rate / q.sample_rate)
+    return max(0, o.start + round(offset * rate / q.sample_rate))

@@ -54,10 +54,13 @@ FLOOR_BLOCK_MS = 20.0
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """An answer's first and last audible sample (recording samples, inclusive)."""
+    """An answer's first and last audible sample (recording samples, inclusive), and where it rose above the
+    noise (``ONSET_DB`` over the floor and the question's tail, held: the rise a level meter sees; on a clean
+    channel the first audible sample itself)."""
 
     first: int
     last: int
+    rise: int
 
 
 def clean_span(x: np.ndarray, begin: int, end: int) -> Span | None:
@@ -68,7 +71,7 @@ def clean_span(x: np.ndarray, begin: int, end: int) -> Span | None:
     loud = np.nonzero(np.abs(x[begin:end]) > AUDIBLE)[0]
     if not len(loud):
         return None
-    return Span(begin + int(loud[0]), begin + int(loud[-1]))
+    return Span(begin + int(loud[0]), begin + int(loud[-1]), begin + int(loud[0]))
 
 
 def noise_floor(x: np.ndarray, rate: int) -> float:
@@ -83,16 +86,23 @@ def noise_floor(x: np.ndarray, rate: int) -> float:
     return max(float(np.mean(quiet)), AUDIBLE**2)
 
 
-def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> Span | None:
+def room_span(
+    x: np.ndarray, rate: int, begin: int, end: int, floor: float, tail: np.ndarray | None = None
+) -> Span | None:
     """The answer's first and last audible sample in ``[begin, end)`` of a room microphone whose noise power is
-    ``floor``: after the question's tail has died, a sustained rise above the floor. None when nothing rises."""
+    ``floor``: after the question's tail has died, a sustained rise above the floor. ``tail``, where given, is
+    the question's own predicted power at each millisecond from ``begin`` (``tail.question_tail``): the answer
+    must rise above the floor and that. None when nothing rises."""
     begin, end = max(0, begin), min(len(x), end)
     hop = max(1, rate // 1000)
     segment = x[begin:end].astype(np.float64)
-    env = _envelope(segment, rate, hop)
+    env = envelope(segment, rate, hop)
     if not len(env):
         return None
-    level = 10 * np.log10(np.maximum(env, 1e-30) / floor)
+    base = np.full(len(env), floor)
+    if tail is not None:
+        base[: min(len(tail), len(base))] += tail[: len(base)]
+    level = 10 * np.log10(np.maximum(env, 1e-30) / base)
     quiet = np.nonzero(level < QUIET_DB)[0]
     if not len(quiet):
         return None
@@ -101,7 +111,7 @@ def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> S
     if start is None:
         return None
     loud = int(np.nonzero(level[start:] >= ONSET_DB)[0][-1]) + start
-    blocks = _block_power(segment, hop) / floor - 1.0 - CHANGE_BIAS
+    blocks = _block_power(segment, hop) / base[: -(-len(segment) // hop)] - 1.0 - CHANGE_BIAS
     reach = max(1, int(CHANGE_REACH_MS * rate / 1000 / hop))
     earliest = max(int(quiet[0]), start - reach)
     first = _change_before(blocks, start, earliest)
@@ -109,7 +119,7 @@ def room_span(x: np.ndarray, rate: int, begin: int, end: int, floor: float) -> S
     if np.mean(blocks[first : first + soft]) + 1.0 + CHANGE_BIAS < 10 ** (SOFT_DB / 10):
         first = _change_before(blocks + CHANGE_BIAS - FINE_BIAS, first, earliest, FINE_SLACK)
     last = _change_after(blocks, loud, min(len(blocks) - 1, loud + reach))
-    return Span(begin + first * hop, min(end - 1, begin + (last + 1) * hop - 1))
+    return Span(begin + first * hop, min(end - 1, begin + (last + 1) * hop - 1), begin + start * hop)
 
 
 def _block_power(x: np.ndarray, hop: int) -> np.ndarray:
@@ -142,7 +152,7 @@ def _change_after(excess: np.ndarray, at: int, latest: int) -> int:
     return at + int(near[0])
 
 
-def _envelope(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
+def envelope(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
     """Mean power in a window of ``ENVELOPE_MS`` centred on every ``hop``-th sample."""
     if not len(x):
         return np.zeros(0)

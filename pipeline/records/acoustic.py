@@ -31,7 +31,7 @@ FROM_VAD = "vad"  # the end of speech is where the run's VAD ends the clip's spe
 SPEECH_END_FROM = (FROM_TRUTH, FROM_VAD)
 # what a file must have to be read as acoustic rows; the rest may be missing (an older or a hand-made file)
 REQUIRED = ("run_id", "device", "question_id", "round", "first_audible_ms", "measured_by", "ok")
-OPTIONAL_NUMBERS = ("speech_end_s", "first_audible_s", "last_audible_s", "whole_turn_ms")
+OPTIONAL_NUMBERS = ("speech_end_s", "first_audible_s", "last_audible_s", "whole_turn_ms", "rise_ms")
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
 
 
@@ -41,8 +41,8 @@ class AcousticError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class AcousticRow:
-    """One turn as the recording tells it (the contract's columns, in order, then ``note``, ``recording`` and
-    ``speech_end_from``)."""
+    """One turn as the recording tells it (the contract's columns, in order, then ``note``, ``recording``,
+    ``speech_end_from`` and ``rise_ms``)."""
 
     run_id: Annotated[str, meta(TEXT, "the run the turn belongs to, where known (empty: matched by its turn)")]
     device: Annotated[
@@ -68,6 +68,15 @@ class AcousticRow:
             "the clip); empty: a file that could not be measured",
         ),
     ] = ""
+    rise_ms: Annotated[
+        float | None,
+        meta(
+            MS,
+            "end of user speech -> where the answer rose 10 dB above the room's noise and the question's own tail "
+            "(a level meter's onset); `first_audible_ms` is the answer's first audible sample, found back from "
+            "here: on a clean channel the two are one sample",
+        ),
+    ] = None
     where: str = field(default="", compare=False)  # file:line, where a reader read the row; no column
 
     @property

@@ -135,7 +135,7 @@ def test_the_rows_say_which_end_and_read_back(tmp_path: Path) -> None:
     write_rows(out, rows)
     with out.open(encoding="utf-8", newline="") as fh:
         lines = list(csv.DictReader(fh))
-    assert tuple(lines[0]) == COLUMNS and COLUMNS[-1] == "speech_end_from"
+    assert tuple(lines[0]) == COLUMNS and COLUMNS[-2:] == ("speech_end_from", "rise_ms")
     assert [(r["question_id"], r["speech_end_from"]) for r in lines] == [
         ("en02_paused", "truth"),
         ("en01", "vad"),
