@@ -25,7 +25,10 @@
 
 Per room condition: the RT60 asked and measured, the turns found of those played, the silence's error
 (acoustic - truth) as median, P90 and worst of its size, its signed median, the same for the rise above the
-noise (``rise_ms``), the goal and whether it was met. ``--from DIR`` measures an earlier run's emulator
+noise (``rise_ms``), the P90 of the error against where the answer came out of the room's noise (the
+device's sound alone at the microphone reaching the noise's power in a 4 ms window: the first a listener
+there could hear), how many answers began under the noise (more than 5 ms between the two), the goal and
+whether it was met. ``--from DIR`` measures an earlier run's emulator
 folder (``DIR/emulator``) instead of running the device again; ``--quick`` sweeps only the goal's corners.
 """
 
@@ -62,6 +65,7 @@ SIMULATOR = ROOT / "configs" / "simulator.toml"
 ESPEAK = '[tts]\nimpl = "espeak"\nwords_per_minute = 160\n'  # real speech answers: onsets as a voice has them
 GOALS_MS = {"emulator": 0.1, "sound server": 20.0}
 FADE_S = 0.3  # the soft onset: an answer fading in over this long
+UNDER_MS = 5.0  # an answer whose sound comes out of the room's noise this much after its first audible sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +248,9 @@ def room_table(
     print(f"\n== rooms: {len(schedule)} questions played per recording; error = acoustic - truth (ms)")
     print(
         "| condition | RT60 measured | found / played | median | P90 | worst | signed median | rise median "
-        "| goal P90 | met |"
+        "| P90 from heard | under the noise | goal P90 | met |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     met = True
     for n, room in enumerate(rooms):
         row = _room_row(stereo, rate, played, schedule, room, out / f"room-{n}.wav", seed=33 + n)
@@ -268,12 +272,17 @@ def _room_row(
     soundfile.write(wav, np.clip(rendered.mic, -1.0, 1.0), room.rate, subtype="PCM_16")
     rows = measure_recording(wav, played, "mono", schedule=schedule)
     shift = (rendered.device_delay - rendered.person_delay) * 1000 / room.rate
-    errors, rises = [], []
+    errors, rises, beyond_heard, under = [], [], [], 0
     for r in rows:
         t = truth.get((r.question_id, r.round))
         if r.ok and t is not None and t.ok and r.first_audible_ms is not None and t.first_audible_ms is not None:
             errors.append(r.first_audible_ms - t.first_audible_ms - shift)
             rises.append((r.rise_ms or 0.0) - t.first_audible_ms - shift)
+            at = round((t.first_audible_s or 0.0) * room.rate) + rendered.shift_of(1)
+            heard = rendered.heard_from(at)
+            if heard is not None and r.first_audible_s is not None:
+                under += heard - at > round(UNDER_MS * room.rate / 1000)
+                beyond_heard.append(abs(r.first_audible_s * room.rate - heard) * 1000 / room.rate)
     found = len(errors)
     sizes = np.abs(errors) if errors else np.array([np.nan])
     p90 = float(np.percentile(sizes, 90))
@@ -287,6 +296,8 @@ def _room_row(
         f"{np.max(sizes):.1f}",
         f"{statistics.median(errors):+.1f}" if errors else "-",
         f"{statistics.median(rises):+.1f}" if rises else "-",
+        f"{np.percentile(beyond_heard, 90):.1f}" if beyond_heard else "-",
+        f"{under}",
         f"{room.goal_ms:g}",
         "yes" if ok else "**no**",
     ]

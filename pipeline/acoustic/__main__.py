@@ -95,6 +95,8 @@ def measure(args: argparse.Namespace) -> int:
     for r in failed:
         print(f"error: {r.error}", file=sys.stderr)
     print(f"{args.out}: {count} rows, {count - len(failed)} turns measured, {len(failed)} failed")
+    if args.rounds is None:
+        print("  (without --rounds a question not found has no row: give the rounds the replay played)")
     return 1 if failed else 0
 
 

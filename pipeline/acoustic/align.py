@@ -36,9 +36,11 @@ from pipeline.acoustic.recording import AUDIBLE
 from pipeline.acoustic.schedule import Slot, chosen
 from pipeline.events import FRAME_MS
 
-# band-pattern scores, measured on 30-turn recordings through simulated rooms (RT60 0.2-0.8 s, 1.5 and 3 m,
-# SNR 30-10 dB, white and pink noise; scripts/bench_acoustic.py): a question where it was played scored 0.38-0.95,
-# another question or an answer of the same voices anywhere in the recording at most 0.62 (0.59 in a dry room)
+# band-pattern scores, measured on 30- and 32-turn recordings through simulated rooms (RT60 0.2-0.8 s, 1.5 and 3 m,
+# SNR 30-10 dB, white and pink noise, 8-48 kHz; scripts/bench_acoustic.py): a question where it was played scored
+# 0.36-1.0 (the lowest at 8 kHz, RT60 0.8 s, 3 m, SNR 10 dB), another question or an answer of the same voices
+# anywhere in the recording at most 0.62 (0.59 in a dry room); another utterance of about the same length where the
+# question was expected, 0.39: the order cannot tell that one from the question
 FREE_SCORE = 0.65  # found with nothing else known: above any other speech's score
 PLAYED_SCORE = 0.3  # found where the played order allows it: the worst room's true matches kept
 MOST_PER_PLAYING = 3  # candidates kept per time a question was played, for the order to choose from

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.acoustic.align import PLAYED_SCORE, Missed, Occurrence, find_occurrences, find_played, speech_end_sample
-from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span
+from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span, rumble_removed
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
 from pipeline.acoustic.tail import Placed, question_tail, room_decay
@@ -103,10 +103,11 @@ class _Turn:
             for i, o in enumerate(found)
             if isinstance(o, Occurrence)
         }
-        self.floor, self.t60 = 0.0, 0.0
+        self.floor, self.t60, self.room = 0.0, 0.0, recording.mic
         if recording.speaker is None:  # a room: its noise and its decay, from the whole recording
-            self.floor = noise_floor(recording.mic, rate)
-            self.t60 = room_decay(recording.mic, rate, list(self.placed.values()), self.floor)
+            self.room = rumble_removed(recording.mic, rate)
+            self.floor = noise_floor(self.room, rate)
+            self.t60 = room_decay(self.room, rate, list(self.placed.values()), self.floor)
 
     def stop(self, i: int) -> int:
         """Where the answer to the ``i``-th question found must have ended: the next question's first sound."""
@@ -179,8 +180,8 @@ class _Turn:
         recording = self.recording
         if recording.speaker is not None:
             return clean_span(recording.speaker, begin, stop)
-        tail = question_tail(recording.mic, recording.rate, self.placed[i], self.floor, self.t60)
-        return room_span(recording.mic, recording.rate, begin, stop, self.floor, tail)
+        tail = question_tail(self.room, recording.rate, self.placed[i], self.floor, self.t60)
+        return room_span(self.room, recording.rate, begin, stop, self.floor, tail)
 
 
 def _bounded_by(q: PlayedQuestion, following: Found, rate: int) -> str:

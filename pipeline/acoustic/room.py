@@ -35,6 +35,8 @@ MIC_M = (2.5, 1.5, 1.0)  # the room microphone on the desk between them
 CORNER_MIC_M = (1.0, 1.0, 1.0)
 PERSON_WAY = (0.8, 0.55, 0.24)
 DEVICE_WAY = (0.99, 0.12, -0.05)
+PINK_FROM_HZ = 20.0  # pink noise starts here: the bottom of hearing and of a sound card's input
+HEARD_WITHIN_S = 2.0  # how far an answer's sound is followed to where it comes out of the noise
 RT60_SLACK = 0.05  # the measured RT60 this far (a share) from the requested one: the absorption is corrected once
 Noise = Literal["white", "pink"]
 NOISES: tuple[Noise, ...] = ("white", "pink")
@@ -52,6 +54,20 @@ class RoomRender:
     device_delay: int  # samples from the device's speaker to the microphone
     rt60: float = 0.0  # seconds, measured (T30 of the Schroeder decay)
     max_order: int = 0  # the image sources' reflection order rendered
+    device: np.ndarray | None = None  # the device's sound alone at the microphone (no noise, no person), as mic
+    noise_power: float = 0.0  # the noise's mean power in mic
+
+    def heard_from(self, at: int, window_ms: float = 4.0) -> int | None:
+        """The first sample from ``at`` where the device's sound alone reaches the noise's power (0 dB in a
+        ``window_ms`` window centred there): where its answer comes out of the room's noise. None if not within
+        ``HEARD_WITHIN_S``."""
+        if self.device is None:
+            return None
+        width = max(1, round(window_ms * self.rate / 1000))
+        stretch = self.device[max(0, at - width) : at + round(HEARD_WITHIN_S * self.rate)]
+        power = np.convolve(np.square(stretch), np.ones(width) / width, mode="same")
+        loud = np.nonzero(power[min(at, width) :] >= self.noise_power)[0]
+        return at + int(loud[0]) if len(loud) else None
 
     def shift_of(self, channel: int) -> int:
         """Samples a sound of the stereo recording's ``channel`` (0: person, 1: device) is late in the room."""
@@ -79,12 +95,14 @@ def render_room(
     heard = [oaconvolve(stereo[:, s].astype(np.float64), rirs[s])[: len(stereo)] for s in (0, 1)]
     clean = heard[0] + heard[1]
     level = np.sqrt(_speech_power(heard[0], stereo[:, 0]) / 10 ** (snr_db / 10))
-    hiss = _noise(rng, len(clean) + latency, noise) * level
+    hiss = _noise(rng, len(clean) + latency, noise, rate) * level
     mic = np.concatenate((np.zeros(latency), clean)) + hiss
     peak = float(np.max(np.abs(mic))) if len(mic) else 0.0
-    if peak > 0.99:  # a recording level the sound card would not clip
-        mic *= 0.99 / peak
-    return RoomRender(mic, rate, latency, _direct(rirs[0]), _direct(rirs[1]), measured, order)
+    gain = 0.99 / peak if peak > 0.99 else 1.0  # a recording level the sound card would not clip
+    device = np.concatenate((np.zeros(latency), heard[1])) * gain
+    return RoomRender(
+        mic * gain, rate, latency, _direct(rirs[0]), _direct(rirs[1]), measured, order, device, (level * gain) ** 2
+    )
 
 
 def impulse_responses(rate: int, rt60: float, distance_m: float | None) -> tuple[list[np.ndarray], float, int]:
@@ -133,14 +151,18 @@ def _places(distance_m: float | None) -> tuple[tuple[float, ...], tuple[float, .
     return person, device, CORNER_MIC_M
 
 
-def _noise(rng: np.random.Generator, n: int, kind: Noise) -> np.ndarray:
-    """Unit-power noise: white, or pink (power falling 3 dB an octave, as a room's hum and fans are)."""
+def _noise(rng: np.random.Generator, n: int, kind: Noise, rate: int) -> np.ndarray:
+    """Unit-power noise: white, or pink (power falling 3 dB an octave, as a room's hum and fans are) from
+    ``PINK_FROM_HZ`` up: a microphone and a sound card pass nothing much lower, and a pink spectrum taken down to
+    a fraction of a hertz would put most of its power in a slow drift no one hears."""
     white = rng.standard_normal(n)
     if kind == "white" or n < 2:
         return white
     spectrum = np.fft.rfft(white)
-    spectrum[1:] /= np.sqrt(np.arange(1, len(spectrum)))
-    spectrum[0] = 0.0
+    freqs = np.fft.rfftfreq(n, 1 / rate)
+    audible = freqs >= PINK_FROM_HZ
+    spectrum[audible] /= np.sqrt(freqs[audible] / PINK_FROM_HZ)
+    spectrum[~audible] = 0.0
     pink = np.fft.irfft(spectrum, n)
     return np.asarray(pink / np.std(pink))
 

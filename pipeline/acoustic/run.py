@@ -241,13 +241,23 @@ def load(args: argparse.Namespace) -> list[PlayedQuestion]:
     return load_questions(args.fixtures, cfg, args.model_cache)
 
 
+def order(questions: int, rounds: int, wake: bool) -> list[int]:
+    """What ``take`` plays, as indices into the questions (the wake word, when there is one, after them): each
+    question ``rounds`` times in turn, each after the wake word."""
+    per_question = [[questions, q] if wake else [q] for q in range(questions)]
+    return [index for _ in range(rounds) for pair in per_question for index in pair]
+
+
 def report(wav: Path, args: argparse.Namespace, questions: list[PlayedQuestion], wake: Pcm | None) -> int:
-    """Measures the recording for the questions played (the others are not looked for: a clip never played
-    cannot be found by mistake; the wake word is one more clip, which bounds the turn before it)."""
+    """Measures the recording for the questions played, in the order played (the others are not looked for: a
+    clip never played cannot be found by mistake; the wake word is one more clip, which bounds the turn before
+    it): every sound played is one row, one not found a failed row."""
     played = list(questions)
     if wake is not None:
         played.append(PlayedQuestion("wake-word", wake, RATE, speech_end(wake)))
-    rows = measure_recording(wav, played, layout="mono", device=args.device)
+    rows = measure_recording(
+        wav, played, layout="mono", device=args.device, schedule=order(len(questions), args.rounds, wake is not None)
+    )
     out = args.out / "rows.csv"
     write_rows(out, rows)
     for r in rows:

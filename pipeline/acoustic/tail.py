@@ -2,13 +2,16 @@
 
 In a room a question does not stop when its speech ends: its reverberation dies away for as long as the
 room's RT60, and whatever the clip holds after the words (a breath, background noise) is played and
-reverberates too. None of that is the answer. The lab has the clip, so it predicts that sound: the clip's
-power envelope where it was found (``E``), plus the same envelope smeared by an exponential decay
-(``R_T``: the room's diffuse tail, falling 60 dB in ``T``), fitted to the recording while the question
-speaks: ``d * E + r * R_T + floor``, ``d`` and ``r`` by least squares on the relative error, ``T`` the one of
-``DECAYS_S`` whose fit is closest in decibels. After the end of speech the prediction is ``d * E + r * R_T``
-(the clip's own trailing sound and the room's tail of all of it), which ``onset.room_span`` adds to the noise
-floor: an answer must rise above both.
+reverberates too. None of that is the answer. The lab has the clip, so it predicts that sound from the
+clip's power envelope where it was found (``E``, the clip high-passed as the recording is): ``d * E`` (the
+direct sound) + ``e * E`` spread over ``EARLY_MS`` (early reflections, which carry a word's end on at nearly its
+level) + ``r * E`` smeared by an exponential decay falling 60 dB in ``T`` (the diffuse tail) + the noise floor.
+``T`` is the room's, one for the recording (``room_decay``: the one of ``DECAYS_S`` that fits every question
+best); the gains are each question's own, by non-negative least squares on the error relative to the model
+(reweighted: relative to what was heard, the noise's dips would pull the fit low), over its speech and the
+first ``AFTER_MS`` after it, which weigh as much together as the speech (the tail decides what is predicted
+after). After the end of speech the prediction less the floor (the clip's own trailing sound and the room's
+tail of all of it) is what ``onset.room_span`` adds to the noise floor: an answer must rise above both.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
-from pipeline.acoustic.onset import envelope
+from pipeline.acoustic.onset import envelope, rumble_removed
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE
 
@@ -77,6 +80,7 @@ def _envelopes(mic: np.ndarray, rate: int, p: Placed, fit_to: int) -> tuple[np.n
     clip = np.asarray(p.question.pcm, dtype=np.float64)
     if rate != p.question.sample_rate:
         clip = np.asarray(soxr.resample(clip, p.question.sample_rate, rate, quality="HQ"), dtype=np.float64)
+    clip = rumble_removed(clip, rate)  # as the recording it is compared with was
     lo = max(0, p.start)
     played = np.zeros(max(0, stop - lo))
     part = clip[lo - p.start : lo - p.start + len(played)]

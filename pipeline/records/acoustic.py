@@ -72,7 +72,7 @@ class AcousticRow:
         float | None,
         meta(
             MS,
-            "end of user speech -> where the answer rose 10 dB above the room's noise and the question's own tail "
+            "end of user speech -> where the answer rose 6 dB above the room's noise and the question's own tail "
             "(a level meter's onset); `first_audible_ms` is the answer's first audible sample, found back from "
             "here: on a clean channel the two are one sample",
         ),

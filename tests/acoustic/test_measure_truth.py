@@ -176,3 +176,22 @@ def test_a_folder_whose_every_question_has_a_truth_loads_no_vad(
     argv = ["measure", str(recording), "--questions", str(folder), "--out", str(out), "--config", str(SIMULATOR)]
     assert command.main(argv) == 0
     assert {r.speech_end_from for r in read_rows(out)} == {"truth"}
+
+
+def test_the_command_measures_in_the_replays_order_with_rounds(tmp_path: Path) -> None:
+    """``--rounds 2`` on device 1's recording: the fixtures started at question 1, twice; every question played is
+    a row, in that order. A bad count is refused."""
+    folder = fixtures_folder(tmp_path / "fixtures", list(CLIPS))
+    asked = load_questions(folder)
+    recording = build(asked, [(1, 0.8, 1.0), (0, 1.0, 0.9), (1, 0.6, 1.1), (0, 0.9, 1.0)]).write(tmp_path / "1.wav")
+    out = tmp_path / "rows.csv"
+    argv = ["measure", str(recording), "--questions", str(folder), "--out", str(out), "--rounds", "2"]
+    assert command.main(argv) == 0
+    rows = read_rows(out)
+    assert [(r.question_id, r.round, r.ok) for r in rows] == [
+        (asked[1].question_id, 1, True),
+        (asked[0].question_id, 1, True),
+        (asked[1].question_id, 2, True),
+        (asked[0].question_id, 2, True),
+    ]
+    assert command.main([*argv[:-1], "0"]) == 2

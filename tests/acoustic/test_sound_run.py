@@ -147,3 +147,11 @@ def test_a_wake_word_is_said_before_each_question_and_measured_apart(pulse: Puls
         rows = {r["question_id"]: r for r in csv.DictReader(fh)}
     assert code == 0, rows
     assert set(rows) == {"wake-word", said["played"][1]["question_id"]}
+
+
+def test_the_order_measured_is_the_order_played() -> None:
+    """``take`` plays each question in turn, after the wake word when there is one (index: after the questions)."""
+    from pipeline.acoustic.run import order
+
+    assert order(2, 2, wake=False) == [0, 1, 0, 1]
+    assert order(2, 1, wake=True) == [2, 0, 2, 1]
