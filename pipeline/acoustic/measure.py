@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.acoustic.align import PLAYED_SCORE, Missed, Occurrence, find_occurrences, find_played, speech_end_sample
-from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span, rumble_removed
+from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span, without_rumble
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
 from pipeline.acoustic.tail import Placed, question_tail, room_decay
@@ -96,16 +96,21 @@ class _Turn:
     ) -> None:
         self.recording, self.questions, self.device, self.found = recording, questions, device, found
         rate = recording.rate
+        self.floor, self.t60, self.room, high_passed = 0.0, 0.0, recording.mic, False
+        if recording.speaker is None:  # a room: its noise and its decay, from the whole recording
+            self.room, high_passed = without_rumble(recording.mic, rate)
         self.placed = {
             i: Placed(
-                questions[o.question], o.start, o.start + round(questions[o.question].speech_end_s * rate), self.stop(i)
+                questions[o.question],
+                o.start,
+                o.start + round(questions[o.question].speech_end_s * rate),
+                self.stop(i),
+                high_passed,
             )
             for i, o in enumerate(found)
             if isinstance(o, Occurrence)
         }
-        self.floor, self.t60, self.room = 0.0, 0.0, recording.mic
-        if recording.speaker is None:  # a room: its noise and its decay, from the whole recording
-            self.room = rumble_removed(recording.mic, rate)
+        if recording.speaker is None:
             self.floor = noise_floor(self.room, rate)
             self.t60 = room_decay(self.room, rate, list(self.placed.values()), self.floor)
 

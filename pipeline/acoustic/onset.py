@@ -7,7 +7,8 @@ Two ways, one per kind of channel:
   exact and the trace side's "first audible sample" is the same sample.
 - ``room_span``: a room microphone, where noise is always there and the question's own reverberation
   is still dying away after its speech ends. Audible is then relative to the recording's noise floor
-  (``noise_floor``, measured after ``rumble_removed`` takes out a DC offset and infrasonic drift) plus the
+  (``noise_floor``, measured after ``without_rumble`` takes out a DC offset or infrasonic drift that the
+  floor is made of) plus the
   question's own predicted sound (``tail.question_tail``): the envelope (power in ``ENVELOPE_MS`` windows,
   one per millisecond) first waits until it is near that (``QUIET_DB`` above it), then finds where sound
   rises ``ONSET_DB`` above it, stays above ``EDGE_DB`` for ``HOLD_MS`` (a click is not an answer) and has
@@ -34,8 +35,8 @@ from pipeline.acoustic.recording import AUDIBLE
 ENVELOPE_MS = 4.0  # short enough to place an edge within a few ms, long enough to average noise (64 samples at 16 kHz)
 QUIET_DB = 6.0  # the question's tail has died once the envelope is this close to the floor
 # an answer's sound: this far above the floor and the tail (white noise's 4 ms envelope: sd about 0.8 dB, estimated);
-# measured on the acoustic bench's 34 rooms, 6 dB found answers at SNR 10 dB 56 ms earlier (median) than 10 dB did
-# and took nothing early at SNR 30 dB
+# measured on the acoustic bench (scripts/bench_acoustic.py), 6 dB against 10 dB: at SNR 10 dB, RT60 0.8 s and 3 m the
+# median error fell from 84 to 28 ms; at SNR 30 dB nothing was taken early
 ONSET_DB = 6.0
 EDGE_DB = 3.0  # an onset's sound stays this far above the floor for HOLD_MS
 CHANGE_BIAS = 0.3  # a block counts towards the answer when its power is over 1.3x the floor's (about 1.1 dB)
@@ -58,6 +59,7 @@ RISE_DB = 6.0  # an answer's sound rises this far above the quietest since the e
 SMOOTH_MS = 20.0  # the windows that rise is seen in: a tail's noise-like swings average out
 FLOOR_PERCENTILE = 10.0  # the recording's quietest tenth is noise: between turns, before the first question
 FLOOR_BLOCK_MS = 20.0
+RUMBLE_DB = 3.0  # the rumble is taken out where it is at least half the noise floor's power
 RUMBLE_MS = 16.0  # the high-pass's moving average: its first null at 62.5 Hz, under any voice's pitch
 
 
@@ -109,6 +111,16 @@ def rumble_removed(x: np.ndarray, rate: int) -> np.ndarray:
     lo = np.maximum(n - width, 0)
     past = np.where(n > 0, (cumulative[n] - cumulative[lo]) / np.maximum(n - lo, 1), 0.0)
     return np.asarray(y - past)
+
+
+def without_rumble(x: np.ndarray, rate: int) -> tuple[np.ndarray, bool]:
+    """The recording less its DC offset or infrasonic drift (``rumble_removed``) where that is what its noise
+    floor is made of (the floor falls by more than ``RUMBLE_DB``), and whether it was taken out. Otherwise the
+    recording as it is: the high-pass also thins an answer's last, quiet low notes, which end it earlier."""
+    filtered = rumble_removed(x, rate)
+    if noise_floor(x, rate) > 10 ** (RUMBLE_DB / 10) * noise_floor(filtered, rate):
+        return filtered, True
+    return np.asarray(x, dtype=np.float64), False
 
 
 def room_span(

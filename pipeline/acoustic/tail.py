@@ -43,6 +43,7 @@ class Placed:
     start: int
     end: int
     stop: int
+    high_passed: bool = False  # the recording's rumble was taken out (onset.without_rumble): the clip's is too
 
 
 def room_decay(mic: np.ndarray, rate: int, placed: Sequence[Placed], floor: float) -> float:
@@ -80,7 +81,8 @@ def _envelopes(mic: np.ndarray, rate: int, p: Placed, fit_to: int) -> tuple[np.n
     clip = np.asarray(p.question.pcm, dtype=np.float64)
     if rate != p.question.sample_rate:
         clip = np.asarray(soxr.resample(clip, p.question.sample_rate, rate, quality="HQ"), dtype=np.float64)
-    clip = rumble_removed(clip, rate)  # as the recording it is compared with was
+    if p.high_passed:  # as the recording it is compared with was
+        clip = rumble_removed(clip, rate)
     lo = max(0, p.start)
     played = np.zeros(max(0, stop - lo))
     part = clip[lo - p.start : lo - p.start + len(played)]

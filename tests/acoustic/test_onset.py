@@ -53,15 +53,28 @@ def test_a_reverberant_tail_that_dips_and_rises_again_is_not_the_answer(tmp_path
 
 
 def test_a_microphones_dc_offset_is_not_noise(tmp_path: Path) -> None:
-    """A cheap microphone's DC offset (0.05 of full scale) is taken out before the noise floor is measured: the
-    answers are found where they begin, not 80 ms (median) to 780 ms late as they were with it in the floor."""
+    """A cheap microphone's DC offset (0.1 of full scale, ten times the noise's level) is taken out before the noise
+    floor is measured: the answers are found where they begin, not once they rise 6 dB over the offset's power."""
     asked = of_language("en", 4)
     built = build(asked, [(i, 0.8 + 0.2 * i, 1.0) for i in range(4)], seed=3)
     room = render_room(built.samples.astype(np.float64) / 32768, built.rate, seed=3, snr_db=30.0, rt60=0.2)
     path = tmp_path / "offset.wav"
-    soundfile.write(str(path), np.clip(room.mic + 0.05, -1, 1), built.rate, subtype="PCM_16")
+    soundfile.write(str(path), np.clip(room.mic + 0.1, -1, 1), built.rate, subtype="PCM_16")
     rows = measure_recording(path, asked, layout="mono", schedule=list(range(4)))
     for row, truth in zip(rows, built.turns, strict=True):
         assert row.ok and row.first_audible_s is not None, row.error
         error_ms = (row.first_audible_s * built.rate - truth.first_audible - room.shift_of(1)) * 1000 / built.rate
         assert abs(error_ms) <= TOLERANCE_MS
+
+
+def test_the_rumble_is_taken_out_only_where_the_floor_is_made_of_it() -> None:
+    """A DC offset is the floor: taken out. A recording with no noise (a sound server's sink) or with white noise
+    keeps its samples: the high-pass would only thin an answer's last low notes."""
+    rng = np.random.default_rng(1)
+    speech = np.sin(2 * np.pi * 150 * np.arange(16000) / 16000) * 0.1
+    quiet = np.concatenate((np.zeros(32000), speech, np.zeros(32000)))
+    noisy = quiet + rng.standard_normal(len(quiet)) * 0.001
+    assert onset.without_rumble(quiet + 0.05, 16000)[1]
+    assert not onset.without_rumble(quiet, 16000)[1]
+    kept, taken = onset.without_rumble(noisy, 16000)
+    assert not taken and np.array_equal(kept, noisy)
