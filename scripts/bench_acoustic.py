@@ -25,10 +25,10 @@
 
 Per room condition: the RT60 asked and measured, the turns found of those played, the silence's error
 (acoustic - truth) as median, P90 and worst of its size, its signed median, the same for the rise above the
-noise (``rise_ms``), the P90 of the error against where the answer came out of the room's noise (the
-device's sound alone at the microphone reaching the noise's power in a 4 ms window: the first a listener
-there could hear), how many answers began under the noise (more than 5 ms between the two), the goal and
-whether it was met. ``--from DIR`` measures an earlier run's emulator
+noise (``rise_ms``), the P90 of the error against where the answer came out of the rest (the device's sound
+alone at the microphone reaching the power of the noise and of what is left of the question's reverberation
+in a 4 ms window: about the first a listener there could hear), how many answers began under the rest (more
+than 5 ms between the two), the goal and whether it was met. ``--from DIR`` measures an earlier run's emulator
 folder (``DIR/emulator``) instead of running the device again; ``--quick`` sweeps only the goal's corners.
 """
 
@@ -65,7 +65,7 @@ SIMULATOR = ROOT / "configs" / "simulator.toml"
 ESPEAK = '[tts]\nimpl = "espeak"\nwords_per_minute = 160\n'  # real speech answers: onsets as a voice has them
 GOALS_MS = {"emulator": 0.1, "sound server": 20.0}
 FADE_S = 0.3  # the soft onset: an answer fading in over this long
-UNDER_MS = 5.0  # an answer whose sound comes out of the room's noise this much after its first audible sample
+UNDER_MS = 5.0  # an answer began unheard: its sound came out of the rest this much after its first audible sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +248,7 @@ def room_table(
     print(f"\n== rooms: {len(schedule)} questions played per recording; error = acoustic - truth (ms)")
     print(
         "| condition | RT60 measured | found / played | median | P90 | worst | signed median | rise median "
-        "| P90 from heard | under the noise | goal P90 | met |"
+        "| P90 from heard | began unheard | goal P90 | met |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     met = True

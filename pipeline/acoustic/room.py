@@ -55,18 +55,21 @@ class RoomRender:
     rt60: float = 0.0  # seconds, measured (T30 of the Schroeder decay)
     max_order: int = 0  # the image sources' reflection order rendered
     device: np.ndarray | None = None  # the device's sound alone at the microphone (no noise, no person), as mic
+    person: np.ndarray | None = None  # the person's sound alone at the microphone (the questions and their tails)
     noise_power: float = 0.0  # the noise's mean power in mic
 
     def heard_from(self, at: int, window_ms: float = 4.0) -> int | None:
-        """The first sample from ``at`` where the device's sound alone reaches the noise's power (0 dB in a
-        ``window_ms`` window centred there): where its answer comes out of the room's noise. None if not within
-        ``HEARD_WITHIN_S``."""
-        if self.device is None:
+        """The first sample from ``at`` where the device's sound alone reaches the power of everything else there
+        (the noise and what is left of the question's reverberation: 0 dB in a ``window_ms`` window centred
+        there): where its answer comes out of the rest. None if not within ``HEARD_WITHIN_S``."""
+        if self.device is None or self.person is None:
             return None
         width = max(1, round(window_ms * self.rate / 1000))
-        stretch = self.device[max(0, at - width) : at + round(HEARD_WITHIN_S * self.rate)]
-        power = np.convolve(np.square(stretch), np.ones(width) / width, mode="same")
-        loud = np.nonzero(power[min(at, width) :] >= self.noise_power)[0]
+        lo, hi = max(0, at - width), at + round(HEARD_WITHIN_S * self.rate)
+        kernel = np.ones(width) / width
+        power = np.convolve(np.square(self.device[lo:hi]), kernel, mode="same")
+        rest = np.convolve(np.square(self.person[lo:hi]), kernel, mode="same") + self.noise_power
+        loud = np.nonzero(power[at - lo :] >= rest[at - lo :])[0]
         return at + int(loud[0]) if len(loud) else None
 
     def shift_of(self, channel: int) -> int:
@@ -99,10 +102,9 @@ def render_room(
     mic = np.concatenate((np.zeros(latency), clean)) + hiss
     peak = float(np.max(np.abs(mic))) if len(mic) else 0.0
     gain = 0.99 / peak if peak > 0.99 else 1.0  # a recording level the sound card would not clip
-    device = np.concatenate((np.zeros(latency), heard[1])) * gain
-    return RoomRender(
-        mic * gain, rate, latency, _direct(rirs[0]), _direct(rirs[1]), measured, order, device, (level * gain) ** 2
-    )
+    device, person = (np.concatenate((np.zeros(latency), heard[s])) * gain for s in (1, 0))
+    directs = _direct(rirs[0]), _direct(rirs[1])
+    return RoomRender(mic * gain, rate, latency, *directs, measured, order, device, person, (level * gain) ** 2)
 
 
 def impulse_responses(rate: int, rt60: float, distance_m: float | None) -> tuple[list[np.ndarray], float, int]:
