@@ -4,14 +4,15 @@ ended, and when the answer was first and last audible.
 The only inputs are the recording, the questions the lab played (``questions.PlayedQuestion``) and, where
 known, the order it played them in (``schedule``: the replay's order, ``schedule.played_order``); nothing the
 run wrote beside the recording is read. With the order, every question played is exactly one row: one
-that cannot be found is a failed row with its best score, and the turn before it ends where it most likely
-was; without it, each question found (``align``) starts a turn and one not found is not seen. A turn's end of
-speech is the clip's own (its truth's where it has one, else the run's VAD: ``questions``; the row's
-``speech_end_from`` says which) from where the clip was found; the answer is looked for from there until
-the next question's first sound (or the recording's end), on the speaker channel when there is one
-(``onset.clean_span``) and on the room microphone when there is not (``onset.room_span``, above the noise
-and the question's own predicted tail: ``tail``). A turn that cannot be measured is a failed row naming the
-file; a file that cannot be read is one failed row; neither stops the other turns or files.
+that cannot be found is a failed row with its best score, and the answer before it is looked for only up to
+where it most likely was, its silence given and its end not (that cannot be told from the missed
+question's); without the order, each question found (``align``) starts a turn and one not found is not
+seen. A turn's end of speech is the clip's own (its truth's where it has one, else the run's VAD:
+``questions``; the row's ``speech_end_from`` says which) from where the clip was found; the answer is looked
+for from there until the next question's first sound (or the recording's end), on the speaker channel when
+there is one (``onset.clean_span``) and on the room microphone when there is not (``onset.room_span``, above
+the noise and the question's own predicted tail: ``tail``). A turn that cannot be measured is a failed row
+naming the file; a file that cannot be read is one failed row; neither stops the other turns or files.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.acoustic.align import PLAYED_SCORE, Missed, Occurrence, find_occurrences, find_played, speech_end_sample
+from pipeline.acoustic.align import Missed, Occurrence, find_occurrences, find_played, speech_end_sample
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span, without_rumble
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
@@ -131,7 +132,8 @@ class _Turn:
             q,
             round_no,
             f"{self.recording.path}: question {q.question_id!r} (round {round_no}) was played but not found: its "
-            f"best match scored {o.score:.2f} (a match needs {PLAYED_SCORE:.2f}), at {max(o.start, 0) / rate:.3f} s",
+            f"best match scored {o.score:.2f} (a match in this recording needs {o.needed:.2f}), at "
+            f"{max(o.start, 0) / rate:.3f} s",
         )
 
     def row(self, i: int, round_no: int) -> AcousticRow:
@@ -170,9 +172,9 @@ class _Turn:
             round=round_no,
             speech_end_s=end / rate,
             first_audible_s=span.first / rate,
-            last_audible_s=span.last / rate,
+            last_audible_s=None if bounded else span.last / rate,
             first_audible_ms=(span.first - end) * 1000 / rate,
-            whole_turn_ms=(span.last - end) * 1000 / rate,
+            whole_turn_ms=None if bounded else (span.last - end) * 1000 / rate,
             measured_by=MEASURED_BY,
             ok=True,
             error="",
@@ -191,12 +193,13 @@ class _Turn:
 
 def _bounded_by(q: PlayedQuestion, following: Found, rate: int) -> str:
     """The note of a turn whose next question was not found: its answer was looked for only up to where that
-    question most likely began."""
+    question most likely began, and its end is not given (where this answer ended and that question began
+    cannot be told apart: a figure there could run over the question and its answer)."""
     if not isinstance(following, Missed):
         return ""
     return (
-        f"the answer measured up to {max(following.start, 0) / rate:.3f} s, where the next question "
-        f"({q.question_id!r}, not found) most likely began"
+        f"the answer looked for up to {max(following.start, 0) / rate:.3f} s, where the next question "
+        f"({q.question_id!r}, not found) most likely began; its end not measured"
     )
 
 
