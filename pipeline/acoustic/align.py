@@ -84,16 +84,15 @@ class _Scores:
 
     def __init__(self, mic: np.ndarray, rate: int, questions: Sequence[PlayedQuestion]) -> None:
         self.rate = rate
-        self.spoken = [spoken_part(q) for q in questions]
+        spoken = [spoken_part(q) for q in questions]
         recording = bands.band_energies(mic, rate)
-        self.frames = recording.shape[1]
         self.scores = []
         self.lengths = []
-        for q, (lo, hi) in zip(questions, self.spoken, strict=True):
+        for q, (lo, hi) in zip(questions, spoken, strict=True):
             clip = bands.band_energies(q.pcm[lo:hi], q.sample_rate)
             self.lengths.append(clip.shape[1])
             self.scores.append(bands.band_ncc(recording, clip))
-        self.offsets = [lo * rate / q.sample_rate for q, (lo, _) in zip(questions, self.spoken, strict=True)]
+        self.offsets = [lo * rate / q.sample_rate for q, (lo, _) in zip(questions, spoken, strict=True)]
 
     def start(self, question: int, lag: int) -> int:
         """The recording sample of the clip's first sample, for a band lag of the question's speech."""
@@ -138,11 +137,12 @@ def find_played(
     picks, bar = _typical(chosen(schedule, slots), candidates)
     mic = np.asarray(mic, dtype=np.float64)
     out: list[Occurrence | Missed] = []
+    before: Occurrence | None = None  # the last question found so far
     for k, pick in enumerate(picks):
         if pick is not None:
-            out.append(_placed(candidates[pick], mic, rate, questions[schedule[k]]))
+            before = _placed(candidates[pick], mic, rate, questions[schedule[k]])
+            out.append(before)
             continue
-        before = next((out[j] for j in range(k - 1, -1, -1) if isinstance(out[j], Occurrence)), None)
         after = next((candidates[p] for p in picks[k + 1 :] if p is not None), None)
         out.append(_missed(scored, schedule[k], before, after, questions, rate, bar))
     return out
@@ -162,7 +162,7 @@ def _typical(picks: list[int | None], candidates: Sequence[Occurrence]) -> tuple
 def _missed(
     scored: _Scores,
     question: int,
-    before: Occurrence | Missed | None,
+    before: Occurrence | None,
     after: Occurrence | None,
     questions: Sequence[PlayedQuestion],
     rate: int,

@@ -53,8 +53,7 @@ def band_ncc(recording: np.ndarray, clip: np.ndarray) -> np.ndarray:
     """Score per frame lag 0..frames-1: the clip's band pattern against the recording's window there, each band's
     mean taken out on both sides (1.0: the same pattern at any level). Where the window runs past the recording's
     end, the part of the clip the recording still holds is scored (at least ``CUT_SHARE`` of it): a question the
-    recording
-    cuts short is still found."""
+    recording cuts short is still found."""
     frames, length = recording.shape[1], clip.shape[1]
     scores = np.zeros(frames)
     if length < 2 or frames < 1:

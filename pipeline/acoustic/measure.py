@@ -28,7 +28,7 @@ from pipeline.acoustic.align import Missed, Occurrence, find_occurrences, find_p
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span, without_rumble
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
-from pipeline.acoustic.tail import Placed, question_tail, room_decay
+from pipeline.acoustic.tail import Placed, question_sound, question_tail, room_decay
 from pipeline.records.acoustic import MEASURED_BY, AcousticRow, failed_row
 
 Found = Occurrence | Missed
@@ -100,20 +100,25 @@ class _Turn:
         self.floor, self.t60, self.room, high_passed = 0.0, 0.0, recording.mic, False
         if recording.speaker is None:  # a room: its noise and its decay, from the whole recording
             self.room, high_passed = without_rumble(recording.mic, rate)
-        self.placed = {
-            i: Placed(
-                questions[o.question],
-                o.start,
-                o.start + round(questions[o.question].speech_end_s * rate),
-                self.stop(i),
-                high_passed,
-            )
-            for i, o in enumerate(found)
-            if isinstance(o, Occurrence)
-        }
+        self.sounds = {}
         if recording.speaker is None:
+            self.sounds = {
+                i: question_sound(
+                    self.room,
+                    rate,
+                    Placed(
+                        questions[o.question],
+                        o.start,
+                        o.start + round(questions[o.question].speech_end_s * rate),
+                        self.stop(i),
+                        high_passed,
+                    ),
+                )
+                for i, o in enumerate(found)
+                if isinstance(o, Occurrence)
+            }
             self.floor = noise_floor(self.room, rate)
-            self.t60 = room_decay(self.room, rate, list(self.placed.values()), self.floor)
+            self.t60 = room_decay(list(self.sounds.values()), rate, self.floor)
 
     def stop(self, i: int) -> int:
         """Where the answer to the ``i``-th question found must have ended: the next question's first sound."""
@@ -187,7 +192,7 @@ class _Turn:
         recording = self.recording
         if recording.speaker is not None:
             return clean_span(recording.speaker, begin, stop)
-        tail = question_tail(self.room, recording.rate, self.placed[i], self.floor, self.t60)
+        tail = question_tail(self.sounds[i], recording.rate, self.floor, self.t60)
         return room_span(self.room, recording.rate, begin, stop, self.floor, tail)
 
 

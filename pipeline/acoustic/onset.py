@@ -192,11 +192,11 @@ def _change_after(excess: np.ndarray, at: int, latest: int) -> int:
     return at + int(near[0])
 
 
-def envelope(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
-    """Mean power in a window of ``ENVELOPE_MS`` centred on every ``hop``-th sample."""
+def envelope(x: np.ndarray, rate: int, hop: int, window_ms: float = ENVELOPE_MS) -> np.ndarray:
+    """Mean power in a window of ``window_ms`` centred on every ``hop``-th sample."""
     if not len(x):
         return np.zeros(0)
-    width = max(1, int(rate * ENVELOPE_MS / 1000))
+    width = max(1, int(rate * window_ms / 1000))
     cumulative = np.concatenate(([0.0], np.cumsum(np.square(x.astype(np.float64)))))
     centres = np.arange(0, len(x), hop)
     lo = np.clip(centres - width // 2, 0, len(x))
@@ -219,11 +219,7 @@ def _sustained(level: np.ndarray, after: int, hold: int, risen: np.ndarray) -> i
 
 def _smoothed_db(x: np.ndarray, rate: int, hop: int) -> np.ndarray:
     """The level (dB) in ``SMOOTH_MS`` windows centred every ``hop`` samples: a noise-like tail's swings averaged."""
-    width = max(1, int(SMOOTH_MS * rate / 1000))
-    cumulative = np.concatenate(([0.0], np.cumsum(np.square(x))))
-    centres = np.arange(0, len(x), hop)
-    lo, hi = np.clip(centres - width // 2, 0, len(x)), np.clip(centres + (width - width // 2), 0, len(x))
-    return np.asarray(10 * np.log10(np.maximum((cumulative[hi] - cumulative[lo]) / np.maximum(hi - lo, 1), 1e-30)))
+    return np.asarray(10 * np.log10(np.maximum(envelope(x, rate, hop, SMOOTH_MS), 1e-30)))
 
 
 def _risen(smooth: np.ndarray, hold: int) -> np.ndarray:

@@ -10,8 +10,9 @@ level) + ``r * E`` smeared by an exponential decay falling 60 dB in ``T`` (the d
 best); the gains are each question's own, by non-negative least squares on the error relative to the model
 (reweighted: relative to what was heard, the noise's dips would pull the fit low), over its speech and the
 first ``AFTER_MS`` after it, which weigh as much together as the speech (the tail decides what is predicted
-after). After the end of speech the prediction less the floor (the clip's own trailing sound and the room's
-tail of all of it) is what ``onset.room_span`` adds to the noise floor: an answer must rise above both.
+after); both from the question's envelopes, made once (``question_sound``). After the end of speech the
+prediction less the floor (the clip's own trailing sound and the room's tail of all of it) is what
+``onset.room_span`` adds to the noise floor: an answer must rise above both.
 """
 
 from __future__ import annotations
@@ -46,38 +47,25 @@ class Placed:
     high_passed: bool = False  # the recording's rumble was taken out (onset.without_rumble): the clip's is too
 
 
-def room_decay(mic: np.ndarray, rate: int, placed: Sequence[Placed], floor: float) -> float:
-    """The room's RT60 as the recording shows it: the one of ``DECAYS_S`` that best explains every question's
-    sound together, while it speaks and for ``AFTER_MS`` after (its reverberation dying before any answer)."""
-    errors = np.zeros(len(DECAYS_S))
-    for p in placed:
-        heard, own, fit = _envelopes(mic, rate, p, min(p.stop, p.end + round(AFTER_MS * rate / 1000)))
-        if fit.stop - fit.start < 2:
-            continue
-        for n, t60 in enumerate(DECAYS_S):
-            errors[n] += _fit(own, heard, fit, t60, max(1, rate // 1000) / rate, floor)[0]
-    return DECAYS_S[int(np.argmin(errors))]
+@dataclass(frozen=True, slots=True)
+class QuestionSound:
+    """A placed question's power envelopes, made once for both the room's decay and its own tail: the
+    recording's and the clip's from the clip's start to ``placed.stop`` (a millisecond a value), the part to fit
+    on (from the clip's first audible sample to ``AFTER_MS`` past its end of speech), and the recording's
+    length."""
+
+    placed: Placed
+    heard: np.ndarray
+    own: np.ndarray
+    fit: slice
+    length: int
 
 
-def question_tail(mic: np.ndarray, rate: int, p: Placed, floor: float, t60: float) -> np.ndarray:
-    """The question's predicted power (no noise) at every millisecond's sample ``end, end + hop, ...`` before
-    ``stop``, in a room whose RT60 is ``t60`` (``room_decay``)."""
-    hop = max(1, rate // 1000)
-    if p.stop <= p.end or p.end <= p.start:
-        return np.zeros(max(0, -(-(p.stop - p.end) // hop)))
-    after = min(p.stop, p.end + round(AFTER_MS * rate / 1000))
-    heard, own, fit = _envelopes(mic, rate, p, after)
-    _, prediction = _fit(own, heard, fit, t60, hop / rate, floor, (max(0, p.end - max(0, p.start)) // hop))
-    lo = max(0, p.start)
-    at = (p.end - lo) / hop + np.arange(-(-(min(p.stop, len(mic)) - p.end) // hop))
-    return np.asarray(np.interp(at, np.arange(len(prediction)), prediction))
-
-
-def _envelopes(mic: np.ndarray, rate: int, p: Placed, fit_to: int) -> tuple[np.ndarray, np.ndarray, slice]:
-    """The recording's and the placed clip's power envelopes from the clip's start to ``p.stop`` (a millisecond a
-    value), and the part to fit on: from the clip's first audible sample to ``fit_to``."""
+def question_sound(mic: np.ndarray, rate: int, p: Placed) -> QuestionSound:
+    """``p``'s envelopes in ``mic``."""
     hop = max(1, rate // 1000)
     stop = min(p.stop, len(mic))
+    fit_to = min(p.stop, p.end + round(AFTER_MS * rate / 1000))
     clip = np.asarray(p.question.pcm, dtype=np.float64)
     if rate != p.question.sample_rate:
         clip = np.asarray(soxr.resample(clip, p.question.sample_rate, rate, quality="HQ"), dtype=np.float64)
@@ -87,11 +75,35 @@ def _envelopes(mic: np.ndarray, rate: int, p: Placed, fit_to: int) -> tuple[np.n
     played = np.zeros(max(0, stop - lo))
     part = clip[lo - p.start : lo - p.start + len(played)]
     played[: len(part)] = part
-    heard = envelope(np.asarray(mic[lo:stop], dtype=np.float64), rate, hop)
+    recorded = envelope(np.asarray(mic[lo:stop], dtype=np.float64), rate, hop)
     own = envelope(played, rate, hop)
     loud = np.nonzero(np.abs(part) > AUDIBLE)[0]
     first = int(loud[0]) // hop if len(loud) else 0
-    return heard, own, slice(first, min(len(own), max(first + 1, (fit_to - lo) // hop)))
+    fit = slice(first, min(len(own), max(first + 1, (fit_to - lo) // hop)))
+    return QuestionSound(p, recorded, own, fit, len(mic))
+
+
+def room_decay(sounds: Sequence[QuestionSound], rate: int, floor: float) -> float:
+    """The room's RT60 as the recording shows it: the one of ``DECAYS_S`` that best explains every question's
+    sound together, while it speaks and for ``AFTER_MS`` after (its reverberation dying before any answer)."""
+    errors = np.zeros(len(DECAYS_S))
+    for h in sounds:
+        if h.fit.stop - h.fit.start < 2:
+            continue
+        for n, t60 in enumerate(DECAYS_S):
+            errors[n] += _fit(h.own, h.heard, h.fit, t60, max(1, rate // 1000) / rate, floor)[0]
+    return DECAYS_S[int(np.argmin(errors))]
+
+
+def question_tail(h: QuestionSound, rate: int, floor: float, t60: float) -> np.ndarray:
+    """The question's predicted power (no noise) at every millisecond's sample ``end, end + hop, ...`` before
+    ``stop``, in a room whose RT60 is ``t60`` (``room_decay``)."""
+    hop, p = max(1, rate // 1000), h.placed
+    if p.stop <= p.end or p.end <= p.start:
+        return np.zeros(max(0, -(-(p.stop - p.end) // hop)))
+    _, prediction = _fit(h.own, h.heard, h.fit, t60, hop / rate, floor, (max(0, p.end - max(0, p.start)) // hop))
+    at = (p.end - max(0, p.start)) / hop + np.arange(-(-(min(p.stop, h.length) - p.end) // hop))
+    return np.asarray(np.interp(at, np.arange(len(prediction)), prediction))
 
 
 def _fit(
