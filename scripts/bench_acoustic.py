@@ -3,33 +3,29 @@
     python scripts/bench_acoustic.py [--questions N] [--rounds R] [--tts espeak|stub] [--out DIR] [--from DIR]
         [--quick]
 
-1. **emulator**: ``pipeline.serve`` (the simulator's stages, the answers spoken by ``--tts``) and an emulated
-   device (``pipeline.replay --server URL --record-audio DIR``) asking the first N questions of each language
-   R times (by default 8 x 2 languages x 2 rounds: 32 turns). Its stereo recording (microphone left, speaker
-   right, on its own clock) is measured from the sound alone (``pipeline.acoustic``, layout stereo, the
-   replay's order) and each turn compared with the traces' ``first_audible_ms`` (the silence) and
-   ``last_audible_ms``. Goal: within 0.1 ms on every turn.
-2. **rooms**: the same recording heard by one microphone in simulated rooms (``pipeline.acoustic.room``:
-   image sources to the order the RT60 needs, the RT60 measured on the room's own impulse response, a
-   sound-card latency of 40-150 ms drawn by the seed and not told to the measurement), measured as a single
-   microphone (layout mono, the replay's order). The sweep: RT60 0.2-0.8 s x SNR 30 / 20 / 10 dB x the
-   person and the device 1.5 m and 3 m from the microphone (white noise, 16 kHz); pink noise; answers that
-   fade in over 300 ms; 8 and 48 kHz. The truth of a turn is the stereo recording's own (the emulator's
-   condition holds it to the traces) carried into the room by where each source's direct sound lands.
-   Goals (issue 43): every turn found; the silence within 20 ms at P90 up to RT60 0.6 s at SNR 20 dB or
-   more and 1.5 m; within 50 ms up to RT60 0.8 s at 3 m and SNR 10 dB.
-3. **sound server**: a private PulseAudio daemon's null sink (``pipeline.acoustic.sound_server``); the
-   emulated device voices each question and plays each answer into it (``replay --voice --speaker``) while
-   this process records the sink's monitor through PortAudio; measured (mono) against that run's traces.
-   Goal: 20 ms. Left out, with the reason, where pulseaudio or PortAudio is missing.
+1. **emulator**: ``pipeline.serve`` (the simulator's stages, answers spoken by ``--tts``) and an emulated device
+   (``pipeline.replay --record-audio``) asking the first N questions of each language R times (8 x 2 x 2: 32
+   turns). Its stereo recording is measured from the sound alone (``pipeline.acoustic``, the replay's order) and
+   each turn's silence and last audible sample compared with the traces'. Goal: within 0.1 ms on every turn.
+2. **rooms**: that recording heard in simulated rooms (``pipeline.acoustic.room``: image sources to the order the
+   RT60 needs, the RT60 measured on the room's own impulse response, a sound-card latency of 40-150 ms the
+   measurement is not told), measured two ways: the room microphone alone (layout mono), and beside the speaker
+   channel as recorded, on its own timeline (layout room-feed). The sweep: RT60 0.2-0.8 s x SNR 30 / 20 / 10 dB
+   x 1.5 and 3 m (white noise, 16 kHz); pink noise; answers fading in over 300 ms; 8 and 48 kHz. A turn's truth
+   is the stereo recording's own, carried into the room by where each source's direct sound lands. Goals (issue
+   43): every turn found; the silence within 20 ms at P90 up to RT60 0.6 s at SNR 20 dB or more and 1.5 m, within
+   50 ms up to RT60 0.8 s at 3 m and SNR 10 dB.
+3. **sound server**: a private PulseAudio null sink (``pipeline.acoustic.sound_server``) the emulated device
+   voices each question and plays each answer into while this process records its monitor; measured (mono)
+   against that run's traces. Goal: 20 ms. Left out, with the reason, where pulseaudio or PortAudio is missing.
 
-Per room condition: the RT60 asked and measured, the turns found of those played, the silence's error
-(acoustic - truth) as median, P90 and worst of its size, its signed median, the same for the rise above the
-noise (``rise_ms``), the P90 of the error against where the answer came out of the rest (the device's sound
-alone at the microphone reaching the power of the noise and of what is left of the question's reverberation
-in a 4 ms window: about the first a listener there could hear), how many answers began under the rest (more
-than 5 ms between the two), the goal and whether it was met. ``--from DIR`` measures an earlier run's emulator
-folder (``DIR/emulator``) instead of running the device again; ``--quick`` sweeps only the goal's corners.
+Per room: the RT60 asked and measured; for the microphone alone the turns found of those played, the silence's
+error (acoustic - truth) as median, P90 and worst of its size, its signed median, the same for the rise above the
+noise (``rise_ms``), the P90 against where the answer came out of the rest (the device's sound alone reaching the
+power of the noise and what is left of the question in a 4 ms window: about the first a listener could hear), how
+many answers began under the rest (more than 5 ms between the two) and whether the goal was met; the same first
+five with the feed. ``--from DIR`` measures an earlier run's emulator folder instead of running the device again;
+``--quick`` sweeps only the goals' corners.
 """
 
 from __future__ import annotations
@@ -49,11 +45,12 @@ import numpy as np
 import soundfile
 import soxr
 
+from labtools.acoustic_rooms import Room, sweep
 from labtools.transport_skews import start_serve, stop_serve
 from pipeline import replay
 from pipeline.acoustic.measure import measure_recording
 from pipeline.acoustic.questions import PlayedQuestion, load_questions
-from pipeline.acoustic.room import Noise, render_room
+from pipeline.acoustic.room import render_room
 from pipeline.acoustic.schedule import played_order
 from pipeline.records.acoustic import AcousticRow
 from pipeline.settings.config import load_config
@@ -78,50 +75,6 @@ class Pair:
     silence_sound: float
     last_trace: float | None
     last_sound: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Room:
-    """One room condition of the sweep."""
-
-    rt60: float
-    snr_db: float
-    distance_m: float
-    noise: Noise = "white"
-    rate: int = 16000
-    soft: bool = False
-
-    @property
-    def goal_ms(self) -> float:
-        """The issue's goal: 20 ms up to RT60 0.6 s at SNR 20 dB or more and 1.5 m, 50 ms anywhere else swept."""
-        return 20.0 if self.rt60 <= 0.6 and self.snr_db >= 20 and self.distance_m <= 1.5 else 50.0
-
-    @property
-    def label(self) -> str:
-        extra = [
-            x
-            for x in (
-                self.noise if self.noise != "white" else "",
-                f"{self.rate // 1000} kHz" if self.rate != 16000 else "",
-                "soft" if self.soft else "",
-            )
-            if x
-        ]
-        return f"RT60 {self.rt60:.1f} s, SNR {self.snr_db:g} dB, {self.distance_m:g} m" + "".join(
-            f", {x}" for x in extra
-        )
-
-
-def sweep(quick: bool) -> list[Room]:
-    """The issue's conditions: the grid, then pink noise, soft onsets and other rates at its hard corners."""
-    grid = [Room(rt, snr, d) for rt in (0.2, 0.4, 0.6, 0.8) for snr in (30.0, 20.0, 10.0) for d in (1.5, 3.0)]
-    corners = [Room(0.6, 20.0, 1.5), Room(0.8, 10.0, 3.0)]
-    if quick:
-        grid = corners
-    variants = [Room(r.rt60, r.snr_db, r.distance_m, noise="pink") for r in (Room(0.2, 20.0, 1.5), *corners)]
-    variants += [Room(r.rt60, r.snr_db, r.distance_m, soft=True) for r in (Room(0.3, 20.0, 1.5), *corners)]
-    variants += [Room(r.rt60, r.snr_db, r.distance_m, rate=rate) for rate in (8000, 48000) for r in corners]
-    return grid + variants
 
 
 def subset(out: Path, limit: int) -> Path:
@@ -248,9 +201,9 @@ def room_table(
     print(f"\n== rooms: {len(schedule)} questions played per recording; error = acoustic - truth (ms)")
     print(
         "| condition | RT60 measured | found / played | median | P90 | worst | signed median | rise median "
-        "| P90 from heard | began unheard | goal P90 | met |"
+        "| P90 from heard | began unheard | met | with the feed: found | median | P90 | worst | met | goal P90 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     met = True
     for n, room in enumerate(rooms):
         row = _room_row(stereo, rate, played, schedule, room, out / f"room-{n}.wav", seed=33 + n)
@@ -269,39 +222,60 @@ def _room_row(
     rendered = render_room(
         source, room.rate, seed=seed, snr_db=room.snr_db, rt60=room.rt60, distance_m=room.distance_m, noise=room.noise
     )
-    soundfile.write(wav, np.clip(rendered.mic, -1.0, 1.0), room.rate, subtype="PCM_16")
-    rows = measure_recording(wav, played, "mono", schedule=schedule)
+    mic = np.clip(rendered.mic, -1.0, 1.0)
+    soundfile.write(wav, mic, room.rate, subtype="PCM_16")
+    feed = np.pad(source[: len(mic), 1], (0, max(0, len(mic) - len(source))))  # on its own timeline, not the room's
+    soundfile.write(fed_wav := wav.with_suffix(".feed.wav"), np.stack([mic, feed], axis=1), room.rate, subtype="PCM_16")
     shift = (rendered.device_delay - rendered.person_delay) * 1000 / room.rate
-    errors, rises, beyond_heard, under = [], [], [], 0
-    for r in rows:
-        t = truth.get((r.question_id, r.round))
-        if r.ok and t is not None and t.ok and r.first_audible_ms is not None and t.first_audible_ms is not None:
-            errors.append(r.first_audible_ms - t.first_audible_ms - shift)
-            rises.append((r.rise_ms or 0.0) - t.first_audible_ms - shift)
-            at = round((t.first_audible_s or 0.0) * room.rate) + rendered.shift_of(1)
-            heard = rendered.heard_from(at)
-            if heard is not None and r.first_audible_s is not None:
-                under += heard - at > round(UNDER_MS * room.rate / 1000)
-                beyond_heard.append(abs(r.first_audible_s * room.rate - heard) * 1000 / room.rate)
-    found = len(errors)
-    sizes = np.abs(errors) if errors else np.array([np.nan])
-    p90 = float(np.percentile(sizes, 90))
-    ok = found == len(schedule) and p90 <= room.goal_ms
+    both = _silences(measure_recording(wav, played, "mono", schedule=schedule), truth, shift)
+    errors = [e for e, _, _ in both]
+    rises = [(r.rise_ms or 0.0) - (t.first_audible_ms or 0.0) - shift for _, r, t in both]
+    fed_errors = [
+        e for e, _, _ in _silences(measure_recording(fed_wav, played, "room-feed", schedule=schedule), truth, shift)
+    ]
+    beyond_heard, under = [], 0
+    for _, r, t in both:
+        at = round((t.first_audible_s or 0.0) * room.rate) + rendered.shift_of(1)
+        heard = rendered.heard_from(at)
+        if heard is not None and r.first_audible_s is not None:
+            under += heard - at > round(UNDER_MS * room.rate / 1000)
+            beyond_heard.append(abs(r.first_audible_s * room.rate - heard) * 1000 / room.rate)
+    alone, alone_ok = _stats(errors, len(schedule), room.goal_ms)
+    with_feed, feed_ok = _stats(fed_errors, len(schedule), room.goal_ms)
     cells = [
         room.label,
         f"{rendered.rt60:.2f} s",
-        f"{found} / {len(schedule)}",
-        f"{np.median(sizes):.1f}",
-        f"{p90:.1f}",
-        f"{np.max(sizes):.1f}",
+        *alone[:4],
         f"{statistics.median(errors):+.1f}" if errors else "-",
         f"{statistics.median(rises):+.1f}" if rises else "-",
         f"{np.percentile(beyond_heard, 90):.1f}" if beyond_heard else "-",
         f"{under}",
+        alone[4],
+        *with_feed,
         f"{room.goal_ms:g}",
-        "yes" if ok else "**no**",
     ]
-    return "| " + " | ".join(cells) + " |", ok
+    return "| " + " | ".join(cells) + " |", alone_ok and feed_ok
+
+
+def _silences(
+    rows: Sequence[AcousticRow], truth: dict[tuple[str, int | None], AcousticRow], shift: float
+) -> list[tuple[float, AcousticRow, AcousticRow]]:
+    """Each turn both measured: its silence's error (ms), the row and its truth."""
+    found = [(r, truth.get((r.question_id, r.round))) for r in rows]
+    return [
+        (r.first_audible_ms - t.first_audible_ms - shift, r, t)
+        for r, t in found
+        if r.ok and t is not None and t.ok and r.first_audible_ms is not None and t.first_audible_ms is not None
+    ]
+
+
+def _stats(errors: list[float], played: int, goal_ms: float) -> tuple[list[str], bool]:
+    """Found / played, the error's median, P90 and worst size, whether the goal was met; and that."""
+    sizes = np.abs(errors) if errors else np.array([np.nan])
+    p90 = float(np.percentile(sizes, 90))
+    ok = len(errors) == played and p90 <= goal_ms
+    cells = [f"{len(errors)} / {played}", f"{np.median(sizes):.1f}", f"{p90:.1f}", f"{np.max(sizes):.1f}"]
+    return [*cells, "yes" if ok else "**no**"], ok
 
 
 def _prepared(

@@ -4,8 +4,8 @@ Given a recording and the questions the lab played (their audio, nothing the run
 each question was played, where its speech ended, and when the answer was first and last audible, and
 writes the turns as rows named as the device rows' columns, ``measured_by`` ``acoustic``
 (``python -m pipeline.acoustic measure``). It reads the emulator's stereo recordings (microphone left,
-speaker right) exactly to the sample, and a single room microphone that hears both, through noise,
-reverberation and an unknown sound-card delay.
+speaker right) exactly to the sample, a single room microphone that hears both, through noise,
+reverberation and an unknown sound-card delay, and such a microphone beside what the speaker was fed.
 
 - ``questions``: the questions as played: each clip's audio and its end of speech (its truth's, where the
   question carries one; else the run's VAD).
@@ -15,6 +15,7 @@ reverberation and an unknown sound-card delay.
 - ``schedule``: the order the replay plays the questions in, and the order-keeping choice of matches.
 - ``tail``: the question's own sound after its end of speech (its trailing audio, the room's decay of it).
 - ``onset``: an answer's first and last audible sample, on a clean channel or a room microphone.
+- ``feed``: an answer the speaker was fed, found in a room microphone by its waveform (layout ``room-feed``).
 - ``measure``: a recording's turns, from the pieces above, as acoustic rows (their record, CSV writer and
   reader: ``pipeline.records.acoustic``).
 - ``room``: a simulated room (pyroomacoustics, image sources to the order its RT60 needs, the RT60 measured) that

@@ -1,7 +1,7 @@
 """``python -m pipeline.acoustic``: measure recordings (``measure``), or play to a real device and measure it (``run``).
 
-    python -m pipeline.acoustic measure RECORDING... --questions FIXTURES --out ROWS.csv [--layout stereo|mono]
-        [--rounds R] [--config TOML] [--model-cache DIR]
+    python -m pipeline.acoustic measure RECORDING... --questions FIXTURES --out ROWS.csv
+        [--layout stereo|mono|room-feed] [--rounds R] [--config TOML] [--model-cache DIR]
 
 With ``--rounds R`` the recordings hold the questions as the replay plays them (device N's recording, ``N.wav``:
 the fixtures started at question N, R rounds): every question played is exactly one row, one not found a
@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         "--layout",
         choices=LAYOUTS,
         default="stereo",
-        help="stereo: microphone left, speaker right (the emulator's); mono: one room microphone",
+        help="stereo: microphone left, speaker right (the emulator's); mono: one room microphone; room-feed: a "
+        "room microphone left, what the device's speaker was fed right (answers found by their waveform)",
     )
     m.add_argument(
         "--rounds",

@@ -10,9 +10,11 @@ question's); without the order, each question found (``align``) starts a turn an
 seen. A turn's end of speech is the clip's own (its truth's where it has one, else the run's VAD:
 ``questions``; the row's ``speech_end_from`` says which) from where the clip was found; the answer is looked
 for from there until the next question's first sound (or the recording's end), on the speaker channel when
-there is one (``onset.clean_span``) and on the room microphone when there is not (``onset.room_span``, above
-the noise and the question's own predicted tail: ``tail``). A turn that cannot be measured is a failed row
-naming the file; a file that cannot be read is one failed row; neither stops the other turns or files.
+there is one (``onset.clean_span``), on the room microphone when there is not (``onset.room_span``, above
+the noise and the question's own predicted tail: ``tail``), and by its waveform where the speaker's feed is
+known (``feed``: the first and last audible sample from the feed, the rise above the noise from the room).
+A turn that cannot be measured is a failed row naming the file; a file that cannot be read is one failed
+row; neither stops the other turns or files.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.acoustic.align import Missed, Occurrence, find_occurrences, find_played, speech_end_sample
+from pipeline.acoustic.feed import HEARD_SCORE, Fed, answer_heard, feed_lag
 from pipeline.acoustic.onset import Span, clean_span, noise_floor, room_span, without_rumble
 from pipeline.acoustic.questions import PlayedQuestion
 from pipeline.acoustic.recording import AUDIBLE, Layout, Recording, RecordingError, read_recording
@@ -74,7 +77,7 @@ def measure(
         else find_played(recording.mic, recording.rate, questions, schedule)
     )
     if not found:
-        channel = "microphone channel" if recording.speaker is not None else "recording"
+        channel = "recording" if recording.speaker is None and recording.feed is None else "microphone channel"
         return [
             failed_row(
                 device, f"{path}: no question found in the {channel} (no speech, or not these questions)", note=note
@@ -119,6 +122,7 @@ class _Turn:
             }
             self.floor = noise_floor(self.room, rate)
             self.t60 = room_decay(list(self.sounds.values()), rate, self.floor)
+        self.lag = None if recording.feed is None else feed_lag(recording.mic, recording.feed, rate)
 
     def stop(self, i: int) -> int:
         """Where the answer to the ``i``-th question found must have ended: the next question's first sound."""
@@ -161,6 +165,14 @@ class _Turn:
         stop = self.stop(i)
         bounded = _bounded_by(self.questions[following.question], following, rate) if following is not None else ""
         span = self._answer(i, end, stop)
+        rise = None if span is None else span.rise
+        if self.recording.feed is not None:
+            fed = self._fed(q, round_no, end, stop)
+            if isinstance(fed, str):
+                return self.failed(q, round_no, fed, bounded)
+            # the first and last audible sample from the feed; the rise above the noise the room's own (None
+            # where the answer never rose out of it)
+            span = Span(fed.first, fed.last, fed.first)
         if span is None:
             until = "the recording's end" if following is None else f"the next question at {stop / rate:.3f} s"
             return self.failed(
@@ -185,8 +197,30 @@ class _Turn:
             error="",
             note="; ".join(n for n in (recording.note, bounded) if n),
             speech_end_from=q.speech_end_from,
-            rise_ms=(span.rise - end) * 1000 / rate,
+            rise_ms=None if rise is None else (rise - end) * 1000 / rate,
         )
+
+    def _fed(self, q: PlayedQuestion, round_no: int, begin: int, stop: int) -> Fed | str:
+        """The answer the speaker's feed holds for this turn, found in the room; or why not."""
+        recording, rate = self.recording, self.recording.rate
+        assert recording.feed is not None
+        turn = f"question {q.question_id!r} (round {round_no})"
+        if self.lag is None:
+            return f"{recording.path}: the speaker's feed (right channel) is silent: no answer to find in the room"
+        heard = answer_heard(recording.mic, recording.feed, rate, self.lag, begin, stop)
+        if heard is None:
+            return (
+                f"{recording.path}: the speaker's feed holds no answer to {turn} between its end of speech at "
+                f"{begin / rate:.3f} s and {stop / rate:.3f} s (the room hears the feed "
+                f"{self.lag / rate * 1000:+.1f} ms after it)"
+            )
+        if not isinstance(heard, Fed):
+            return (
+                f"{recording.path}: the answer to {turn} that the feed holds from {heard.fed_at / rate:.3f} s was not "
+                f"heard in the room: its best match scored {heard.score:.3f} (needs {HEARD_SCORE:.3f}), near "
+                f"{heard.near / rate:.3f} s"
+            )
+        return heard
 
     def _answer(self, i: int, begin: int, stop: int) -> Span | None:
         recording = self.recording

@@ -2,10 +2,12 @@
 
 ``stereo`` is the emulator's layout (``--record-audio``): left what the device's microphone sent, right
 what its speaker played, one clock. ``mono`` is a single room microphone that hears the person and the
-device (a stereo file given as ``mono`` is mixed down). Any sample rate libsndfile reads is kept as it is:
-onsets are found at the file's own samples, so a figure is exact to the sample at any rate (the questions
-are resampled to it where they are compared). Samples are floats in -1..1, so the audibility threshold of
-16-bit audio (``AUDIBLE``) is the same level at every bit depth.
+device (a stereo file given as ``mono`` is mixed down). ``room-feed`` is a room microphone (left) beside what
+the device's speaker was fed (right: a tap of its line, or the emulator's speaker channel): the answers'
+sound is then known, and found in the room by its waveform (``feed``); the feed's own timing is not used.
+Any sample rate libsndfile reads is kept as it is: onsets are found at the file's own samples, so a figure is
+exact to the sample at any rate (the questions are resampled to it where they are compared). Samples are floats
+in -1..1, so the audibility threshold of 16-bit audio (``AUDIBLE``) is the same level at every bit depth.
 
 What stops a file is a ``RecordingError`` naming it: unreadable, empty, fewer channels than the layout
 needs. What does not stop it is noted: clipped samples (at full scale) distort the waveform but not where
@@ -24,8 +26,8 @@ from typing import Literal
 import numpy as np
 import soundfile
 
-Layout = Literal["stereo", "mono"]
-LAYOUTS: tuple[Layout, ...] = ("stereo", "mono")
+Layout = Literal["stereo", "mono", "room-feed"]
+LAYOUTS: tuple[Layout, ...] = ("stereo", "mono", "room-feed")
 AUDIBLE = 64 / 32768  # pipeline.transport.wire.opus.audible's threshold: |x| > 64 of int16, about -54 dBFS
 FULL_SCALE = 32767 / 32768  # a sample at or past this is clipped (16-bit's largest positive value)
 CLIPPED_RUN = 3  # consecutive full-scale samples that count as clipping, not one loud peak
@@ -37,13 +39,15 @@ class RecordingError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Recording:
-    """A recording's channels at its own rate: the microphone (or room), the speaker (stereo only)."""
+    """A recording's channels at its own rate: the microphone (or room), the speaker (stereo only), the
+    speaker's feed (room-feed only)."""
 
     path: Path
     rate: int
     mic: np.ndarray
     speaker: np.ndarray | None
     note: str = ""  # what was noticed but did not stop the measurement (clipping, a mixed-down file)
+    feed: np.ndarray | None = None
 
     @property
     def seconds(self) -> float:
@@ -55,19 +59,29 @@ def read_recording(path: Path, layout: Layout) -> Recording:
     samples, rate = _samples(path)
     channels = samples.shape[1]
     notes = [short] if (short := cut_short(path, len(samples), rate)) else []
-    if layout == "stereo":
-        if channels != 2:
-            raise RecordingError(
-                f"{path}: {channels} channel{'s' if channels != 1 else ''}; the stereo layout needs 2 "
-                "(left: the microphone, right: the speaker); a single room microphone is --layout mono"
-            )
-        mic, speaker = samples[:, 0], samples[:, 1]
-    else:
+    feed = None
+    if layout == "mono":
         mic, speaker = samples.mean(axis=1), None
         if channels > 1:
             notes.append(mixed(samples))
+    elif channels != 2:
+        raise RecordingError(
+            f"{path}: {channels} channel{'s' if channels != 1 else ''}; the {layout} layout needs 2 ("
+            + (
+                "left: the microphone, right: the speaker"
+                if layout == "stereo"
+                else "left: the room microphone, right: the speaker's feed"
+            )
+            + "); a single room microphone is --layout mono"
+        )
+    elif layout == "stereo":
+        mic, speaker = samples[:, 0], samples[:, 1]
+    else:
+        mic, speaker, feed = samples[:, 0], None, np.ascontiguousarray(samples[:, 1])
     clipped = [
-        f"{name} {n} samples" for name, x in (("microphone", mic), ("speaker", speaker)) if (n := clipped_samples(x))
+        f"{name} {n} samples"
+        for name, x in (("microphone", mic), ("speaker", speaker), ("feed", feed))
+        if (n := clipped_samples(x))
     ]
     if clipped:
         notes.append(f"clipped at full scale ({', '.join(clipped)}): onsets measured, levels distorted")
@@ -77,6 +91,7 @@ def read_recording(path: Path, layout: Layout) -> Recording:
         np.ascontiguousarray(mic),
         None if speaker is None else np.ascontiguousarray(speaker),
         "; ".join(notes),
+        feed,
     )
 
 

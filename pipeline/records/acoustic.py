@@ -74,7 +74,8 @@ class AcousticRow:
             MS,
             "end of user speech -> where the answer rose 6 dB above the room's noise and the question's own tail "
             "(a level meter's onset); `first_audible_ms` is the answer's first audible sample, found back from "
-            "here: on a clean channel the two are one sample",
+            "here (with the speaker's feed, layout room-feed: found by its waveform; empty here where the answer "
+            "never rose out of the noise): on a clean channel the two are one sample",
         ),
     ] = None
     where: str = field(default="", compare=False)  # file:line, where a reader read the row; no column
