@@ -3,11 +3,12 @@ its waveform.
 
 A room microphone alone hears an answer once it rises out of the noise (``onset.room_span``); an answer that
 begins softly (a breath, a fricative) under a noisy room's level is found only where it rises, tens of
-milliseconds late, and no detector that does not know the answer can do better. Where the recording also holds
-what the speaker was fed (layout ``room-feed``: a tap of the speaker's line, or the emulator's own speaker
-channel), the answer is known: its first ``CLIP_MS`` from its first audible sample, correlated with the room
-(``align.direct_sound``: the direct sound, not a reflection), says where that first sample arrived, however
-far under the noise it lies (the correlation sums the whole clip). The feed's timing is not trusted, only its
+milliseconds late: until then a detector that does not know the answer has nothing to tell it from the noise by.
+Where the recording also holds what the speaker was fed (layout ``room-feed``: a tap of the speaker's line, or the
+emulator's own speaker channel; clean, its noise under the audibility threshold, so the feed's own first audible
+sample is the answer's), the answer is known: its first ``CLIP_MS`` from its first audible sample, correlated
+with the room (``align.direct_sound``: the direct sound, not a reflection), says where that first sample arrived,
+however far under the noise it lies (the correlation sums the whole clip). The feed's timing is not trusted, only its
 waveform: its lag to the room (an output's buffering, the air) is estimated once per recording (``feed_lag``,
 a phase-transform correlation of the whole recording at ``LAG_RATE``), only to tell which of the feed's sounds
 is which turn's answer, and each answer is then placed on its own, within ``align.REACH_MS`` of that.
