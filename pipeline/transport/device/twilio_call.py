@@ -46,13 +46,15 @@ class CallQuestion:
 
 @dataclass(frozen=True, slots=True)
 class CallTurn:
-    """One question on the call: when its speech ended (the clock's ns, as the caller sent it) and its answer as
-    the phone played it (None: nothing audible within the wait). The answer's edges are inferred from the sound:
-    the protocol marks neither."""
+    """One question on the call: when its speech ended (the clock's ns, as the caller sent it; None: it was never
+    said) and its answer as the phone played it (None: nothing audible within the wait). The answer's edges are
+    inferred from the sound: the protocol marks neither. ``error``: why the turn failed (the bot closed the
+    call), "" when it did not."""
 
     question_id: str
-    speech_end_ns: int
+    speech_end_ns: int | None
     heard: HeardAnswer | None
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +75,9 @@ class _Line:
         self.bot = FromBot(stream_sid)
         self.echoed: list[str] = []
         self.chunk = 0
+        self.sequence = 1  # the start's; every message after ``connected`` is numbered, as Twilio numbers them
         self.t0 = clock.now_ns()
+        self.speech_end: int | None = None  # the question being asked: where its speech ended, once it is said
 
     async def read(self) -> None:
         """Every message the bot sends, into the playout as it arrives."""
@@ -96,16 +100,20 @@ class _Line:
         due = self.t0 + self.chunk * FRAME_NS
         await asyncio.sleep(max(0, due - self.clock.now_ns()) / 1e9)
         self.chunk += 1
-        await self.ws.send(tw.encode(tw.media(self.stream_sid, ulaw, self.chunk, (self.chunk - 1) * 20)))
+        await self.ws.send(tw.encode(tw.media(self.stream_sid, ulaw, self.chunk, (self.chunk - 1) * 20, self.next())))
         for name, _due in self.playout.echoes(self.clock.now_ns()):
-            await self.ws.send(tw.encode(tw.MarkEvent(tw.MarkBody(name), self.stream_sid)))
+            await self.ws.send(tw.encode(tw.MarkEvent(tw.MarkBody(name), self.stream_sid, str(self.next()))))
             self.echoed.append(name)
+
+    def next(self) -> int:
+        self.sequence += 1
+        return self.sequence
 
 
 async def call(url: str, questions: Sequence[CallQuestion], clock: Clock, answer_wait_s: float = 10.0) -> Call:
     """Call the bot at ``url`` and ask ``questions`` one after another, each once its answer is over (or
-    ``answer_wait_s`` after its speech ended, when none came). A bot that closes the call raises websockets'
-    ``ConnectionClosed`` out of it (not yet a failed turn: the replay's rows are still the xiaozhi device's)."""
+    ``answer_wait_s`` after its speech ended, when none came). A bot that closes the call fails the turn it cut
+    and leaves the rest unasked, each a turn that says so: the turns before keep their figures."""
     stream_sid, call_sid = "MZ" + secrets.token_hex(16), "CA" + secrets.token_hex(16)
     turns = []
     async with connect(url, max_size=2 * tw.MOST_CHARS, compression=None) as ws:
@@ -117,7 +125,14 @@ async def call(url: str, questions: Sequence[CallQuestion], clock: Clock, answer
         try:
             for q in questions:
                 turns.append(await _ask(line, q, round(answer_wait_s * 1e9)))
-            await ws.send(tw.encode(tw.StopEvent(tw.StopInfo(start.account_sid, call_sid), stream_sid)))
+            stop = tw.StopEvent(tw.StopInfo(start.account_sid, call_sid), stream_sid, str(line.next()))
+            await ws.send(tw.encode(stop))
+        except ConnectionClosed as exc:
+            why = f"the bot closed the call ({exc})"
+            end = line.speech_end  # what was heard of the cut turn's answer stays, as far as it had played
+            heard = None if end is None else line.playout.answer(end, clock.now_ns())
+            turns.append(CallTurn(questions[len(turns)].question_id, end, heard, why))
+            turns += [CallTurn(q.question_id, None, None, f"not asked: {why}") for q in questions[len(turns) :]]
         finally:
             reader.cancel()
     return Call(turns, line.bot.dropped, line.echoed)
@@ -126,11 +141,12 @@ async def call(url: str, questions: Sequence[CallQuestion], clock: Clock, answer
 async def _ask(line: _Line, q: CallQuestion, wait_ns: int) -> CallTurn:
     """Say ``q`` (its frames at the line's pace), then silence until its answer is over or the wait ran out."""
     ulaw = g711.encode(q.pcm)
-    first_chunk = line.chunk
+    first_chunk, line.speech_end = line.chunk, None
     for i in range(0, len(ulaw), FRAME_SAMPLES):
         await line.say(ulaw[i : i + FRAME_SAMPLES].ljust(FRAME_SAMPLES, SILENCE[:1]))
     # a frame's samples were captured in the frame's length before it is sent (as the device emulator's pacer has it)
     speech_end = line.t0 + (first_chunk - 1) * FRAME_NS + round(q.speech_end_ms * 1_000_000)
+    line.speech_end = speech_end
     while True:
         now = line.clock.now_ns()
         heard = line.playout.answer(speech_end, now)

@@ -143,13 +143,14 @@ class StopEvent(_Event, tag="stop", frozen=True):
 
 class Sound(msgspec.Struct, frozen=True):
     """A ``media`` message as it arrived: its mu-law audio, decoded from base64 once, and the caller's chunk
-    number and timestamp (ms) where it sent them."""
+    number, timestamp (ms) and sequence number where it sent them."""
 
     ulaw: bytes
     stream_sid: str | None = None
     track: str | None = None
     chunk: int | None = None
     timestamp_ms: int | None = None
+    sequence: int | None = None  # the message's ``sequenceNumber``, where it carried one
 
     @property
     def samples(self) -> int:
@@ -212,7 +213,14 @@ def sound(message: MediaEvent) -> Sound:
         ulaw = base64.b64decode(body.payload, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ProtocolError(f"a media payload that is not base64: {exc}") from None
-    return Sound(ulaw, message.stream_sid, body.track, _whole("chunk", body.chunk), _whole("timestamp", body.timestamp))
+    return Sound(
+        ulaw,
+        message.stream_sid,
+        body.track,
+        _whole("chunk", body.chunk),
+        _whole("timestamp", body.timestamp),
+        _whole("sequence number", message.sequence_number),
+    )
 
 
 def _whole(name: str, text: str | None) -> int | None:
@@ -235,7 +243,9 @@ def encode(message: AnyEvent) -> str:
     return msgspec.json.encode(_kept(msgspec.to_builtins(message))).decode("utf-8")
 
 
-def media(stream_sid: str, ulaw: bytes, chunk: int | None = None, timestamp_ms: int | None = None) -> MediaEvent:
+def media(
+    stream_sid: str, ulaw: bytes, chunk: int | None = None, timestamp_ms: int | None = None, sequence: int | None = None
+) -> MediaEvent:
     """A media message of ``ulaw`` audio; the caller's numbers it where given (a bot's media carries none)."""
     return MediaEvent(
         MediaBody(
@@ -245,6 +255,7 @@ def media(stream_sid: str, ulaw: bytes, chunk: int | None = None, timestamp_ms: 
             None if timestamp_ms is None else str(timestamp_ms),
         ),
         stream_sid,
+        None if sequence is None else str(sequence),
     )
 
 

@@ -36,6 +36,8 @@ class StandIn:
     events: list[str] = field(default_factory=list)
     answered_ns: list[int] = field(default_factory=list)  # when each answer's first chunk was sent
     marks: list[str] = field(default_factory=list)  # echoed back to it
+    sequence: list[int] = field(default_factory=list)  # every message's sequenceNumber, after connected
+    hang_up_on_question: int = 0  # close the call when this question (1, 2...) begins to be said; 0: never
 
     async def handle(self, ws: ServerConnection) -> None:
         spoke, quiet = False, 0
@@ -44,11 +46,17 @@ class StandIn:
             if item is None:
                 continue
             self.events.append(type(item).__name__)
+            number = item.sequence if isinstance(item, tw.Sound) else getattr(item, "sequence_number", None)
+            if number is not None:
+                self.sequence.append(int(number))
             if isinstance(item, tw.MarkEvent):
                 self.marks.append(item.mark.name)
             if not isinstance(item, tw.Sound):
                 continue
             loud = int(np.abs(g711.decode(item.ulaw).astype(np.int32)).max()) > 500
+            if loud and not spoke and len(self.answered_ns) + 1 == self.hang_up_on_question:
+                await ws.close()
+                return
             spoke, quiet = (True, 0) if loud else (spoke, quiet + spoke)
             if spoke and quiet == QUIET_FRAMES:
                 spoke = False
@@ -87,7 +95,7 @@ def test_a_call_to_a_twilio_bot_hears_each_answer_as_a_phone_plays_it() -> None:
     assert [t.question_id for t in turns] == [q.question_id for q in questions()]
     for turn, sent in zip(turns, bot.answered_ns, strict=True):
         heard = turn.heard
-        assert heard is not None and heard.over and not heard.cleared
+        assert heard is not None and heard.over and not heard.cleared and turn.speech_end_ns is not None
         # sent at once, played back to back: exactly the answer's length, from its first sample to its last
         assert heard.last_ns - heard.first_ns == (ANSWER_MS * 8 - 1) * NS_PER_SAMPLE
         # heard when it arrived (loopback and one event loop: well under a frame)
@@ -95,3 +103,23 @@ def test_a_call_to_a_twilio_bot_hears_each_answer_as_a_phone_plays_it() -> None:
         # the silence the caller measured holds the stand-in's own wait for quiet and its thinking time
         assert heard.first_ns - turn.speech_end_ns >= THINK_S * 1e9
     assert bot.marks == ["answer-1", "answer-2"]  # each echoed once its audio had played
+    assert bot.sequence == list(range(1, len(bot.sequence) + 1))  # numbered as Twilio numbers its messages
+    assert all(not t.error for t in turns)
+
+
+def test_a_bot_that_hangs_up_fails_the_turn_it_cut_and_leaves_the_rest_unasked() -> None:
+    clock = RealClock()
+    bot = StandIn(clock, hang_up_on_question=2)
+    asked = [*questions(), *questions()[:1]]
+
+    async def main() -> Call:
+        async with serve(bot.handle, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            return await call(f"ws://127.0.0.1:{port}/media", asked, clock, answer_wait_s=5.0)
+
+    turns = asyncio.run(main()).turns
+    assert [t.question_id for t in turns] == [q.question_id for q in asked]
+    first, cut, unasked = turns
+    assert not first.error and first.heard is not None and first.heard.over  # kept, with its figures
+    assert cut.error.startswith("the bot closed the call (") and cut.speech_end_ns is None and cut.heard is None
+    assert unasked.error.startswith("not asked: the bot closed the call (") and unasked.speech_end_ns is None

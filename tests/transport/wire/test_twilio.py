@@ -77,7 +77,7 @@ def test_what_a_caller_sends_reads_as_typed_events() -> None:
     assert connected == tw.ConnectedEvent()
     assert isinstance(start, tw.StartEvent) and start.start.call_sid == "CA0" and start.stream_sid == "MZ0"
     assert start.start.media_format == tw.MediaFormat() and start.start.custom_parameters == {"lab": "1"}
-    assert sound == tw.Sound(b"\xff\xff\xff\xff", "MZ0", "inbound", 1, 5)
+    assert sound == tw.Sound(b"\xff\xff\xff\xff", "MZ0", "inbound", 1, 5, 3)
     assert isinstance(dtmf, tw.DtmfEvent) and dtmf.dtmf.digit == "1"
     assert isinstance(mark, tw.MarkEvent) and mark.mark.name == "turn-1"
     assert isinstance(stop, tw.StopEvent) and stop.stop.call_sid == "CA0"
@@ -97,7 +97,8 @@ def test_what_a_bot_sends_is_encoded_as_its_serializer_writes_it() -> None:
     for message in CALLER:  # every caller event survives a round trip through the lab's own encoder
         event = tw.read(message)
         if isinstance(event, tw.Sound):
-            assert tw.read(tw.encode(tw.media("MZ0", event.ulaw, event.chunk, event.timestamp_ms))) == event
+            again = tw.media("MZ0", event.ulaw, event.chunk, event.timestamp_ms, event.sequence)
+            assert tw.read(tw.encode(again)) == event
         else:
             assert not isinstance(event, tw.OtherEvent | Malformed)
             assert tw.read(tw.encode(event)) == event
@@ -114,6 +115,7 @@ def test_what_a_bot_sends_is_encoded_as_its_serializer_writes_it() -> None:
         ('{"event":"media","media":{"payload":"AA==","chunk":"-1"}}', "a media chunk that is not a whole number"),
         ('{"event":"media","media":{"payload":"AA==","timestamp":"1e3"}}', "a media timestamp that is not"),
         ('{"event":"media","media":{}}', "a media message that does not read"),
+        ('{"event":"media","sequenceNumber":"x1","media":{"payload":"AA=="}}', "a media sequence number that is not"),
         ('{"event":"mark","mark":{"name":7}}', "a mark message that does not read"),
         ('{"event":"start"}', "a start message that does not read"),
     ],
