@@ -237,7 +237,7 @@ def speech_end_sample(mic: np.ndarray, rate: int, q: PlayedQuestion, o: Occurren
     if not len(own) or not np.any(own):
         return fallback
     if rate != q.sample_rate:
-        own = _resampled(q.pcm, q.sample_rate, rate)[round(k * frame * rate / q.sample_rate) :][
+        own = resampled(q.pcm, q.sample_rate, rate)[round(k * frame * rate / q.sample_rate) :][
             : round(len(own) * rate / q.sample_rate)
         ]
     predicted = o.start + round(k * FRAME_MS * rate / 1000)
@@ -253,7 +253,7 @@ def _placed(o: Occurrence, mic: np.ndarray, rate: int, q: PlayedQuestion) -> Occ
     """The band pattern's lag made exact at the recording's rate: the clip's direct sound near it
     (``direct_sound``). The score stays the band pattern's."""
     lo_s, hi_s = spoken_part(q)
-    at_rate = _resampled(q.pcm, q.sample_rate, rate) if rate != q.sample_rate else q.pcm.astype(np.float64)
+    at_rate = resampled(q.pcm, q.sample_rate, rate) if rate != q.sample_rate else q.pcm.astype(np.float64)
     offset = round(lo_s * rate / q.sample_rate)
     clip = at_rate[offset : round(hi_s * rate / q.sample_rate)]
     return Occurrence(o.question, direct_sound(mic, rate, clip, o.start + offset) - offset, o.score)
@@ -306,7 +306,8 @@ def local_ncc(mic: np.ndarray, clip: np.ndarray, lo: int, hi: int) -> np.ndarray
     return np.where(window > 0, corr / (norm * np.sqrt(np.maximum(window, 1e-300))), 0.0)
 
 
-def _resampled(x: np.ndarray, rate: int, to: int) -> np.ndarray:
+def resampled(x: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """``x`` at ``to`` Hz (as floats; itself where it is at that rate already)."""
     if rate == to:
         return np.asarray(x, dtype=np.float64)
     return np.asarray(soxr.resample(np.asarray(x, dtype=np.float64), rate, to, quality="HQ"), dtype=np.float64)

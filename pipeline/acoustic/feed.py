@@ -19,9 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import soxr
 
-from pipeline.acoustic.align import direct_sound, local_ncc, whitened
+from pipeline.acoustic.align import direct_sound, local_ncc, resampled, whitened
 from pipeline.acoustic.onset import clean_span
 
 LAG_RATE = 8000  # the recording-wide lag is rough (a sample at 8 kHz): each answer is placed at the full rate
@@ -69,7 +68,7 @@ def feed_lag(room: np.ndarray, feed: np.ndarray, rate: int) -> int | None:
     if not len(feed) or not np.any(feed):
         return None
     most = round(MOST_LAG_MS * LAG_RATE / 1000)
-    scores = whitened(_at_lag_rate(room, rate), _at_lag_rate(feed, rate), -most, most + 1)
+    scores = whitened(resampled(room, rate, LAG_RATE), resampled(feed, rate, LAG_RATE), -most, most + 1)
     return round((int(np.argmax(scores)) - most) * rate / LAG_RATE)
 
 
@@ -95,10 +94,8 @@ def _heard_score(room: np.ndarray, clip: np.ndarray, rate: int, at: int) -> floa
     direct sound), both at ``SCORE_RATE`` or below."""
     to = min(rate, SCORE_RATE)
     after = round(REFLECTED_MS * rate / 1000)
-    heard = emphasised(room[max(0, at) : at + after + len(clip)])
-    if to != rate:
-        heard = soxr.resample(heard, rate, to, quality="HQ")
-        clip = soxr.resample(clip, rate, to, quality="HQ")
+    heard = resampled(emphasised(room[max(0, at) : at + after + len(clip)]), rate, to)
+    clip = resampled(clip, rate, to)
     return float(np.max(local_ncc(heard, clip, 0, max(1, len(heard) - len(clip) + 1))))
 
 
@@ -107,8 +104,3 @@ def emphasised(x: np.ndarray) -> np.ndarray:
     longest, made to weigh less in the score, so what it measures is the answer's own sound."""
     x = np.asarray(x, dtype=np.float64)
     return np.concatenate((x[:1], x[1:] - PRE_EMPHASIS * x[:-1])) if len(x) else x
-
-
-def _at_lag_rate(x: np.ndarray, rate: int) -> np.ndarray:
-    y = np.asarray(x, dtype=np.float64)
-    return y if rate == LAG_RATE else np.asarray(soxr.resample(y, rate, LAG_RATE, quality="HQ"), dtype=np.float64)
