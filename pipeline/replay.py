@@ -88,13 +88,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--temp-command", metavar="CMD", help="shell command printing the temperature in °C (default: sysfs sensors)"
     )
-    device = p.add_argument_group("as a device of a xiaozhi server (audio always at real-time pace)")
+    device = p.add_argument_group("as a device of a xiaozhi server or a telephony bot (audio always at real-time pace)")
     device.add_argument(
         "--server",
         help="the server: ws://HOST:PORT/xiaozhi/v1/ (WebSocket); mqtt://HOST:PORT[/TOPIC][?group=GID] (MQTT + UDP "
         "as to the xiaozhi MQTT gateway: client id GID@@@MAC@@@UUID, password signed with the key in "
         "--mqtt-signature-key-env, publishes to TOPIC, default device-server); or an OTA URL "
-        "http://HOST:PORT/xiaozhi/ota/, asked as a device asks at boot, whose answer's mqtt section says all that",
+        "http://HOST:PORT/xiaozhi/ota/, asked as a device asks at boot, whose answer's mqtt section says all that; "
+        "or twilio+ws://HOST:PORT/PATH (a bot that speaks Twilio Media Streams, called as a phone calls it: mu-law "
+        "8 kHz, the answer's edges inferred from its sound)",
     )
     device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
     device.add_argument(

@@ -103,6 +103,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
     asr_error, asr_metric, quality = _quality(t, a, _Heard(asr, device, sentences, playback, language))
     (
         transport,
+        answer_edges,
         stt_received,
         first_received,
         first_audible,
@@ -173,6 +174,7 @@ def turn_row(t: TurnSpans, server: TurnSpans | None = None) -> tuple[TurnRow, tu
         trace_id=t.turn.trace_id,
         turn_start_ns=t.turn.start_ns,
         transport=transport,
+        answer_edges=answer_edges,
         stt_received_ms=stt_received,
         first_audio_received_ms=first_received,
         first_audible_ms=first_audible,
@@ -206,7 +208,7 @@ def _queue_wait(queues: Sequence[ReadSpan]) -> float | None:
     return round(sum(known), 3) if known else None
 
 
-_DeviceView = tuple[str, float | None, float | None, float | None, float | None, str, float | None, float | None]
+_DeviceView = tuple[str, str, float | None, float | None, float | None, float | None, str, float | None, float | None]
 
 
 def _device(device: ReadSpan | None, playback: ReadSpan | None, speech_end: int | None) -> _DeviceView:
@@ -219,6 +221,7 @@ def _device(device: ReadSpan | None, playback: ReadSpan | None, speech_end: int 
     played = playback.end_ns if playback is not None else None
     return (
         _str(device.attributes.get(names.TRANSPORT)),
+        _str(device.attributes.get(names.ANSWER_EDGES, "told")),  # traces from before it was kept: xiaozhi's
         ms(speech_end, device.event_ns(names.EV_STT)),
         ms(speech_end, device.event_ns(names.EV_FIRST_AUDIO_RECEIVED)),
         ms(speech_end, device.event_ns(names.EV_FIRST_AUDIBLE)),
@@ -230,7 +233,7 @@ def _device(device: ReadSpan | None, playback: ReadSpan | None, speech_end: int 
     )
 
 
-_NO_DEVICE: _DeviceView = ("", None, None, None, None, "", None, None)
+_NO_DEVICE: _DeviceView = ("", "", None, None, None, None, "", None, None)
 
 
 def _barged(device: ReadSpan | None) -> bool:
@@ -262,8 +265,11 @@ def _transcript(asr: ReadSpan | None, device: ReadSpan | None) -> str | None:
     return _str(device.attributes.get(names.TRANSCRIPT))
 
 
-def _answer(sentences: Sequence[ReadSpan], device: ReadSpan | None) -> str:
-    """The spoken answer: the sentence spans, or the sentence texts the device was sent."""
+def _answer(sentences: Sequence[ReadSpan], device: ReadSpan | None) -> str | None:
+    """The spoken answer: the sentence spans, or the sentence texts the device was sent; None where its wire
+    carries no text (a telephony line: only the sound), so no answer is scored as empty."""
+    if device is not None and device.attributes.get(names.TRANSPORT) in names.SOUND_ONLY_TRANSPORTS:
+        return None
     if sentences:
         return " ".join(_str(s.attributes.get(names.SENTENCE_TEXT)) for s in sentences)
     said = [e for e in device.events if e.name == names.EV_SENTENCE_START] if device is not None else []
@@ -313,7 +319,7 @@ def _quality(t: TurnSpans, a: dict[str, AttrValue], heard: _Heard) -> tuple[floa
     scored = None if transcript is None else error_rate(_str(a.get(names.REFERENCE_TEXT)), transcript, heard.language)
     answer = _answer(heard.sentences, heard.device)
     tools = " ".join(_str(c.attributes.get(names.TOOL_NAME)) for c in t.spans(names.LLM_CALL))
-    quality = keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
+    quality = None if answer is None else keyword_score(answer + " " + tools, _str(a.get(names.EXPECTED_KEYWORDS)))
     return (
         round(scored[0], 4) if scored else None,
         scored[1] if scored else "",

@@ -78,6 +78,8 @@ class Target:
 
     @property
     def transport(self) -> str:
+        if self.url.startswith(("twilio+ws://", "twilio+wss://")):
+            return "twilio"
         return "websocket" if self.url.startswith(("ws://", "wss://")) else "mqtt+udp"
 
 
@@ -311,7 +313,8 @@ def reachable(target: Target, env: Mapping[str, str]) -> None:
     It waits for the server's MCP exchange as every device does (``mcp_wait_s``): an MQTT device that left
     in the middle of it was seen never to finish closing, so the whole check also has a time limit."""
     from pipeline.clock import RealClock
-    from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
+    from pipeline.transport.device.device_settings import DeviceSettings
+    from pipeline.transport.device.devices import device_for
 
     settings = DeviceSettings(
         url=target.url,
@@ -322,7 +325,7 @@ def reachable(target: Target, env: Mapping[str, str]) -> None:
     limit_s = settings.connect_timeout_s + settings.mcp_wait_s + 5
 
     async def hello() -> None:
-        async with asyncio.timeout(limit_s), EmulatedDevice(settings, RealClock()):
+        async with asyncio.timeout(limit_s), device_for(settings, RealClock()):
             pass
 
     try:

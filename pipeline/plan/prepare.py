@@ -26,9 +26,10 @@ from pipeline.settings.config import Config
 from pipeline.settings.fixtures import QuestionSet, load_questions
 from pipeline.settings.models import default_cache
 from pipeline.tracing.export import OtlpSettings, otlp_from_env
-from pipeline.transport.device.device import DeviceSettings, EmulatedDevice
 from pipeline.transport.device.device_recording import RecordTo
-from pipeline.transport.device.device_settings import SoundOutputs
+from pipeline.transport.device.device_settings import DeviceSettings, SoundOutputs
+from pipeline.transport.device.devices import AnyDevice, device_for
+from pipeline.transport.device.phone_device import is_phone
 from stages.registry import ROLES
 
 DEVICE_CHOICES = ("jitter_frames", "uplink_encoder", "listen_mode")  # entered in config_id when not the firmware's
@@ -93,6 +94,8 @@ def prepare(plan: RunPlan, env: Mapping[str, str]) -> Prepared:
     otlp = otlp_from_env(env)
     clock = make_clock(cfg)
     remote = device_of(plan, cfg, env)
+    if remote is not None and plan.device.record_audio is not None and is_phone(remote.url):
+        raise ValueError("--record-audio on a telephony line (twilio+ws): not yet, the caller records nothing")
     if remote is None:
         check_languages(cfg, questions.questions[: cfg.run.limit or None])
     roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends
@@ -109,7 +112,7 @@ def prepare(plan: RunPlan, env: Mapping[str, str]) -> Prepared:
 
 def identify_device(engines: Engines, remote: DeviceSettings, clock: Clock) -> None:
     """Enter how this device run differs into the run's identity (M11) and its rows' llm_endpoint."""
-    engines.endpoint, engines.identity["server"] = EmulatedDevice(remote, clock).label, remote.url
+    engines.endpoint, engines.identity["server"] = device_for(remote, clock).label, remote.url
     if remote.profile is not None:  # the link changes every latency the device sees (M11)
         engines.identity["link_profile"] = json.dumps(remote.profile.as_dict(), sort_keys=True)
     if remote.settle_ms:  # each question waits for a quiet server: the turns no longer follow each other at once
@@ -133,10 +136,10 @@ def identify_device(engines: Engines, remote: DeviceSettings, clock: Clock) -> N
 
 def _device_factory(
     settings: DeviceSettings, clock: Clock, run_id: str, record: Path | None
-) -> Callable[[int], EmulatedDevice]:
-    def device(index: int) -> EmulatedDevice:
+) -> Callable[[int], AnyDevice]:
+    def device(index: int) -> AnyDevice:
         to = RecordTo(record, str(index), run_id) if record is not None else None
-        return EmulatedDevice(dataclasses.replace(settings, device_id=device_id(index)), clock, to)
+        return device_for(dataclasses.replace(settings, device_id=device_id(index)), clock, to)
 
     return device
 

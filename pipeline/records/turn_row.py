@@ -1,16 +1,15 @@
 """The turn record: one declaration of bench.csv's columns, each with its type, unit and meaning.
 
-``TurnRow``'s fields are bench.csv's columns in the file's order, declared as every record is
-(``schema``). Everything else that names a column is generated from it: ``COLUMNS`` (the CSV
-header), the device's and the wire's column groups, the numeric columns, the texts many turns
-share (``REPEATED``), the docs' column table (``columns_table``; kept equal by a test), and
-``column``, the one way generic code turns a column's name into its value. bench.csv itself is
-written and read by ``bench_csv``.
+``TurnRow``'s fields are bench.csv's columns in the file's order, declared as every record is (``schema``).
+Everything else that names a column is generated from it: ``COLUMNS`` (the CSV header), the device's and the wire's
+column groups, the numeric columns, the texts many turns share (``REPEATED``), the docs' column table
+(``columns_table``; kept equal by a test), and ``column``, the one way generic code turns a column's name into its
+value. bench.csv itself is written and read by ``bench_csv``.
 
-A row holds only text, integers, floats and None, so it never takes part in a reference cycle:
-``gc=False`` keeps a fleet's million rows out of the garbage collector's walks. Frozen: once made
-(``rows.turn_row``) a row is never changed; the one exception is the reader swapping its repeated
-texts for one shared copy before anyone else sees it (``facts.facts_of``).
+A row holds only text, integers, floats and None, so it never takes part in a reference cycle: ``gc=False`` keeps a
+fleet's million rows out of the garbage collector's walks. Frozen: once made (``rows.turn_row``) a row is never
+changed; the one exception is the reader swapping its repeated texts for one shared copy before anyone else sees it
+(``facts.facts_of``).
 """
 
 from __future__ import annotations
@@ -27,14 +26,17 @@ from pipeline.records.schema import meta as _m
 # column groups: the device's view across a transport, the split of its first sound (``wire.py``), and the
 # end-point scored against the question's truth (``analysis.endpoint_truth``)
 DEVICE, WIRE, TRUTH = "device", "wire", "truth"
+_EDGES = (  # answer_edges: Twilio's wire marks no answer (``transport.device.phone_playout``)
+    "`told`: the server marks where the answer begins and ends (xiaozhi's `tts start` / `stop`); `inferred`: "
+    "found from its sound as a phone's playout buffer plays it, over after a 700 ms pause; empty in-process"
+)
 
 
 class TurnRow(msgspec.Struct, frozen=True, gc=False):
-    """One turn's bench.csv row, computed from its spans alone (METHOD M3, M10). Times are from the
-    spans; "end of user speech" is the moment the 60 ms frame holding the last speech reached the
-    server (in-process), or the moment a device's microphone captured it (across a transport: that
-    frame's capture start plus where in it the speech ended). An empty number is one the spans do not
-    give, never an estimate."""
+    """One turn's bench.csv row, computed from its spans alone (METHOD M3, M10). Times are from the spans; "end of
+    user speech" is the moment the 60 ms frame holding the last speech reached the server (in-process), or the
+    moment a device's microphone captured it (across a transport: that frame's capture start plus where in it the
+    speech ended). An empty number is one the spans do not give, never an estimate."""
 
     run_id: Annotated[str, _m(TEXT, "the run the turn belongs to (M10)", repeated=True)] = ""
     condition: Annotated[str, _m(TEXT, "the condition: A, B or B'", repeated=True)] = ""
@@ -226,6 +228,7 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
             TEXT, "the transport a device used (empty in-process, as the device's other columns)", DEVICE, repeated=True
         ),
     ] = ""
+    answer_edges: Annotated[str, _m(TEXT, _EDGES, DEVICE, repeated=True)] = ""
     stt_received_ms: Annotated[
         float | None,
         _m(MS, "end of user speech (a device: when its microphone captured it) -> the device received `stt`", DEVICE),
@@ -270,9 +273,7 @@ class TurnRow(msgspec.Struct, frozen=True, gc=False):
             DEVICE,
         ),
     ] = None
-    interrupt_played_ms: Annotated[float | None, _m(MS, "the device's barge-in -> the device fell silent", DEVICE)] = (
-        None
-    )
+    interrupt_played_ms: Annotated[float | None, _m(MS, "the device's barge-in -> it fell silent", DEVICE)] = None
     packets_lost: Annotated[
         int | None, _m(COUNT, "a lossy transport (UDP): this side's incoming audio packets that never came")
     ] = None

@@ -38,6 +38,18 @@ def silence_of(row: TurnRow) -> Silence:
     return Silence("first_audio_ms", number(row.first_audio_ms))
 
 
+INFERRED_NOTE = (
+    "the wire marks no answer (Twilio Media Streams): each answer's first and last audible sample are found from "
+    "its sound as a phone's playout buffer plays it, and an answer ends after a 700 ms pause "
+    "(`answer_edges = inferred`)"
+)
+
+
+def inferred(rows: Iterable[TurnRow]) -> int:
+    """How many of ``rows`` had their answer's edges inferred from the sound rather than told by the server."""
+    return sum(1 for r in rows if r.answer_edges == "inferred")
+
+
 def silence_ms(row: TurnRow) -> float | None:
     """The turn's silence in ms, or None where its spans do not give it."""
     return silence_of(row).ms

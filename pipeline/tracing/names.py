@@ -134,6 +134,7 @@ TOOL_WHERE = "lab.tool.where"  # "device": a tool run on the device, called over
 RPC_REQUEST_ID = "rpc.jsonrpc.request_id"  # a device tool call's JSON-RPC id (OpenTelemetry RPC conventions)
 AUDIO_MS = "lab.audio_ms"
 TRANSPORT = "lab.transport"  # "websocket", ...
+SOUND_ONLY_TRANSPORTS = ("twilio",)  # a device's transport that carries the answer's sound and none of its text
 PROTOCOL_VERSION = "lab.transport.protocol_version"
 UPLINK_FRAMES = "lab.transport.uplink_frames"
 DOWNLINK_FRAMES = "lab.transport.downlink_frames"
@@ -148,6 +149,9 @@ RECONNECT_WAIT_MS = "lab.transport.reconnect_wait_ms"
 # a device's turn: cold_connection (the first on its connection: connect, hello, MCP set-up just before),
 # cold_wake (started by a wake word mid-answer), warm (the rest)
 TURN_TEMPERATURE = "lab.turn.temperature"
+# how the device knew where the answer began and ended: "told" (the server marks it: xiaozhi's tts start / stop),
+# "inferred" (found from the sound alone: Twilio's wire marks no answer)
+ANSWER_EDGES = "lab.device.answer_edges"
 TURN_TEMPERATURES = ("cold_connection", "cold_wake", "warm")
 PACKETS_RECEIVED = "lab.transport.packets_received"  # lossy transports: this side's incoming audio packets
 PACKETS_LOST = "lab.transport.packets_lost"

@@ -255,6 +255,7 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
         names.DROPPED_FRAMES: device.dropped_frames,
         names.RECONNECTS: device.reconnects,
         names.STT_MESSAGES: len(device.stt_at),
+        names.ANSWER_EDGES: device.answer_edges,
     }
     if device.settle_wait_ns:
         attrs[names.SETTLE_WAIT_MS] = device.settle_wait_ns / 1e6

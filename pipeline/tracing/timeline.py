@@ -181,6 +181,7 @@ class DeviceTiming:
     settle_wait_ns: int = 0  # before the turn: waited this long for the server to fall quiet (--settle-ms)
     disconnected_ns: int | None = None  # the connection was lost in this turn, or while idle before it
     reconnection: Reconnection | None = None  # before the turn, the connection opened again (or not)
+    answer_edges: str = "told"  # ``names.ANSWER_EDGES``: "inferred" where the wire marks no answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,10 @@ def test_a_setting_no_option_sets_is_refused_for_the_command_line() -> None:
     [
         ({"speaker": "room"}, "--speaker and --voice are a device's: they need --server"),
         ({"record_audio": Path("rec")}, "--record-audio records emulated devices: it needs --server"),
-        ({"server": "tcp://x"}, "--server 'tcp://x': a ws://, wss://, mqtt:// or http(s):// OTA URL is expected"),
+        (
+            {"server": "tcp://x"},
+            "--server 'tcp://x': a ws://, wss://, mqtt://, http(s):// OTA or twilio+ws(s):// URL is expected",
+        ),
         ({"server": "ws://h/", "jitter_frames": -1}, "--jitter-frames -1: 0 or more"),
     ],
 )

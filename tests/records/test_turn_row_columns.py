@@ -46,7 +46,7 @@ def experiment_rows() -> list[TurnRow]:
 def test_the_header_is_the_committed_bench_csvs() -> None:
     with (EXPERIMENT / "bench.csv").open(encoding="utf-8", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == COLUMNS
-    assert len(COLUMNS) == len(set(COLUMNS)) == 80
+    assert len(COLUMNS) == len(set(COLUMNS)) == 81
 
 
 def test_bench_csv_written_from_the_traces_is_the_committed_file_byte_for_byte(tmp_path: Path) -> None:
@@ -66,6 +66,7 @@ def test_rows_read_back_are_the_rows_written_and_write_the_same_lines() -> None:
 def test_the_column_groups_and_numeric_columns_follow_the_declared_types() -> None:
     assert DEVICE_COLUMNS == (
         "transport",
+        "answer_edges",
         "stt_received_ms",
         "first_audio_received_ms",
         "first_audible_ms",
@@ -126,7 +127,8 @@ def test_the_texts_a_reader_keeps_once_are_those_the_schema_marks_repeated() -> 
     assert (
         *("run_id", "condition", "config_id", "question_id", "error", "server_error", "note", "llm_model"),
         "llm_endpoint",
-        *("asr_error_metric", "language", "category", "scripted", "clock", "transport", "turn_temperature"),
+        *("asr_error_metric", "language", "category", "scripted", "clock", "transport", "answer_edges"),
+        "turn_temperature",
         "cut_off_by",
     ) == turn_row.REPEATED
     assert all(c.kind is str for c in turn_row.SCHEMA if c.repeated)

@@ -15,12 +15,12 @@ from pipeline.analysis.numbers import median
 from pipeline.report import cells, compare
 from pipeline.report.acoustic_match import Match
 from pipeline.report.conditions import Condition, group, number
-from pipeline.report.document import WARNING, Block, Heading, Paragraph, Table
+from pipeline.report.document import NOTE, WARNING, Block, Heading, Paragraph, Table
 from pipeline.report.load import Dataset
 from pipeline.report.runs import temperatures
 from pipeline.report.sections import endpoint_cost
 from pipeline.report.sections.base import MEASURED, Conditions, Context, header, row
-from pipeline.report.silence import sorted_silences
+from pipeline.report.silence import INFERRED_NOTE, inferred, sorted_silences
 
 EVERY = "every figure"
 ACOUSTIC = "measured (acoustic: from the recording)"
@@ -111,6 +111,18 @@ def result_table(labels: Sequence[str], conds: Conditions, acoustic: Sequence[tu
     )
 
 
+def _inferred_edges(labels: Sequence[str], conds: Conditions) -> list[Block]:
+    """Which conditions' silence and whole turn were inferred from the sound, said under the table."""
+    said = [
+        f"{label} ({n} of {len(cond.measured)} turns)"
+        for label in labels
+        if (cond := conds.get(label)) and (n := inferred(cond.measured))
+    ]
+    if not said:
+        return []
+    return [Paragraph(f"Inferred, not told: the silence and whole turn of {', '.join(said)}: {INFERRED_NOTE}.", NOTE)]
+
+
 def section(ctx: Context) -> list[Block]:
     out: list[Block] = [Heading(2, "1. Result (M23)")]
     if not ctx.check.comparable:
@@ -121,6 +133,7 @@ def section(ctx: Context) -> list[Block]:
     table = result_table(ctx.labels, ctx.conds, acoustic_rows(ctx.labels, ctx.conds, matches) if matches else ())
     out.append(table)
     out.extend(endpoint_cost.beside_silence(ctx))  # a condition that also cuts off more users
+    out.extend(_inferred_edges(ctx.labels, ctx.conds))
     empty = _not_measured(table)
     if empty:
         count = sum(len(table.rows) if rows == [EVERY] else len(rows) for rows in empty.values())

@@ -9,6 +9,7 @@ connection again on the firmware's backoff (``reconnect``); ``device_turn`` runs
 ``tools`` answers MCP as the firmware does; ``speaker`` plays its answers, and its user's questions, into
 sound devices; ``device_recording`` writes what it sent and played (``--record-audio``). A telephony caller
 (``twilio_call``: one call to a bot that speaks Twilio Media Streams) hears each answer through a phone's playout
-buffer, which infers where the answer begins and ends from the audio as played (``phone_playout``). Nothing here
-imports the server side.
+buffer, which infers where the answer begins and ends from the audio as played (``phone_playout``); as a run's
+device (``phone_device``) each question is a turn on that call. ``devices`` makes the device a server URL names,
+either kind. Nothing here imports the server side.
 """

@@ -34,9 +34,10 @@ GAP_MS = 700.0  # estimated: longer than a TTS's pause between sentences (200-50
 
 @dataclass(slots=True)
 class Chunk:
-    """A media message as the phone plays it: when its first sample plays, how many samples play (fewer once a
-    clear cut it), and which of them are audible (indices, ascending)."""
+    """A media message as the phone plays it: when it arrived, when its first sample plays, how many samples play
+    (fewer once a clear cut it), and which of them are audible (indices, ascending)."""
 
+    arrived_ns: int
     start_ns: int
     samples: int
     loud: np.ndarray
@@ -62,12 +63,19 @@ class Chunk:
 @dataclass(frozen=True, slots=True)
 class HeardAnswer:
     """An answer as the phone played it: its first and last audible sample (ns), whether it is over (``GAP_MS`` of
-    silence has followed it, or a clear ended it) and whether a clear cut it."""
+    silence has followed it, or a clear ended it) and whether a clear cut it; and of the media it was heard in
+    (from the one holding its first audible sample to the one holding its last): when the first and the last
+    arrived, when the first began to play, how many they are and how long they play."""
 
     first_ns: int
     last_ns: int
     over: bool
     cleared: bool
+    received_first_ns: int = 0
+    received_last_ns: int = 0
+    started_ns: int = 0
+    chunks: int = 0
+    played_ns: int = 0
 
 
 @dataclass(slots=True)
@@ -84,7 +92,7 @@ class Playout:
     def media(self, at_ns: int, pcm: np.ndarray) -> Chunk:
         """Audio (16-bit linear) that arrived at ``at_ns``: it plays when what was queued before it has."""
         loud = np.nonzero(np.abs(np.asarray(pcm, dtype=np.int32)) > AUDIBLE)[0]
-        chunk = Chunk(max(at_ns, self.free_ns), len(pcm), loud)
+        chunk = Chunk(at_ns, max(at_ns, self.free_ns), len(pcm), loud)
         self.chunks.append(chunk)
         self.free_ns = chunk.end_ns
         return chunk
@@ -120,6 +128,7 @@ class Playout:
         audible has played by then."""
         gap = round(self.gap_ms * 1_000_000)
         first = last = None
+        heard: list[Chunk] = []
         for chunk in self.chunks:
             begin = chunk.loud_from(max(0, -(-(after_ns - chunk.start_ns) // NS_PER_SAMPLE)))
             end = chunk.last_loud()
@@ -129,10 +138,31 @@ class Playout:
                 break  # a pause as long as the gap: the answer ended before this chunk
             first = chunk.at(begin) if first is None else first
             last = min(chunk.at(end), _played_by(chunk, now_ns))
+            heard.append(chunk)
         if first is None or last is None:
             return None
         cleared = any(last < at <= last + gap for at in self.clears)
-        return HeardAnswer(first, last, cleared or now_ns - last >= gap, cleared)
+        return HeardAnswer(
+            first,
+            last,
+            cleared or now_ns - last >= gap,
+            cleared,
+            received_first_ns=heard[0].arrived_ns,
+            received_last_ns=heard[-1].arrived_ns,
+            started_ns=heard[0].start_ns,
+            chunks=len(heard),
+            played_ns=sum(c.samples for c in heard) * NS_PER_SAMPLE,
+        )
+
+    def forget(self, before_ns: int) -> None:
+        """Drop what had all played before ``before_ns`` (an earlier turn's answer): a call's buffer holds only
+        what a turn still asks about, however long the call."""
+        self.chunks = [c for c in self.chunks if c.end_ns > before_ns]
+        self.clears = [at for at in self.clears if at > before_ns]
+
+    def queued_ns(self, now_ns: int) -> int:
+        """How much audio is queued and not yet played at ``now_ns``."""
+        return max(0, self.free_ns - now_ns)
 
 
 def _played_by(chunk: Chunk, now_ns: int) -> int:

@@ -22,6 +22,11 @@ def sound(ms: int, level: int = LOUD, quiet_head: int = 0, quiet_tail: int = 0) 
     return x
 
 
+def edges(heard: HeardAnswer | None) -> tuple[int, int, bool, bool] | None:
+    """An answer's edges as heard: first and last audible sample, over, cleared."""
+    return None if heard is None else (heard.first_ns, heard.last_ns, heard.over, heard.cleared)
+
+
 def test_audio_sent_faster_than_real_time_plays_back_to_back() -> None:
     p = Playout()
     for i in range(5):  # a second of answer, five chunks, all arriving within 4 ms of the first
@@ -29,7 +34,22 @@ def test_audio_sent_faster_than_real_time_plays_back_to_back() -> None:
     assert [c.start_ns for c in p.chunks] == [100 * MS + i * 200 * MS for i in range(5)]
     heard = p.answer(0, now_ns=100 * MS + 1000 * MS + round(GAP_MS * MS))
     first, last = 100 * MS + 3 * NS_PER_SAMPLE, 100 * MS + 1000 * MS - 6 * NS_PER_SAMPLE
-    assert heard == HeardAnswer(first, last, over=True, cleared=False)
+    assert edges(heard) == (first, last, True, False)
+    # the media it was heard in: the first arrived at 100 ms and began to play then, the last arrived at 104 ms;
+    # five chunks, a second of audio
+    assert heard is not None
+    assert (heard.received_first_ns, heard.received_last_ns, heard.started_ns) == (100 * MS, 104 * MS, 100 * MS)
+    assert (heard.chunks, heard.played_ns) == (5, 1000 * MS)
+
+
+def test_what_has_all_played_is_forgotten_and_the_queue_is_measured() -> None:
+    p = Playout()
+    p.media(0, sound(100))
+    p.media(0, sound(100))  # plays from 100 ms
+    assert p.queued_ns(50 * MS) == 150 * MS
+    p.forget(100 * MS)  # the first has all played by then, the second has not begun
+    assert [c.start_ns for c in p.chunks] == [100 * MS]
+    assert p.queued_ns(300 * MS) == 0
 
 
 def test_audio_after_the_buffer_ran_dry_plays_on_arrival() -> None:
@@ -37,7 +57,7 @@ def test_audio_after_the_buffer_ran_dry_plays_on_arrival() -> None:
     p.media(0, sound(20))
     late = p.media(500 * MS, sound(20))
     assert late.start_ns == 500 * MS  # not at 20 ms, where the buffer ran dry
-    assert p.answer(0, now_ns=600 * MS) == HeardAnswer(0, 500 * MS + 159 * NS_PER_SAMPLE, over=False, cleared=False)
+    assert edges(p.answer(0, now_ns=600 * MS)) == (0, 500 * MS + 159 * NS_PER_SAMPLE, False, False)
 
 
 def test_a_pause_of_the_gap_ends_an_answer_a_shorter_one_does_not() -> None:
@@ -48,12 +68,10 @@ def test_a_pause_of_the_gap_ends_an_answer_a_shorter_one_does_not() -> None:
         p.media(0, sound(200))
         p.media(end_of_first + pause, sound(100))  # its first sample, the pause after the first burst's last
     second_last = end_of_first + gap + 800 * NS_PER_SAMPLE - NS_PER_SAMPLE
-    assert shorter.answer(0, now_ns=second_last + gap) == HeardAnswer(
-        0, second_last - NS_PER_SAMPLE, over=True, cleared=False
-    )
-    assert longer.answer(0, now_ns=second_last + gap) == HeardAnswer(0, end_of_first, over=True, cleared=False)
+    assert edges(shorter.answer(0, now_ns=second_last + gap)) == (0, second_last - NS_PER_SAMPLE, True, False)
+    assert edges(longer.answer(0, now_ns=second_last + gap)) == (0, end_of_first, True, False)
     # not over while the gap has not passed: the next sentence may still come
-    assert longer.answer(0, now_ns=end_of_first + gap - 1) == HeardAnswer(0, end_of_first, over=False, cleared=False)
+    assert edges(longer.answer(0, now_ns=end_of_first + gap - 1)) == (0, end_of_first, False, False)
 
 
 def test_an_answer_is_looked_for_after_the_question() -> None:
@@ -63,7 +81,7 @@ def test_an_answer_is_looked_for_after_the_question() -> None:
     heard = p.answer(50 * MS, now_ns=3000 * MS)  # from mid-way through the first: the rest of it is that answer
     assert heard is not None and heard.first_ns == 50 * MS and heard.last_ns == 100 * MS - NS_PER_SAMPLE
     heard = p.answer(101 * MS, now_ns=3000 * MS)
-    assert heard == HeardAnswer(2000 * MS, 2100 * MS - NS_PER_SAMPLE, over=True, cleared=False)
+    assert edges(heard) == (2000 * MS, 2100 * MS - NS_PER_SAMPLE, True, False)
     assert p.answer(101 * MS, now_ns=1999 * MS) is None  # nothing played since the question yet
 
 
@@ -78,7 +96,7 @@ def test_a_clear_cuts_the_answer_where_it_was_and_echoes_the_marks_it_dropped() 
     assert [c.samples for c in p.chunks] == [400 * 8]  # the second chunk never plays, the first stops at 400 ms
     assert p.free_ns == 400 * MS
     assert p.echoes(400 * MS) == [("first-sentence", 400 * MS), ("second-sentence", 400 * MS)]
-    assert p.answer(0, now_ns=400 * MS) == HeardAnswer(0, 400 * MS - NS_PER_SAMPLE, over=True, cleared=True)
+    assert edges(p.answer(0, now_ns=400 * MS)) == (0, 400 * MS - NS_PER_SAMPLE, True, True)
     after = p.media(450 * MS, sound(10))  # what the bot says next plays from its arrival
     assert after.start_ns == 450 * MS
 

@@ -6,72 +6,17 @@ to back: its length exact) and echoes the bot's marks once their audio has playe
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import serve
 
 from pipeline.clock import RealClock
 from pipeline.transport.device.phone_playout import NS_PER_SAMPLE
 from pipeline.transport.device.twilio_call import Call, CallQuestion, call
-from pipeline.transport.wire import g711
-from pipeline.transport.wire import twilio as tw
-from pipeline.transport.wire.twilio_order import FromCaller
 from tests.acoustic_synth import clip_at, of_language
+from tests.transport.device.twilio_bot import ANSWER_MS, THINK_S, StandIn
 
 pytestmark = pytest.mark.realtime
-
-ANSWER_MS = 600
-THINK_S = 0.2
-QUIET_FRAMES = 15  # 300 ms of line silence after speech: the stand-in's end of turn
-
-
-@dataclass
-class StandIn:
-    """What the stand-in bot saw and did."""
-
-    clock: RealClock
-    side: FromCaller = field(default_factory=FromCaller)
-    events: list[str] = field(default_factory=list)
-    answered_ns: list[int] = field(default_factory=list)  # when each answer's first chunk was sent
-    marks: list[str] = field(default_factory=list)  # echoed back to it
-    sequence: list[int] = field(default_factory=list)  # every message's sequenceNumber, after connected
-    hang_up_on_question: int = 0  # close the call when this question (1, 2...) begins to be said; 0: never
-
-    async def handle(self, ws: ServerConnection) -> None:
-        spoke, quiet = False, 0
-        async for data in ws:
-            item = self.side.take(tw.read(data))
-            if item is None:
-                continue
-            self.events.append(type(item).__name__)
-            number = item.sequence if isinstance(item, tw.Sound) else getattr(item, "sequence_number", None)
-            if number is not None:
-                self.sequence.append(int(number))
-            if isinstance(item, tw.MarkEvent):
-                self.marks.append(item.mark.name)
-            if not isinstance(item, tw.Sound):
-                continue
-            loud = int(np.abs(g711.decode(item.ulaw).astype(np.int32)).max()) > 500
-            if loud and not spoke and len(self.answered_ns) + 1 == self.hang_up_on_question:
-                await ws.close()
-                return
-            spoke, quiet = (True, 0) if loud else (spoke, quiet + spoke)
-            if spoke and quiet == QUIET_FRAMES:
-                spoke = False
-                await asyncio.sleep(THINK_S)
-                await self.answer(ws, f"answer-{len(self.answered_ns) + 1}")
-
-    async def answer(self, ws: ServerConnection, mark: str) -> None:
-        """A tone, all of it at once (as a TTS streams faster than real time), then a mark after it."""
-        t = np.arange(ANSWER_MS * 8) / 8000
-        tone = g711.encode((4000 * np.cos(2 * np.pi * 440 * t)).astype(np.int16))  # its first and last sample loud
-        assert self.side.stream_sid is not None
-        self.answered_ns.append(self.clock.now_ns())
-        for i in range(0, len(tone), 320):
-            await ws.send(tw.encode(tw.media(self.side.stream_sid, tone[i : i + 320])))
-        await ws.send(tw.encode(tw.MarkEvent(tw.MarkBody(mark), self.side.stream_sid)))
 
 
 def questions() -> list[CallQuestion]:

@@ -1,0 +1,93 @@
+"""``pipeline.replay --server twilio+ws://...``: a run's device is a phone call to a bot on Twilio's wire (a
+stand-in that answers as a Pipecat bot's serializer sends), each question a row with the device's silence and
+whole turn, its answer's edges labelled inferred, in the rows and in the report."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline import replay
+from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
+from pipeline.capacity.__main__ import main as capacity_main
+from pipeline.clock import RealClock
+from pipeline.records.bench_csv import read_bench_csv
+from pipeline.records.ramp_result import read
+from pipeline.report.__main__ import main as report_main
+from pipeline.tracing import names
+from tests.transport.device.twilio_bot import ANSWER_MS, THINK_S, StandIn, bot_in_thread
+from tests.transport.test_device_server_e2e import FIXTURES, SIMULATOR
+
+pytestmark = pytest.mark.transport
+
+
+def _replay(out: Path, url: str, *extra: str) -> int:
+    args = [str(FIXTURES), "--config", str(SIMULATOR), "--limit", "1", "--rounds", "2", "--quiet"]
+    return replay.main([*args, "--server", url, "--out", str(out), "--run-id", "call1", *extra], env={})
+
+
+def test_a_replay_calls_a_twilio_bot_and_writes_a_device_row_per_question(tmp_path: Path) -> None:
+    bot = StandIn(RealClock())
+    with bot_in_thread(bot) as port:
+        assert _replay(tmp_path / "out", f"twilio+ws://127.0.0.1:{port}/media") == 0
+    rows = read_bench_csv(tmp_path / "out" / "bench.csv")
+    assert [r.ok for r in rows] == [1, 1]
+    assert {(r.transport, r.answer_edges) for r in rows} == {("twilio", "inferred")}
+    assert [r.turn_temperature for r in rows] == ["cold_connection", "warm"]  # one call, both questions on it
+    for row in rows:
+        assert row.first_audible_ms is not None and row.last_audible_ms is not None
+        # the silence holds the stand-in's thinking time (and its wait for quiet, by its own loudness rule)
+        assert row.first_audible_ms >= THINK_S * 1000
+        # sent at once, played back to back: the answer lasts exactly its length, first sample to the last's end
+        assert row.last_audible_ms - row.first_audible_ms == pytest.approx(ANSWER_MS, abs=1e-3)
+        assert row.whole_turn_ms == pytest.approx(row.last_audible_ms, abs=1e-3)
+        assert row.stt_received_ms is None  # the wire carries no transcript: nothing pretends it did
+    assert bot.marks == ["answer-1", "answer-2"] and bot.side.dropped == {} and bot.side.ended
+    problems = ReadProblems()
+    spans = [s for f in trace_files(tmp_path / "out" / "traces") for s in read_trace_file(f, problems)]
+    device = [s for s in spans if s.name == names.DEVICE]
+    assert [s.attributes[names.ANSWER_EDGES] for s in device] == ["inferred", "inferred"]
+    # the report says under its result table that these figures were inferred, and from how many turns
+    assert report_main([str(tmp_path / "out"), "--out", str(tmp_path / "r"), "--no-plots"]) in (0, 1)
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert "Inferred, not told: the silence and whole turn of" in md and "(1 of 1 turns)" in md
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--barge-in-after", "500"], "a telephony caller cannot use a barge-in"),
+        (["--listen-mode", "realtime"], "listen mode realtime"),
+        (["--record-audio", "REC"], "--record-audio on a telephony line"),
+    ],
+)
+def test_what_a_phone_line_has_no_part_for_is_refused_before_any_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], said: str
+) -> None:
+    extra = [str(tmp_path / "rec") if a == "REC" else a for a in extra]
+    assert _replay(tmp_path / "out", "twilio+ws://127.0.0.1:9/media", *extra) != 0
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "out" / "bench.csv").exists()
+
+
+def test_a_twilio_bot_ramped_step_by_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bot = StandIn(RealClock())
+    with bot_in_thread(bot) as port:
+        code = capacity_main(
+            [
+                *(str(FIXTURES), "--config", str(SIMULATOR), "--server", f"twilio+ws://127.0.0.1:{port}/media"),
+                *("--out", str(tmp_path / "ramp"), "--steps", "1,2", "--hold", "3s", "--min-turns", "1"),
+                *("--think", "0.2s", "--ramp", "0.5s", "--ids", "en10", "--server-pid", str(os.getpid())),
+                *("--label", "stand-in bot", "--listen-mode", "auto"),
+            ],
+            env={},
+        )
+    assert code == 0, capsys.readouterr().err
+    found = read(tmp_path / "ramp" / "capacity.json")
+    assert found.transport == "twilio" and [s.devices for s in found.steps] == [1, 2]
+    for s in found.steps:
+        assert s.verdict == "holds" and s.turns >= 1 and s.silence_ms.p50 is not None
+        assert s.failures == {"no_answer": 0, "cut_connection": 0, "refused": 0, "other": 0}
+        assert s.server_cpu_pct is not None and s.server_rss_mb is not None
