@@ -9,4 +9,7 @@ row, the traces against bench.csv) and ``fault_leftovers`` (processes, ports, te
 ``fault_result`` writes the table; ``fault_endpoints`` starts the stand-ins either server talks to.
 ``fault_real`` runs the same cases against the real xiaozhi-esp32-server (``real_server``) and
 ``fault_compare`` puts two matrices side by side.
+
+A third-party voice bot (a Pipecat bot, ``scripts/interop/pipecat_bot.py``) is called over Twilio's wire; its own
+log of what it believed (``bot_marks``) is read beside what its caller heard.
 """
