@@ -15,8 +15,9 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -186,3 +187,22 @@ class ProcessGroup:
         if code != 0:
             raise InteropError(f"{name} failed (exit code {code}); its log ({started.log}) ends:\n{started.tail()}")
         return started
+
+
+def run_script(work: Callable[[], int]) -> int:
+    """A script's exit code from ``work``, which holds a ``ProcessGroup``: SIGTERM ends it as Ctrl-C does (every
+    process started is stopped on the way out), and what stopped it is said on stderr: an ``InteropError``'s
+    message (2), an interrupt (130)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return work()
+    except InteropError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: every process started was stopped", file=sys.stderr)
+        return 130
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
 from pipeline.interop.bot_marks import beside, heard_turns, markdown, read_marks
 from pipeline.interop.capacity_mode import fixtures_without
-from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports
+from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports, run_script
 from pipeline.interop.ramp_table import ramp_markdown
 from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, passed_on, ramp_argv
 from pipeline.offline.isolated_run import TRACED
@@ -112,6 +111,7 @@ class PipecatRun:
         self.metered: dict[str, int] = {}
         self.strace_log = self.out / "logs" / "bot-strace.log"
         self.fixtures: Path = args.fixtures  # the questions asked: those in the bot's language
+        self.code = 1  # the script's exit code: 0 once every measured turn was answered, or the ramp ended well
 
     def main(self) -> str:
         if not (self.args.fixtures / "manifest.csv").is_file():
@@ -186,6 +186,7 @@ class PipecatRun:
         problems: list[str] = []
         spans = [s for f in trace_files(folder / "traces") for s in read_trace_file(f, ReadProblems())]
         marks = beside(heard_turns(spans, ReadProblems()), read_marks(self.events, problems))
+        self.code = 0 if code == 0 and measured and all(r.ok for r in measured) else 1
         lines = [
             "# A Pipecat bot, called over Twilio Media Streams",
             "",
@@ -232,6 +233,7 @@ class PipecatRun:
         cpu = meter.stop(time.monotonic())
         processes.stop(started)
         ramps = [EndedRamp(target.label, folder, started.log.read_text(encoding="utf-8", errors="replace"), code, cpu)]
+        self.code = code
         ramps += [earlier(path) for path in a.beside]
         intro = (
             "# How many calls does a Pipecat bot hold?\n\n"
@@ -277,24 +279,16 @@ def _pct(values: object, q: int) -> str:
     return "-" if not data.size else f"{float(np.percentile(data, q)):.0f}"
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the run as Ctrl-C does: every process started is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
+
+    def work() -> int:
         run = PipecatRun(args)
         print(run.main())
-    except InteropError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: every process started was stopped", file=sys.stderr)
-        return 130
-    print(f"written under {run.out}")
-    return 0
+        print(f"written under {run.out}")
+        return run.code
+
+    return run_script(work)
 
 
 if __name__ == "__main__":

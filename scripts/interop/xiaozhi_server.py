@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -47,7 +46,7 @@ from pipeline.interop import gateway as real_gateway
 from pipeline.interop import real_server
 from pipeline.interop.capacity_mode import CapacityRun, capacity_intro, fixtures_without
 from pipeline.interop.lab_server import lab_config
-from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports
+from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports, run_script
 from pipeline.interop.ramp_table import ramp_markdown
 from pipeline.interop.server_ramps import EndedRamp, ProcessCpu, RampSettings, RampTarget, passed_on, ramp_argv
 from pipeline.interop.side_by_side import RunResult, interop_intro, markdown, packets
@@ -366,22 +365,14 @@ def capacity_run(args: argparse.Namespace) -> CapacityRun:
     )  # fmt: skip
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the run as Ctrl-C does: every process started is stopped
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        interop = Interop(args, os.environ)
-        results = interop.main()
-    except InteropError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: every process started was stopped", file=sys.stderr)
-        return 130
+    return run_script(lambda: measure(args))
+
+
+def measure(args: argparse.Namespace) -> int:
+    interop = Interop(args, os.environ)
+    results = interop.main()
     print()
     if args.capacity:
         print((interop.out / "capacity.md").read_text(encoding="utf-8"))
