@@ -119,12 +119,17 @@ def identify_device(engines: Engines, remote: DeviceSettings, clock: Clock) -> N
         engines.identity["settle_ms"] = str(remote.settle_ms)
     if remote.barge_in_after_ms is not None:  # an interrupted answer is another experiment
         engines.identity["barge_in"] = f"{remote.barge_in_with} after {remote.barge_in_after_ms} ms"
-    # the device's differences from the firmware, and its listening mode (DEVICE_CHOICES)
-    for key, value, usual in (
-        ("jitter_frames", remote.jitter_frames, 0),
-        ("uplink_encoder", remote.encoder_preset, "firmware"),
-        ("listen_mode", remote.listen_mode, "auto"),
-    ):
+    # the device's differences from the firmware, and its listening mode (DEVICE_CHOICES); a phone line has none
+    choices = (
+        ()
+        if is_phone(remote.url)
+        else (
+            ("jitter_frames", remote.jitter_frames, 0),
+            ("uplink_encoder", remote.encoder_preset, "firmware"),
+            ("listen_mode", remote.listen_mode, "auto"),
+        )
+    )
+    for key, value, usual in choices:
         if value != usual:
             engines.identity[key] = str(value)
     named = [

@@ -9,8 +9,9 @@ audible sample as the phone's playout buffer plays them. What a xiaozhi server t
 ``tts start`` / ``stop``, each sentence) Twilio's wire does not carry: those marks stay empty, and the answer's
 edges are found from the sound (``phone_playout``), so every turn says ``answer_edges = inferred``.
 
-What this wire has no part for is refused when the device is made, not ignored: a barge-in, the listening modes,
-the Opus encoder and jitter buffer, a link profile, the settle wait, sound devices and recordings.
+What this wire has no part for is refused when the device is made, not ignored: a barge-in, manual listening, the
+Opus encoder and jitter buffer, a link profile, the settle wait, sound devices and recordings. Auto and realtime
+listening are the same here: the line carries the caller's audio, silence or speech, for the whole call.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ def refused(settings: DeviceSettings) -> list[str]:
     """What of ``settings`` a telephony caller cannot do, each said; empty when nothing is."""
     plain = DeviceSettings(settings.url)
     said = [f"{what} ({name})" for name, what in UNUSED.items() if getattr(settings, name) != getattr(plain, name)]
-    if settings.listen_mode != "auto":
-        said.append(f"listen mode {settings.listen_mode} (a phone line is always open)")
+    if settings.listen_mode == "manual":  # auto and realtime alike: the line streams for the whole call
+        said.append("listen mode manual (a phone line is always open: nobody says when a question ends)")
     if settings.encoder_preset != plain.encoder_preset:
         said.append(f"the {settings.encoder_preset} encoder (the line is mu-law)")
     if settings.sound.speaker or settings.sound.voice:

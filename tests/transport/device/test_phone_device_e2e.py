@@ -59,7 +59,7 @@ def test_a_replay_calls_a_twilio_bot_and_writes_a_device_row_per_question(tmp_pa
     ("extra", "said"),
     [
         (["--barge-in-after", "500"], "a telephony caller cannot use a barge-in"),
-        (["--listen-mode", "realtime"], "listen mode realtime"),
+        (["--listen-mode", "manual"], "listen mode manual"),
         (["--record-audio", "REC"], "--record-audio on a telephony line"),
     ],
 )
