@@ -96,7 +96,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--mqtt-signature-key-env, publishes to TOPIC, default device-server); or an OTA URL "
         "http://HOST:PORT/xiaozhi/ota/, asked as a device asks at boot, whose answer's mqtt section says all that; "
         "or twilio+ws://HOST:PORT/PATH (a bot that speaks Twilio Media Streams, called as a phone calls it: mu-law "
-        "8 kHz, the answer's edges inferred from its sound)",
+        "8 kHz, the answer's edges inferred from its sound); or pipecat+ws://HOST:PORT/PATH (a Pipecat bot on its "
+        "own protobuf wire: 16 kHz PCM, its RTVI messages kept as its own marks)",
     )
     device.add_argument("--token-env", default="XIAOZHI_TOKEN", help="environment variable with the bearer token")
     device.add_argument(

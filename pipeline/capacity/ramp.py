@@ -78,8 +78,9 @@ class Target:
 
     @property
     def transport(self) -> str:
-        if self.url.startswith(("twilio+ws://", "twilio+wss://")):
-            return "twilio"
+        for wire in ("twilio", "pipecat"):  # a call to a voice bot, on that bot's wire
+            if self.url.startswith((f"{wire}+ws://", f"{wire}+wss://")):
+                return wire
         return "websocket" if self.url.startswith(("ws://", "wss://")) else "mqtt+udp"
 
 

@@ -1,17 +1,19 @@
 """What a voice bot believed against what its caller heard: the bot's own marks beside the device's, per turn.
 
 A bot the lab measures over a wire that carries no turn marks (Twilio's) can still say, in its own log, when it
-thought the user stopped speaking and when it started speaking (``scripts/interop/pipecat_app.py`` writes
-Pipecat's frames as JSON lines: ``{"t_ns": ..., "stream": ..., "event": ...}``, wall-clock ns on the same
-machine as the caller's traces). Each of a run's turns (from its traces: the user's end of speech, the answer's
-first and last audible sample as the caller's phone played them) takes the bot's marks that fall inside it:
-from its end of speech (its turn's start, for the user's own marks) to the next turn's start. So a run of one
-device at a time, whose turns follow each other, is read exactly; a fleet's turns overlap, and are not read here.
+thought the user stopped speaking and when it started speaking (``scripts/interop/pipecat_app.py`` writes Pipecat's
+frames as JSON lines: ``{"t_ns": ..., "stream": ..., "event": ...}``, wall-clock ns on the same machine as the
+caller's traces; ``read_marks``). On Pipecat's own wire the bot says it to the caller, in its RTVI messages, which
+the caller keeps on its device span as it received them (``told_marks``). Each of a run's turns (from its traces:
+the user's end of speech, the answer's first and last audible sample as the caller's phone played them) takes the
+bot's marks that fall inside it: from its end of speech (its turn's start, for the user's own marks) to the next
+turn's start. So a run of one device at a time, whose turns follow each other, is read exactly; a fleet's turns
+overlap, and are not read here.
 
-Per turn, from the user's end of speech: when the bot decided the user had stopped (its end-of-turn delay), when
-it believed it started speaking, and when the first audible sample played; the last is the silence a caller
-hears, and the difference between the two is what the framework cannot see of itself (its output's pacing, the
-wire, the phone's buffer).
+Per turn, from the user's end of speech: when the bot decided the user had stopped (its end-of-turn delay), when it
+believed it started speaking, and when the first audible sample played; the last is the silence a caller hears, and
+the difference between the two is what the framework cannot see of itself (its output's pacing, the wire, the
+phone's buffer).
 """
 
 from __future__ import annotations
@@ -102,6 +104,26 @@ def heard_turns(spans: Iterable[ReadSpan], problems: ReadProblems) -> list[Heard
     return sorted(found, key=lambda h: h.start_ns)
 
 
+RTVI_NAMES = {  # an RTVI message's type -> the mark it is here
+    "user-stopped-speaking": USER_STOPPED,
+    "bot-started-speaking": BOT_STARTED,
+    "bot-stopped-speaking": BOT_STOPPED,
+}
+
+
+def told_marks(spans: Iterable[ReadSpan]) -> list[BotMark]:
+    """The bot's marks its wire told the caller (Pipecat's RTVI messages, on the device spans), in time order."""
+    marks = []
+    for span in spans:
+        if span.name != names.DEVICE:
+            continue
+        for e in span.events:
+            event = RTVI_NAMES.get(str(e.attributes.get(names.BOT_MARK))) if e.name == names.EV_BOT_MARK else None
+            if event is not None:
+                marks.append(BotMark(e.time_ns, span.span_id, event))
+    return sorted(marks, key=lambda m: m.t_ns)
+
+
 def beside(turns: Sequence[HeardTurn], marks: Sequence[BotMark]) -> list[TurnBeside]:
     """Each turn with the bot's marks that fall inside it (``marks`` in time order)."""
     return [
@@ -145,7 +167,7 @@ COLUMNS = (
 )
 
 
-def markdown(rows: Sequence[TurnBeside], label: str) -> str:
+def markdown(rows: Sequence[TurnBeside], label: str, source: str = "its log") -> str:
     """The turns side by side (warm-up marked), and the medians of the measured ones."""
     cells = [
         [
@@ -162,7 +184,7 @@ def markdown(rows: Sequence[TurnBeside], label: str) -> str:
     lines = [
         f"### {label}: the bot's own marks beside what the caller heard",
         "",
-        "Every figure from the user's end of speech (the caller's microphone), in ms. The bot's from its log, the "
+        f"Every figure from the user's end of speech (the caller's microphone), in ms. The bot's from {source}, the "
         "caller's from its traces; `heard - bot started` is what the framework does not see of the silence.",
         "",
         "| " + " | ".join(COLUMNS) + " |",

@@ -23,7 +23,17 @@ from typing import Any
 from pipeline.settings.config import Config, load_config
 
 Sections = Mapping[str, Mapping[str, Any]]  # config sections: {"run": {"rounds": 3}, "fleet": {...}}
-SERVER_SCHEMES = ("ws://", "wss://", "mqtt://", "http://", "https://", "twilio+ws://", "twilio+wss://")
+SERVER_SCHEMES = (
+    "ws://",
+    "wss://",
+    "mqtt://",
+    "http://",
+    "https://",
+    "twilio+ws://",
+    "twilio+wss://",
+    "pipecat+ws://",
+    "pipecat+wss://",
+)
 
 
 def new_run_id() -> str:
@@ -41,7 +51,7 @@ def _frozen(sections: Sections) -> Sections:
 class DeviceOptions:
     """The run's devices as devices of a server (``server`` ""; none: the pipeline runs in this process)."""
 
-    server: str = ""  # ws://, wss://, mqtt://, an http(s):// OTA URL, or twilio+ws(s):// (a telephony bot)
+    server: str = ""  # ws://, wss://, mqtt://, an http(s):// OTA URL; twilio+ws(s):// or pipecat+ws(s):// (a bot)
     token_env: str = "XIAOZHI_TOKEN"  # the environment variable holding the bearer token
     mqtt_signature_key_env: str = "MQTT_SIGNATURE_KEY"  # ... holding an MQTT gateway's signature key ("": none)
     protocol_version: int = 1
@@ -63,8 +73,8 @@ class DeviceOptions:
         else:
             if not self.server.startswith(SERVER_SCHEMES):
                 raise ValueError(
-                    f"--server {self.server!r}: a ws://, wss://, mqtt://, http(s):// OTA or twilio+ws(s):// URL is "
-                    "expected"
+                    f"--server {self.server!r}: a ws://, wss://, mqtt://, http(s):// OTA, twilio+ws(s):// or "
+                    "pipecat+ws(s):// URL is expected"
                 )
             if self.jitter_frames < 0:
                 raise ValueError(f"--jitter-frames {self.jitter_frames}: 0 or more")

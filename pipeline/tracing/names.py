@@ -44,6 +44,10 @@ EV_LLM = "llm_received"
 EV_FIRST_AUDIO_RECEIVED = "first_audio_received"
 EV_FIRST_AUDIBLE = "first_audible_played"  # the answer's first sample above the audibility threshold
 EV_LAST_AUDIBLE = "last_audible_played"  # the end of its last such sample
+# a voice bot's own mark, as its wire told it (Pipecat's RTVI: "bot-started-speaking"...), beside what was heard
+EV_BOT_MARK = "bot_mark"
+BOT_MARK = "lab.bot.mark"  # the mark's kind, as the bot named it
+BOT_TEXT = "lab.bot.text"  # the text it carried (a transcription, a TTS text), when it carried one
 EV_SENTENCE_START = "sentence_start_received"
 EV_TTS_STOP = "tts_stop_received"
 EV_ABORT = "abort_sent"  # barge-in

@@ -287,6 +287,8 @@ def _device_span(device: DeviceTiming, child: _Children) -> None:
     _reconnect_events(device, span)
     for index, (t, text) in enumerate(device.sentence_starts):
         span.add_event(names.EV_SENTENCE_START, t, {names.SENTENCE_INDEX: index, names.SENTENCE_TEXT: text})
+    for t, kind, text in device.bot_marks:
+        span.add_event(names.EV_BOT_MARK, t, {names.BOT_MARK: kind, **({names.BOT_TEXT: text} if text else {})})
 
 
 def _reconnect_events(device: DeviceTiming, span: SpanRecord) -> None:

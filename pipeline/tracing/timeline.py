@@ -182,6 +182,7 @@ class DeviceTiming:
     disconnected_ns: int | None = None  # the connection was lost in this turn, or while idle before it
     reconnection: Reconnection | None = None  # before the turn, the connection opened again (or not)
     answer_edges: str = "told"  # ``names.ANSWER_EDGES``: "inferred" where the wire marks no answer
+    bot_marks: list[tuple[int, str, str]] = field(default_factory=list)  # a bot's own: (when, what, its text)
 
 
 @dataclass(frozen=True, slots=True)

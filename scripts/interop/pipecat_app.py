@@ -5,9 +5,11 @@
         --events DIR/bot-events.jsonl
 
 Run by ``scripts/interop/pipecat_bot.py`` in Pipecat's own environment (pipecat-ai from PyPI, never the lab's
-venv): FastAPI serves a WebSocket at ``/media``; each connection is one call, told apart by Twilio's ``start``
-(``parse_telephony_websocket``) and carried by Pipecat's ``TwilioFrameSerializer`` with its hang-up off (no call
-to Twilio's API is ever made). The pipeline is Pipecat's usual one: the transport's input, OpenAI-compatible STT,
+venv): FastAPI serves two WebSockets, one for each wire Pipecat speaks. At ``/media`` each connection is a phone
+call, told apart by Twilio's ``start`` (``parse_telephony_websocket``) and carried by Pipecat's
+``TwilioFrameSerializer`` with its hang-up off (no call to Twilio's API is ever made), 8 kHz. At ``/ws`` it is
+Pipecat's own wire, its ``ProtobufFrameSerializer``, 16 kHz, with the RTVI messages Pipecat sends by default. The
+pipeline is Pipecat's usual one: the transport's input, OpenAI-compatible STT,
 the user aggregator with Silero VAD and Smart Turn v3 (Pipecat's default end of turn), the LLM, the TTS, the
 transport's output, the assistant aggregator. Every service's ``base_url`` is ``--base-url``: the lab's speech
 services, whose relay times the LLM.
@@ -48,6 +50,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.runner.utils import parse_telephony_websocket
+from pipecat.serializers.protobuf import ProtobufFrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.services.openai.llm import OpenAILLMService
 from pipecat.services.openai.stt import OpenAISTTService
@@ -110,6 +113,15 @@ def app(base_url: str, language: str, events: TextIO) -> FastAPI:
             call_sid=str(call["call_id"]),
             params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
         )
+        await converse(websocket, serializer, stream, 8000)
+
+    @web.websocket("/ws")
+    async def frames(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await converse(websocket, ProtobufFrameSerializer(), f"ws-{id(websocket):x}-{time.time_ns()}", 16000)
+
+    async def converse(websocket: WebSocket, serializer: Any, stream: str, rate: int) -> None:
+        """One call: Pipecat's usual pipeline on this connection, until the caller leaves."""
         params = FastAPIWebsocketParams(audio_in_enabled=True, audio_out_enabled=True, serializer=serializer)
         transport = FastAPIWebsocketTransport(websocket=websocket, params=params)
         stt, llm, tts = services(base_url, language)
@@ -119,7 +131,7 @@ def app(base_url: str, language: str, events: TextIO) -> FastAPI:
         pipeline = Pipeline([transport.input(), stt, pair.user(), llm, tts, transport.output(), pair.assistant()])
         worker = PipelineWorker(
             pipeline,
-            params=PipelineParams(audio_in_sample_rate=8000, audio_out_sample_rate=8000),
+            params=PipelineParams(audio_in_sample_rate=rate, audio_out_sample_rate=rate),
             observers=[Marks(events, stream)],
         )
 
@@ -144,7 +156,7 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # onnxruntime asks a Microsoft host otherwise
     with args.events.open("a", encoding="utf-8") as events:
-        print(f"pipecat bot listening on ws://{args.host}:{args.port}/media", flush=True)
+        print(f"pipecat bot listening on ws://{args.host}:{args.port}/media and /ws", flush=True)
         uvicorn.run(app(args.base_url, args.language, events), host=args.host, port=args.port, log_level="warning")
 
 

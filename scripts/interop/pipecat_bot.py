@@ -1,27 +1,29 @@
 """Measure a Pipecat voice bot (pipecat-ai from PyPI) as the lab measures the real xiaozhi server.
 
-    python scripts/interop/pipecat_bot.py [--fixtures audio_fixtures] [--limit 6] [--rounds 2] [--out DIR]
+    python scripts/interop/pipecat_bot.py [--wire twilio|pipecat] [--limit 6] [--rounds 2] [--out DIR]
     python scripts/interop/pipecat_bot.py --capacity 1,2,5,10,20 [--hold 60s] [--beside CAPACITY_DIR ...]
 
 Pipecat is installed once into an environment of its own (--venv; ``PIPECAT_REQUIREMENTS``, pinned), never the
-lab's. The script starts the emulated cloud LLM (condition A), the lab's speech services (OpenAI-compatible ASR
-and TTS, and the relay that times the LLM) and the bot (``scripts/interop/pipecat_app.py``: Silero VAD, Smart
-Turn v3, OpenAI STT / LLM / TTS pointed at the services, Twilio's serializer with its hang-up off), all on
-127.0.0.1; then the lab's caller asks the bot the fixtures' questions over Twilio Media Streams
-(``pipeline.replay --server twilio+ws://...``), one call, one question after another; and every process started
-is stopped, however the script ends.
+lab's. The script starts the emulated cloud LLM (condition A), the lab's speech services (OpenAI-compatible ASR and
+TTS, and the relay that times the LLM) and the bot (``scripts/interop/pipecat_app.py``: Silero VAD, Smart Turn v3,
+OpenAI STT / LLM / TTS pointed at the services; Twilio's serializer with its hang-up off, or its own), all on
+127.0.0.1; then the lab's caller asks the bot the fixtures' questions, one call, one question after another, over
+Twilio Media Streams (``--wire twilio``, the default: ``pipeline.replay --server twilio+ws://...``) or Pipecat's own
+protobuf wire with its RTVI messages (``--wire pipecat``: ``pipecat+ws://...``); and every process started is
+stopped, however the script ends.
 
-Turns mode (the default) writes ``pipecat.md``: the run's turns (silence and whole turn, the answer's edges
-inferred from the sound, as the wire marks none), the bot's own marks beside what the caller heard
-(``pipeline/interop/bot_marks.py``), and the offline check: the bot runs under strace, and every connect or
-datagram it tried outside loopback is listed (``pipeline/offline/verdict.py``'s reading of the log).
-Onnxruntime's telemetry is turned off (``ORT_DISABLE_TELEMETRY=1``) and the check says whether that held.
+Turns mode (the default) writes ``pipecat.md``: the run's turns (silence and whole turn, the answer's edges inferred
+from the sound), the bot's own marks beside what the caller heard (``pipeline/interop/bot_marks.py``: from the bot's
+log on Twilio's wire, which tells none; from its RTVI messages on its own), and the offline check: the bot runs
+under strace, and every connect or datagram it tried outside loopback is listed (``pipeline/offline/verdict.py``'s
+reading of the log). Onnxruntime's telemetry is turned off (``ORT_DISABLE_TELEMETRY=1``) and the check says whether
+that held.
 
 Capacity mode (``--capacity STEPS``) ramps the bot with ``python -m pipeline.capacity`` on the fixed-latency
 stand-ins (``configs/capacity-services.toml``), the bot's CPU and RSS per step by its PID, and writes
 ``capacity.md``; ``--beside`` adds ramps already made of other servers (``xiaozhi_server.py --capacity``'s
-``capacity/*`` folders) to its side-by-side table. The bot is not under strace there: a ptrace stop on every
-send would be measured as the bot's own cost.
+``capacity/*`` folders) to its side-by-side table. The bot is not under strace there: a ptrace stop on every send
+would be measured as the bot's own cost.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import numpy as np
 
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
-from pipeline.interop.bot_marks import beside, heard_turns, markdown, read_marks
+from pipeline.interop.bot_marks import beside, heard_turns, markdown, read_marks, told_marks
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports, run_script
 from pipeline.interop.ramp_table import ramp_markdown
@@ -55,12 +57,14 @@ SERVICES_CONFIG = ROOT / "configs" / "interop-services.toml"
 CAPACITY_SERVICES = ROOT / "configs" / "capacity-services.toml"
 # what was measured here (pipecat-ai 1.14.0 from PyPI, 2026-12): pinned, so a later release is another experiment
 PIPECAT_REQUIREMENTS = ("pipecat-ai[silero,openai,websocket]==1.14.0", "fastapi==0.165.0", "uvicorn==0.55.0")
+WIRES = {"twilio": "/media", "pipecat": "/ws"}  # the bot's WebSocket for each wire (pipecat_app.py)
 BOT_ENV = {"ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fixtures", type=Path, default=ROOT / "audio_fixtures")
+    p.add_argument("--wire", choices=tuple(WIRES), default="twilio", help="how the bot is called (default twilio)")
     p.add_argument("--limit", type=int, default=6, help="the first N questions")
     p.add_argument("--rounds", type=int, default=2, help="rounds over them (the first is a warm-up)")
     p.add_argument("--out", type=Path, help="default: experiments/pipecat-TIME")
@@ -123,7 +127,7 @@ class PipecatRun:
             self.start_services(processes)
             traced = not self.args.capacity
             bot = self.start_bot(python, processes, traced)
-            url = f"twilio+ws://127.0.0.1:{self.ports['bot']}/media"
+            url = f"{self.args.wire}+ws://127.0.0.1:{self.ports['bot']}{WIRES[self.args.wire]}"
             try:
                 if self.args.capacity:
                     return self.ramp(url, processes)
@@ -166,10 +170,10 @@ class PipecatRun:
         return self.out / "bot-events.jsonl"
 
     def replay(self, url: str, processes: ProcessGroup, bot: StartedProcess) -> str:
-        a, folder = self.args, self.out / "runs" / "pipecat-twilio"
+        a, folder = self.args, self.out / "runs" / f"pipecat-{self.args.wire}"
         argv = [sys.executable, "-m", "pipeline.replay", str(self.fixtures), "--server", url, "--condition", "A"]
         argv += ["--limit", str(a.limit), "--rounds", str(a.rounds), "--out", str(folder), "--run-id", folder.name]
-        print(f"pipecat bot: {a.limit} question(s) x {a.rounds} round(s) over Twilio Media Streams", flush=True)
+        print(f"pipecat bot: {a.limit} question(s) x {a.rounds} round(s) on the {a.wire} wire", flush=True)
         started = processes.start("replay", [*argv, "--timeout", "120"])
         code = started.process.wait()
         processes.stop(started)
@@ -185,16 +189,18 @@ class PipecatRun:
         whole = sorted(r.whole_turn_ms for r in measured if r.ok and r.whole_turn_ms is not None)
         problems: list[str] = []
         spans = [s for f in trace_files(folder / "traces") for s in read_trace_file(f, ReadProblems())]
-        marks = beside(heard_turns(spans, ReadProblems()), read_marks(self.events, problems))
+        told = told_marks(spans) if self.args.wire == "pipecat" else read_marks(self.events, problems)
+        marks = beside(heard_turns(spans, ReadProblems()), told)
+        source = "its RTVI messages, as the caller received them" if self.args.wire == "pipecat" else "its log"
         self.code = 0 if code == 0 and measured and all(r.ok for r in measured) else 1
         lines = [
-            "# A Pipecat bot, called over Twilio Media Streams",
+            f"# A Pipecat bot, called on the {self.args.wire} wire",
             "",
             f"pipecat-ai from PyPI ({', '.join(PIPECAT_REQUIREMENTS)}), bot `{APP.relative_to(ROOT)}`; "
             f"services `{self.args.services_config.name}`, emulated cloud `{self.args.cloud_profile}` (estimated). "
             f"Fixtures {self.args.fixtures.name}, the questions in `{self.args.language}`: {self.args.limit} x "
             f"{self.args.rounds} round(s), the first a warm-up. "
-            "The answer's edges are inferred from its sound (the wire marks none).",
+            "The answer's edges are inferred from its sound (the lab's caller, as a phone's playout plays it).",
             "",
             f"- turns answered: {sum(r.ok for r in measured)} of {len(measured)} measured "
             f"({sum(r.ok for r in rows)} of {len(rows)} with the warm-up); the replay exited with {code}",
@@ -202,7 +208,7 @@ class PipecatRun:
             f"- whole turn, median: {_pct(whole, 50)} ms",
             f"- offline: {self.offline()}",
             "",
-            markdown(marks, "pipecat bot"),
+            markdown(marks, f"pipecat bot, {self.args.wire} wire", source),
             f"Rows: `{folder / 'bench.csv'}`; traces: `{folder / 'traces'}`; the bot's marks: `{self.events}`.",
         ]
         lines += [f"- unread: {p}" for p in problems]
@@ -220,10 +226,10 @@ class PipecatRun:
         return f"{len(attempts)} attempt(s) outside loopback: " + "; ".join(seen[:10])
 
     def ramp(self, url: str, processes: ProcessGroup) -> str:
-        a, folder = self.args, self.out / "capacity" / "pipecat-twilio"
+        a, folder = self.args, self.out / "capacity" / f"pipecat-{self.args.wire}"
         extra = passed_on({"--min-turns": a.min_turns, "--max-hold": a.max_hold, "--think": a.think})
         settings = RampSettings(a.capacity, a.hold, a.margin, None, extra)
-        target = RampTarget(url, "pipecat bot (twilio)", self.metered["server"], None)
+        target = RampTarget(url, f"pipecat bot ({a.wire})", self.metered["server"], None)
         argv = ramp_argv(sys.executable, self.fixtures, target, settings, folder)
         print(f"pipecat bot: ramping {a.capacity} call(s), each step held {a.hold}", flush=True)
         meter = ProcessCpu(dict(self.metered))

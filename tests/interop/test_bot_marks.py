@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from pipeline.analysis.traces import AttrValue, ReadEvent, ReadProblems, ReadSpan
-from pipeline.interop.bot_marks import BotMark, TurnBeside, beside, heard_turns, markdown, read_marks
+from pipeline.interop.bot_marks import BotMark, TurnBeside, beside, heard_turns, markdown, read_marks, told_marks
 from pipeline.tracing import names
 
 MS = 1_000_000
@@ -72,3 +74,16 @@ def test_a_line_that_does_not_read_is_named_and_the_rest_kept(tmp_path: Path) ->
         BotMark(20, "MZ1", "bot_started_speaking"),
     ]
     assert [p.split(": ")[0] for p in problems] == [f"{log}:2", f"{log}:4"]
+
+
+def test_the_marks_pipecats_wire_told_the_caller_are_read_from_its_device_spans() -> None:
+    def told(ms: int, kind: str) -> ReadEvent:
+        return ReadEvent(names.EV_BOT_MARK, T0 + ms * MS, {names.BOT_MARK: kind})
+
+    device, top = turn(1, 0, 2000, 3010, 5000)
+    events = (told(2400, "user-stopped-speaking"), told(2450, "bot-llm-started"), told(3000, "bot-started-speaking"))
+    device = msgspec.structs.replace(device, events=(*device.events, *events, told(4900, "bot-stopped-speaking")))
+    marks = told_marks([device, top])
+    assert [m.event for m in marks] == ["user_stopped_speaking", "bot_started_speaking", "bot_stopped_speaking"]
+    found = beside(heard_turns([device, top], ReadProblems()), marks)
+    assert found == [TurnBeside("q1", False, 400.0, 1000.0, 1010.0, 2900.0, 3000.0)]

@@ -88,7 +88,8 @@ def test_a_setting_no_option_sets_is_refused_for_the_command_line() -> None:
         ({"record_audio": Path("rec")}, "--record-audio records emulated devices: it needs --server"),
         (
             {"server": "tcp://x"},
-            "--server 'tcp://x': a ws://, wss://, mqtt://, http(s):// OTA or twilio+ws(s):// URL is expected",
+            "--server 'tcp://x': a ws://, wss://, mqtt://, http(s):// OTA, twilio+ws(s):// or pipecat+ws(s):// URL "
+            "is expected",
         ),
         ({"server": "ws://h/", "jitter_frames": -1}, "--jitter-frames -1: 0 or more"),
     ],

@@ -4,8 +4,9 @@ Shown only when a trace file sits in a capacity folder (``python -m pipeline.cap
 holds capacity.json and each step's run under steps/<N>/). For each ramp: what it held and why it stopped,
 the table of its steps (silence P50/P90/P99 with the P90's interval, whole turn, failures by kind, the
 server's CPU and RSS, the generator's own lateness, the machine's speed before the step, the verdict and its
-reason), a soak's windows and drift checks where the ramp was a soak (``soak_windows``), and one figure for all
-of them: silence percentiles against devices, one colour per server, each knee marked.
+reason), a soak's windows and drift checks where the ramp was a soak (``soak_windows``); then, for all of them,
+the devices each held per core its own process kept busy there, and one figure: silence percentiles against
+devices, and devices per busy core, one colour per server, each knee marked.
 
 Every figure is the ramp's own (capacity.json, computed from each step's traces by the ramp); a step whose
 run is not among the traces read is said, never filled in.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 from pipeline.records.ramp_result import FAILURE_KINDS, Capacity, CapacityFileError, Step, read
 from pipeline.report import plots
@@ -154,9 +156,40 @@ def held_words(r: RampFolder) -> str:
     )
 
 
+def per_core(s: Step) -> float | None:
+    """The step's devices per core its server was busy (None without the server's CPU, or with none used)."""
+    if s.server_cpu_pct is None or s.server_cpu_pct <= 0:
+        return None
+    return s.devices / (s.server_cpu_pct / 100)
+
+
+def held_step(c: Capacity) -> Step | None:
+    return next((s for s in c.steps if s.devices == c.devices_held), None)
+
+
+def per_core_table(ramps: Sequence[RampFolder]) -> Table:
+    """Each server's devices held at the silence SLO (the ramp's verdict) per core of its own CPU at that step."""
+    rows = []
+    for r in ramps:
+        held = held_step(r.found)
+        ratio = None if held is None else per_core(held)
+        cpu = NOT_MEASURED if held is None or held.server_cpu_pct is None else f"{held.server_cpu_pct:.0f} %"
+        shown = str(r.found.devices_held) + ("+" if r.found.none_failed else "") if held is not None else "none"
+        rows.append((r.name, r.found.transport, shown, cpu, NOT_MEASURED if ratio is None else f"{ratio:.1f}"))
+    return Table(
+        "capacity-per-core",
+        ("server", "transport", "devices held", "server CPU there (% of a core)", "devices per busy core"),
+        tuple(rows),
+        caption="Devices held at the silence SLO (P90 within the margin of the first step's, no failed turn) per "
+        "core the server itself kept busy at that step (its process's CPU by its PID; the services, the LLM and "
+        "the callers are not in it). A `+`: no step failed, so the server may hold more.",
+    )
+
+
 def curve(ramps: Sequence[RampFolder]) -> bytes:
-    """Silence P50/P90/P99 against devices, one colour per server, the knee ringed."""
-    fig, ax = plt.subplots(figsize=(9, 5))
+    """Silence P50/P90/P99 against devices (left) and devices per busy core of the server (right), one colour per
+    server, the knee ringed."""
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": (3, 2)})
     names = [r.name for r in ramps]
     for r in ramps:
         colour = plots.colour(r.name, names) if len(ramps) > 1 else plots.OTHER_COLOURS[0]
@@ -175,15 +208,29 @@ def curve(ramps: Sequence[RampFolder]) -> bytes:
                 textcoords="offset points",
                 color=colour,
             )
-    ax.set_xscale("log")
+        _per_core_curve(right, r, colour)
     ticks = sorted({s.devices for r in ramps for s in r.found.steps})
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
-    ax.set_xlabel("devices")
+    for axis in (ax, right):
+        axis.set_xscale("log")
+        axis.set_xticks(ticks, [str(t) for t in ticks])
+        axis.minorticks_off()
+        axis.set_xlabel("devices")
+        axis.grid(True, alpha=0.3)
     ax.set_ylabel("silence ms (end of speech -> first audible)")
-    ax.grid(True, alpha=0.3)
+    right.set_ylabel("devices per core the server kept busy")
     ax.legend(fontsize=8)
     return plots.png(fig)
+
+
+def _per_core_curve(ax: Axes, r: RampFolder, colour: str) -> None:
+    """One server's devices per busy core at each step, the step it held ringed."""
+    steps = [(s.devices, v) for s in r.found.steps if (v := per_core(s)) is not None]
+    if not steps:
+        return
+    ax.plot(*zip(*steps, strict=True), "-", marker="o", color=colour, label=plots.plain(r.name))
+    held = held_step(r.found)
+    if held is not None and (v := per_core(held)) is not None:
+        ax.plot([held.devices], [v], "o", ms=16, mfc="none", mec=colour, mew=2)
 
 
 def section(ctx: Context) -> list[Block]:
@@ -201,13 +248,16 @@ def section(ctx: Context) -> list[Block]:
         out += soak_windows.blocks(Path(r.path), key, ctx.draw)
         if any(s.lateness_p99_ms is None for s in r.found.steps):
             out.append(Paragraph("The generator's send lateness was not recorded: no step could be voided.", NOTE))
+    if any(r.found.devices_held is not None for r in ramps):
+        out.append(per_core_table(ramps))
     if ctx.draw and any(s.silence_ms.p90 is not None for r in ramps for s in r.found.steps):
         out.append(
             Figure(
                 "capacity",
                 curve(ramps),
-                "Silence (end of speech -> first audible) P50 (dotted), P90 (solid), P99 (dashed) against devices; "
-                "the knee (the last step that held before the first that failed) ringed.",
+                "Left: silence (end of speech -> first audible) P50 (dotted), P90 (solid), P99 (dashed) against "
+                "devices; the knee (the last step that held before the first that failed) ringed. Right: devices "
+                "per core the server kept busy (its own CPU), the step it held ringed.",
                 "Silence percentiles against the number of devices, one colour per server",
             )
         )

@@ -1,15 +1,17 @@
-"""A run's device on a telephony line: each question said on a call to a bot that speaks Twilio Media Streams
-(``twilio_call``), its turn a device's timeline as a xiaozhi device's is, with the answer's edges inferred.
+"""A run's device on a call to a voice bot: each question said on the call, its turn a device's timeline as a
+xiaozhi device's is, with the answer's edges inferred from its sound.
 
-``pipeline.replay --server twilio+ws://HOST/PATH`` (or ``twilio+wss://``) runs its devices as these: a device
-is one call, held for all its questions, as a xiaozhi device holds one connection. The clip (16 kHz) is said at
-8 kHz, as a phone line carries it. The turn's marks are the device's, where they exist on this wire: the user's
-end of speech where the line carried it, the first and last media of the answer received, its first and last
-audible sample as the phone's playout buffer plays them. What a xiaozhi server tells (``stt``, ``llm``,
-``tts start`` / ``stop``, each sentence) Twilio's wire does not carry: those marks stay empty, and the answer's
-edges are found from the sound (``phone_playout``), so every turn says ``answer_edges = inferred``.
+``pipeline.replay --server twilio+ws://HOST/PATH`` calls a bot on Twilio Media Streams (``twilio_call``: mu-law at
+8 kHz, as a phone line carries it); ``pipecat+ws://HOST/PATH`` one on Pipecat's own wire (``pipecat_call``:
+protobuf frames, 16 kHz PCM, the bot's RTVI messages); ``+wss`` for TLS. A device is one call, held for all its
+questions, as a xiaozhi device holds one connection. The turn's marks are the device's: the user's end of speech
+where the line carried it, the first and last audio of the answer received, its first and last audible sample as
+the phone's playout buffer plays them (``phone_playout``); every turn says ``answer_edges = inferred``. Twilio's
+wire tells nothing else: ``stt``, ``llm`` and the sentences stay empty. Pipecat's tells what the bot believed:
+its final transcriptions are the turn's ``stt`` (and transcript), its LLM's start its ``llm``, its TTS texts the
+sentences, and every RTVI message is kept as a bot mark beside what was heard (``DeviceTiming.bot_marks``).
 
-What this wire has no part for is refused when the device is made, not ignored: a barge-in, manual listening, the
+What a call has no part for is refused when the device is made, not ignored: a barge-in, manual listening, the
 Opus encoder and jitter buffer, a link profile, the settle wait, sound devices and recordings. Auto and realtime
 listening are the same here: the line carries the caller's audio, silence or speech, for the whole call.
 """
@@ -30,12 +32,15 @@ from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
 from pipeline.transport.device.device_settings import DeviceSettings
 from pipeline.transport.device.link import LOST, DeviceError
-from pipeline.transport.device.phone_playout import NS_PER_SAMPLE
-from pipeline.transport.device.twilio_call import CallQuestion, CallTurn, PhoneLine
-from pipeline.transport.wire import g711
+from pipeline.transport.device.phone_line import CallQuestion, CallTurn, Line
+from pipeline.transport.device.pipecat_call import PipecatLine
+from pipeline.transport.device.twilio_call import TwilioLine
 
-SCHEMES = {"twilio+ws": "ws", "twilio+wss": "wss"}
-TRANSPORT = "twilio"
+SCHEMES = {"twilio+ws": "ws", "twilio+wss": "wss", "pipecat+ws": "ws", "pipecat+wss": "wss"}
+WIRES: dict[str, tuple[type[Line], str]] = {  # a URL scheme's prefix -> the line, and the label's words
+    "twilio": (TwilioLine, "Twilio Media Streams, mu-law 8 kHz"),
+    "pipecat": (PipecatLine, "Pipecat's protobuf frames, PCM 16 kHz, RTVI"),
+}
 INFERRED = "inferred"  # the answer's edges found from its sound (``DeviceTiming.answer_edges``)
 UNUSED = {  # a setting this wire has no part for, and what the device would do with it
     "barge_in_after_ms": "a barge-in",
@@ -46,12 +51,17 @@ UNUSED = {  # a setting this wire has no part for, and what the device would do 
 
 
 def is_phone(url: str) -> bool:
-    """Whether ``url`` names a bot on Twilio's wire."""
+    """Whether ``url`` names a bot on a call's wire (Twilio's or Pipecat's)."""
     return urlsplit(url).scheme in SCHEMES
 
 
+def wire_of(url: str) -> str:
+    """The wire a call URL names: "twilio" or "pipecat"."""
+    return urlsplit(url).scheme.split("+")[0]
+
+
 def line_url(url: str) -> str:
-    """The WebSocket URL a ``twilio+ws(s)://`` URL names."""
+    """The WebSocket URL a ``twilio+ws(s)://`` or ``pipecat+ws(s)://`` URL names."""
     parts = urlsplit(url)
     return urlunsplit((SCHEMES[parts.scheme], parts.netloc, parts.path, parts.query, ""))
 
@@ -65,7 +75,7 @@ def shown(url: str) -> str:
 
 
 def refused(settings: DeviceSettings) -> list[str]:
-    """What of ``settings`` a telephony caller cannot do, each said; empty when nothing is."""
+    """What of ``settings`` a caller on a voice bot's line cannot do, each said; empty when nothing is."""
     plain = DeviceSettings(settings.url)
     said = [f"{what} ({name})" for name, what in UNUSED.items() if getattr(settings, name) != getattr(plain, name)]
     if settings.listen_mode == "manual":  # auto and realtime alike: the line streams for the whole call
@@ -82,16 +92,18 @@ class PhoneCaller:
 
     def __init__(self, settings: DeviceSettings, clock: Clock) -> None:
         if not is_phone(settings.url):
-            raise ValueError(f"{settings.url!r}: a twilio+ws:// or twilio+wss:// URL is expected")
+            raise ValueError(f"{settings.url!r}: a twilio+ws(s):// or pipecat+ws(s):// URL is expected")
         if cannot := refused(settings):
-            raise ValueError(f"a telephony caller cannot use {', '.join(cannot)}")
+            raise ValueError(f"a caller cannot use {', '.join(cannot)}")
         self.settings, self.clock = settings, clock
-        self.label = f"telephony bot at {shown(settings.url)} (Twilio Media Streams, mu-law 8 kHz)"
-        self.line: PhoneLine | None = None
+        self.transport = wire_of(settings.url)
+        self.kind, words = WIRES[self.transport]
+        self.label = f"voice bot at {shown(settings.url)} ({words})"
+        self.line: Line | None = None
         self._fresh = False
 
     async def __aenter__(self) -> PhoneCaller:
-        line = PhoneLine(line_url(self.settings.url), self.clock)
+        line = self.kind(line_url(self.settings.url), self.clock)
         try:
             async with asyncio.timeout(self.settings.connect_timeout_s):
                 self.line = await line.__aenter__()
@@ -116,12 +128,12 @@ class PhoneCaller:
         assert self.line is not None, "turn() outside async with"
         recorder = TurnRecorder(self.clock)
         tl = recorder.timeline
-        timing = tl.device = DeviceTiming(transport=TRANSPORT, protocol_version=0, answer_edges=INFERRED)
+        timing = tl.device = DeviceTiming(transport=self.transport, protocol_version=0, answer_edges=INFERRED)
         timing.temperature = "cold_connection" if self._fresh else "warm"
         self._fresh = False
         tl.vad.speech_end_offset_ms = ask.speech_end_ms
         speech_end_ms = ask.speech_end_ms if ask.speech_end_ms is not None else len(ask.frames) * FRAME_MS
-        question = CallQuestion(ask.question_id, at_line_rate(ask), float(speech_end_ms))
+        question = CallQuestion(ask.question_id, at_line_rate(ask, self.line.rate), float(speech_end_ms))
         if self.line.gone is not None:
             recorder.fail(LOST, f"the bot closed the call ({self.line.gone})")
             return recorder.finish()
@@ -131,10 +143,12 @@ class PhoneCaller:
         return recorder.finish()
 
 
-def at_line_rate(ask: Ask) -> np.ndarray:
-    """The clip as the phone line carries it: 16-bit linear at 8 kHz."""
+def at_line_rate(ask: Ask, rate: int) -> np.ndarray:
+    """The clip as the line carries it: 16-bit linear at ``rate``."""
     pcm = np.frombuffer(b"".join(f.pcm for f in ask.frames), dtype="<i2")
-    down = np.asarray(soxr.resample(pcm.astype(np.float32), SAMPLE_RATE, g711.SAMPLE_RATE), dtype=np.float32)
+    if rate == SAMPLE_RATE:
+        return pcm.astype(np.int16)
+    down = np.asarray(soxr.resample(pcm.astype(np.float32), SAMPLE_RATE, rate), dtype=np.float32)
     line: np.ndarray = np.clip(np.rint(down), -32768, 32767).astype(np.int16)
     return line
 
@@ -158,10 +172,23 @@ def _fill(recorder: TurnRecorder, said: CallTurn, ask: Ask, speech_end_ms: float
     if heard is not None:
         timing.first_audio_received_ns, timing.last_audio_received_ns = heard.received_first_ns, heard.received_last_ns
         timing.first_audible_ns, timing.downlink_frames = heard.first_ns, heard.chunks
-        timing.last_audible_ns = heard.last_ns + NS_PER_SAMPLE  # the end of its last audible sample
+        timing.last_audible_ns = heard.last_end_ns  # the end of its last audible sample
         tl.playback.first_start_ns, tl.playback.last_end_ns = heard.started_ns, timing.last_audible_ns
         tl.playback.audio_ms = heard.played_ns // 1_000_000
+    _told(timing, said)
     if said.error:
         recorder.fail(LOST, said.error)
     elif heard is None:
         recorder.fail("no_audio_out", f"nothing audible was played within {wait_s:g} s of the question's end")
+
+
+def _told(timing: DeviceTiming, said: CallTurn) -> None:
+    """What the bot's wire said of itself in the turn, as a xiaozhi server's messages would: its final
+    transcriptions (``stt``), its LLM's start, its TTS texts (the sentences); every mark kept as the bot's."""
+    timing.bot_marks = list(said.marks)
+    heard = [(t, text) for t, kind, text in said.marks if kind == "user-transcription"]
+    if heard:
+        timing.stt_at = [t for t, _ in heard]
+        timing.stt_ns, timing.transcript = heard[-1][0], " ".join(text for _, text in heard)
+    timing.llm_ns = next((t for t, kind, _ in said.marks if kind == "bot-llm-started"), None)
+    timing.sentence_starts = [(t, text) for t, kind, text in said.marks if kind == "bot-tts-text" and text]

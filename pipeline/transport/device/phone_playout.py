@@ -15,7 +15,9 @@ answer's edges are inferred from the sound as played:
 - a ``mark`` is echoed once the audio queued before it has played, or at once when a ``clear`` drops that audio
   (Twilio's rule).
 
-Times are the injected clock's nanoseconds; a sample lasts ``NS_PER_SAMPLE`` (125,000 ns at 8 kHz, exact). Every
+Times are the injected clock's nanoseconds; a sample lasts ``NS_PER_SAMPLE`` at 8 kHz (125,000 ns, exact), and
+at a chunk's own rate otherwise (a bot on Pipecat's wire sends 16 or 24 kHz: sample i of a chunk plays
+i * 10^9 // rate ns after its first, to the nanosecond below). Every
 edge found here is inferred from sound, not told by the protocol: the rows that use it say so.
 """
 
@@ -41,13 +43,20 @@ class Chunk:
     start_ns: int
     samples: int
     loud: np.ndarray
+    rate: int = SAMPLE_RATE
 
     @property
     def end_ns(self) -> int:
-        return self.start_ns + self.samples * NS_PER_SAMPLE
+        return self.at(self.samples)
 
     def at(self, index: int) -> int:
-        return self.start_ns + index * NS_PER_SAMPLE
+        return self.start_ns + index * 1_000_000_000 // self.rate
+
+    def index_at(self, t_ns: int, up: bool = False) -> int:
+        """The sample that plays at ``t_ns`` (``up``: the first that plays at or after it)."""
+        if up:
+            return -(-(t_ns - self.start_ns) * self.rate // 1_000_000_000)
+        return (t_ns - self.start_ns) * self.rate // 1_000_000_000
 
     def loud_from(self, index: int) -> int | None:
         """The first audible sample at or after ``index`` that plays; None when there is none."""
@@ -76,6 +85,7 @@ class HeardAnswer:
     started_ns: int = 0
     chunks: int = 0
     played_ns: int = 0
+    last_end_ns: int = 0  # the end of its last audible sample (the next sample's start)
 
 
 @dataclass(slots=True)
@@ -89,10 +99,11 @@ class Playout:
     marks: list[tuple[str, int]] = field(default_factory=list)  # not yet echoed: name, when due
     free_ns: int = 0  # when what is queued has all played
 
-    def media(self, at_ns: int, pcm: np.ndarray) -> Chunk:
-        """Audio (16-bit linear) that arrived at ``at_ns``: it plays when what was queued before it has."""
+    def media(self, at_ns: int, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> Chunk:
+        """Audio (16-bit linear, at ``rate``) that arrived at ``at_ns``: it plays when what was queued before it
+        has."""
         loud = np.nonzero(np.abs(np.asarray(pcm, dtype=np.int32)) > AUDIBLE)[0]
-        chunk = Chunk(at_ns, max(at_ns, self.free_ns), len(pcm), loud)
+        chunk = Chunk(at_ns, max(at_ns, self.free_ns), len(pcm), loud, rate)
         self.chunks.append(chunk)
         self.free_ns = chunk.end_ns
         return chunk
@@ -116,7 +127,7 @@ class Playout:
         for chunk in self.chunks:
             if chunk.start_ns >= at_ns:
                 continue
-            chunk.samples = min(chunk.samples, (at_ns - chunk.start_ns) // NS_PER_SAMPLE)
+            chunk.samples = min(chunk.samples, chunk.index_at(at_ns))
             kept.append(chunk)
         self.chunks = kept
         self.clears.append(at_ns)
@@ -127,19 +138,19 @@ class Playout:
         """The first answer that plays from ``after_ns`` on, as far as ``now_ns`` tells; None while nothing
         audible has played by then."""
         gap = round(self.gap_ms * 1_000_000)
-        first = last = None
+        first = last = last_end = None
         heard: list[Chunk] = []
         for chunk in self.chunks:
-            begin = chunk.loud_from(max(0, -(-(after_ns - chunk.start_ns) // NS_PER_SAMPLE)))
-            end = chunk.last_loud()
-            if begin is None or end is None or chunk.at(begin) > now_ns:
+            begin = chunk.loud_from(max(0, chunk.index_at(after_ns, up=True)))
+            if begin is None or chunk.at(begin) > now_ns:
                 continue
             if last is not None and chunk.at(begin) - last >= gap:
                 break  # a pause as long as the gap: the answer ended before this chunk
             first = chunk.at(begin) if first is None else first
-            last = min(chunk.at(end), _played_by(chunk, now_ns))
+            played = _played_by(chunk, begin, now_ns)
+            last, last_end = chunk.at(played), chunk.at(played + 1)
             heard.append(chunk)
-        if first is None or last is None:
+        if first is None or last is None or last_end is None:
             return None
         cleared = any(last < at <= last + gap for at in self.clears)
         return HeardAnswer(
@@ -151,7 +162,8 @@ class Playout:
             received_last_ns=heard[-1].arrived_ns,
             started_ns=heard[0].start_ns,
             chunks=len(heard),
-            played_ns=sum(c.samples for c in heard) * NS_PER_SAMPLE,
+            played_ns=sum(c.end_ns - c.start_ns for c in heard),
+            last_end_ns=last_end,
         )
 
     def forget(self, before_ns: int) -> None:
@@ -165,11 +177,11 @@ class Playout:
         return max(0, self.free_ns - now_ns)
 
 
-def _played_by(chunk: Chunk, now_ns: int) -> int:
-    """The last audible sample of ``chunk`` played by ``now_ns``."""
+def _played_by(chunk: Chunk, begin: int, now_ns: int) -> int:
+    """The last audible sample of ``chunk`` that plays, as far as ``now_ns`` (``begin``, audible, has played)."""
     index = chunk.last_loud()
     assert index is not None
     if chunk.at(index) <= now_ns:
-        return chunk.at(index)
-    i = int(np.searchsorted(chunk.loud, (now_ns - chunk.start_ns) // NS_PER_SAMPLE, side="right"))
-    return chunk.at(int(chunk.loud[i - 1])) if i else chunk.start_ns
+        return index
+    i = int(np.searchsorted(chunk.loud, chunk.index_at(now_ns), side="right"))
+    return max(begin, int(chunk.loud[i - 1])) if i else begin

@@ -6,6 +6,7 @@ the MQTT + UDP transport's encrypted datagrams (``udp``), MQTT packets (``mqtt_p
 (``mqtt_identity``), the MCP JSON-RPC payloads of the device's tools (``mcp``), the OTA request and answer
 (``ota``) and the two ways a conversation fails (``failures``). Beside it, a telephony voice agent's wire:
 Twilio Media Streams' messages (``twilio``), what each end takes of them in what order (``twilio_order``) and
-their G.711 mu-law audio (``g711``). It imports only the contract, so the device and the server can both build
+their G.711 mu-law audio (``g711``); and Pipecat's own, its protobuf frames with their RTVI messages
+(``pipecat_frames``). It imports only the contract, so the device and the server can both build
 on it without knowing each other.
 """

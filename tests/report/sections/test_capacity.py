@@ -16,8 +16,9 @@ from tests.capacity.test_users import step as fake_step
 PLAN = RampPlan(steps=(1, 2), hold_s=10, max_hold_s=30, min_turns=1)
 
 
-def ramp(folder: Path, label: str, second: str) -> None:
-    """A two-step ramp of fake devices: its traces in steps/<N>/ and capacity.json over them."""
+def ramp(folder: Path, label: str, second: str, cpu: float | None = None) -> None:
+    """A two-step ramp of fake devices: its traces in steps/<N>/ and capacity.json over them; ``cpu``: the server's
+    CPU at one device (% of a core), growing with the devices."""
     profile = LoadProfile(arrival="staggered", ramp_s=2, think_s=1)
     found = Capacity(label, "websocket", "fixtures", profile.as_dict(), [1, 2], 10, 30, 10, 50, 1, label=label)
     for n, kind in ((1, "holds"), (2, second)):
@@ -39,7 +40,7 @@ def ramp(folder: Path, label: str, second: str) -> None:
                 None,
                 None,
                 0,
-                None,
+                None if cpu is None else cpu * n,
                 None,
                 kind,
                 f"{kind} because",
@@ -53,7 +54,7 @@ def ramp(folder: Path, label: str, second: str) -> None:
 
 def test_capacity_folders_are_the_reading_with_their_table_and_curve(tmp_path: Path) -> None:
     ramp(tmp_path / "lab", "lab", "fails")
-    ramp(tmp_path / "real", "real", "holds")
+    ramp(tmp_path / "real", "real", "holds", cpu=40.0)
     data = load_paths([tmp_path / "lab", tmp_path / "real"])
     doc = build(data, draw=True)
     text = doc.text()
@@ -66,5 +67,10 @@ def test_capacity_folders_are_the_reading_with_their_table_and_curve(tmp_path: P
     assert lab.rows[0][4] == "1001" and lab.rows[0][8] == "not measured (no --server-pid)"
     assert doc.table("capacity-2").rows[1][1] == "holds"
     assert [f.key for f in doc.figures()] == ["capacity"] and doc.figures()[0].png.startswith(b"\x89PNG")
+    # devices held per core the server kept busy there: 2 devices at 80 % of a core; none without its CPU
+    per_core = doc.table("capacity-per-core")
+    assert [r[0] for r in per_core.rows] == ["lab", "real"]
+    assert per_core.rows[0][2:] == ("1", "not measured", "not measured")
+    assert per_core.rows[1][2:] == ("2+", "80 %", "2.5")
     # the condition sections are left out: they would pool steps of different device counts
     assert not any(h.startswith("1.") for h in text.splitlines())

@@ -17,6 +17,8 @@ from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.ramp_result import read
 from pipeline.report.__main__ import main as report_main
 from pipeline.tracing import names
+from tests.transport.device.frames_bot import ANSWER_MS as FRAMES_ANSWER_MS
+from tests.transport.device.frames_bot import SAID, FramesStandIn
 from tests.transport.device.twilio_bot import ANSWER_MS, THINK_S, StandIn, bot_in_thread
 from tests.transport.test_device_server_e2e import FIXTURES, SIMULATOR
 
@@ -58,7 +60,7 @@ def test_a_replay_calls_a_twilio_bot_and_writes_a_device_row_per_question(tmp_pa
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        (["--barge-in-after", "500"], "a telephony caller cannot use a barge-in"),
+        (["--barge-in-after", "500"], "a caller cannot use a barge-in"),
         (["--listen-mode", "manual"], "listen mode manual"),
         (["--record-audio", "REC"], "--record-audio on a telephony line"),
     ],
@@ -91,3 +93,28 @@ def test_a_twilio_bot_ramped_step_by_step(tmp_path: Path, capsys: pytest.Capture
         assert s.verdict == "holds" and s.turns >= 1 and s.silence_ms.p50 is not None
         assert s.failures == {"no_answer": 0, "cut_connection": 0, "refused": 0, "other": 0}
         assert s.server_cpu_pct is not None and s.server_rss_mb is not None
+        assert s.lateness_p99_ms is not None  # the line's sends are paced and their lateness recorded, as a device's
+
+
+def test_a_replay_calls_a_bot_on_pipecats_wire_and_keeps_its_marks_beside_what_was_heard(tmp_path: Path) -> None:
+    bot = FramesStandIn(RealClock())
+    with bot_in_thread(bot) as port:
+        assert _replay(tmp_path / "out", f"pipecat+ws://127.0.0.1:{port}/ws") == 0
+    assert bot.ready == ["client-ready"] and bot.rates == {16000}  # Pipecat's client: ready, then 16 kHz audio
+    rows = read_bench_csv(tmp_path / "out" / "bench.csv")
+    assert [(r.ok, r.transport, r.answer_edges) for r in rows] == [(1, "pipecat", "inferred")] * 2
+    for row in rows:
+        assert row.first_audible_ms is not None and row.last_audible_ms is not None
+        # 24 kHz, sent at once, played back to back: the answer lasts exactly its length
+        assert row.last_audible_ms - row.first_audible_ms == pytest.approx(FRAMES_ANSWER_MS, abs=1e-3)
+        # the bot's final transcription is the turn's stt, told before it answered
+        assert row.stt_received_ms is not None and 0 < row.stt_received_ms < row.first_audible_ms
+    problems = ReadProblems()
+    spans = [s for f in trace_files(tmp_path / "out" / "traces") for s in read_trace_file(f, problems)]
+    device = sorted((s for s in spans if s.name == names.DEVICE), key=lambda s: s.start_ns)
+    for n, span in enumerate(device, 1):
+        marks = [str(e.attributes[names.BOT_MARK]) for e in span.events if e.name == names.EV_BOT_MARK]
+        assert marks == [*SAID, "bot-stopped-speaking"]  # no audio level, no transcription not final
+        texts = [e.attributes.get(names.BOT_TEXT) for e in span.events if e.name == names.EV_BOT_MARK]
+        assert texts[1] == f"question {n}" and texts[3] == f"answer {n}"
+        assert span.attributes[names.TRANSCRIPT] == f"question {n}"

@@ -11,8 +11,9 @@ import pytest
 from websockets.asyncio.server import serve
 
 from pipeline.clock import RealClock
+from pipeline.transport.device.phone_line import CallQuestion
 from pipeline.transport.device.phone_playout import NS_PER_SAMPLE
-from pipeline.transport.device.twilio_call import Call, CallQuestion, call
+from pipeline.transport.device.twilio_call import Call, call
 from tests.acoustic_synth import clip_at, of_language
 from tests.transport.device.twilio_bot import ANSWER_MS, THINK_S, StandIn
 

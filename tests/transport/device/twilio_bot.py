@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection, serve
@@ -71,8 +72,14 @@ class StandIn:
         await ws.send(tw.encode(tw.MarkEvent(tw.MarkBody(mark), side.stream_sid)))
 
 
+class Bot(Protocol):
+    """A stand-in bot: it handles each connection."""
+
+    async def handle(self, ws: ServerConnection) -> None: ...
+
+
 @contextmanager
-def bot_in_thread(bot: StandIn) -> Iterator[int]:
+def bot_in_thread(bot: Bot) -> Iterator[int]:
     """``bot`` served on loopback from its own thread and event loop (for a caller that runs its own); its port."""
     loop = asyncio.new_event_loop()
     ready: asyncio.Future[int] = loop.create_future()
