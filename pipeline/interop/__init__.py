@@ -11,5 +11,6 @@ row, the traces against bench.csv) and ``fault_leftovers`` (processes, ports, te
 ``fault_compare`` puts two matrices side by side.
 
 A third-party voice bot (a Pipecat bot, ``scripts/interop/pipecat_bot.py``) is called over Twilio's wire; its own
-log of what it believed (``bot_marks``) is read beside what its caller heard.
+log of what it believed (``bot_marks``) is read beside what its caller heard, and its event loop's lag per step of
+a ramp (``bot_lag``).
 """

@@ -94,8 +94,6 @@ def prepare(plan: RunPlan, env: Mapping[str, str]) -> Prepared:
     otlp = otlp_from_env(env)
     clock = make_clock(cfg)
     remote = device_of(plan, cfg, env)
-    if remote is not None and plan.device.record_audio is not None and is_phone(remote.url):
-        raise ValueError("--record-audio on a telephony line (twilio+ws): not yet, the caller records nothing")
     if remote is None:
         check_languages(cfg, questions.questions[: cfg.run.limit or None])
     roles = ("vad",) if remote else ROLES  # a device needs only the VAD that finds where speech ends

@@ -4,28 +4,32 @@
     PIPECAT_VENV/bin/python scripts/interop/pipecat_app.py --port 8765 --base-url http://127.0.0.1:PORT/v1 \\
         --events DIR/bot-events.jsonl
 
-Run by ``scripts/interop/pipecat_bot.py`` in Pipecat's own environment (pipecat-ai from PyPI, never the lab's
-venv): FastAPI serves two WebSockets, one for each wire Pipecat speaks. At ``/media`` each connection is a phone
-call, told apart by Twilio's ``start`` (``parse_telephony_websocket``) and carried by Pipecat's
-``TwilioFrameSerializer`` with its hang-up off (no call to Twilio's API is ever made), 8 kHz. At ``/ws`` it is
-Pipecat's own wire, its ``ProtobufFrameSerializer``, 16 kHz, with the RTVI messages Pipecat sends by default. The
-pipeline is Pipecat's usual one: the transport's input, OpenAI-compatible STT,
-the user aggregator with Silero VAD and Smart Turn v3 (Pipecat's default end of turn), the LLM, the TTS, the
-transport's output, the assistant aggregator. Every service's ``base_url`` is ``--base-url``: the lab's speech
-services, whose relay times the LLM.
+Run by ``scripts/interop/pipecat_bot.py`` in Pipecat's own environment (pipecat-ai from PyPI, never the lab's venv):
+FastAPI serves two WebSockets, one for each wire Pipecat speaks. At ``/media`` each connection is a phone call, told
+apart by Twilio's ``start`` (``parse_telephony_websocket``) and carried by Pipecat's ``TwilioFrameSerializer`` with
+its hang-up off (no call to Twilio's API is ever made), 8 kHz. At ``/ws`` it is Pipecat's own wire, its
+``ProtobufFrameSerializer``, 16 kHz, with the RTVI messages Pipecat sends by default. The pipeline is Pipecat's
+usual one: the transport's input, OpenAI-compatible STT, the user aggregator with Silero VAD and Smart Turn v3
+(Pipecat's default end of turn), the LLM, the TTS, the transport's output, the assistant aggregator. Every service's
+``base_url`` is ``--base-url``: the lab's speech services, whose relay times the LLM.
 
 What the framework believed happened goes to ``--events`` as JSON lines (wall-clock ns, the call's stream id, the
 frame's name): the user started and stopped speaking, the transcription, the LLM's response starting, the bot
-started and stopped speaking. The lab reads them beside what its caller heard (``pipeline.interop.bot_marks``).
-Only this file imports Pipecat; nothing of the lab is imported here.
+started and stopped speaking; and once a second the event loop's worst lag over that second (``loop_lag``,
+``lag_ms``: how much later than asked a 50 ms sleep woke), the loop every call of the bot shares. The lab reads them
+beside what its caller heard (``pipeline.interop.bot_marks``). Only this file imports Pipecat; nothing of the lab is
+imported here.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -90,6 +94,24 @@ class Marks(BaseObserver):
         self.out.flush()
 
 
+LAG_PERIOD_S = 0.05  # the probe's sleep: the loop's lag is how much later than this it wakes
+LAG_WINDOW_S = 1.0  # one line a window: its worst lag
+
+
+async def loop_lag(out: TextIO) -> None:
+    """The event loop's worst lag each second, as a line of ``out``, for as long as the bot runs."""
+    loop = asyncio.get_running_loop()
+    while True:
+        worst, until = 0.0, loop.time() + LAG_WINDOW_S
+        while loop.time() < until:
+            asked = loop.time()
+            await asyncio.sleep(LAG_PERIOD_S)
+            worst = max(worst, loop.time() - asked - LAG_PERIOD_S)
+        line = {"t_ns": time.time_ns(), "stream": "", "event": "loop_lag", "lag_ms": round(worst * 1000, 3)}
+        out.write(json.dumps(line) + "\n")
+        out.flush()
+
+
 def services(base_url: str, language: str) -> tuple[OpenAISTTService, OpenAILLMService, OpenAITTSService]:
     """STT, LLM and TTS, all OpenAI-compatible, all at ``base_url``; the STT told the calls' one language (Pipecat's
     OpenAI STT sends one with every request, English unless told)."""
@@ -101,7 +123,13 @@ def services(base_url: str, language: str) -> tuple[OpenAISTTService, OpenAILLMS
 
 
 def app(base_url: str, language: str, events: TextIO) -> FastAPI:
-    web = FastAPI()
+    @contextlib.asynccontextmanager
+    async def lifespan(_web: FastAPI) -> AsyncIterator[None]:
+        probe = asyncio.create_task(loop_lag(events))
+        yield
+        probe.cancel()
+
+    web = FastAPI(lifespan=lifespan)
 
     @web.websocket("/media")
     async def media(websocket: WebSocket) -> None:

@@ -39,6 +39,7 @@ import numpy as np
 
 from pipeline.analysis.read import read_traces
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
+from pipeline.interop.bot_lag import lag_markdown, read_lags, step_lags
 from pipeline.interop.bot_marks import beside, heard_turns, markdown, read_marks, told_marks
 from pipeline.interop.capacity_mode import fixtures_without
 from pipeline.interop.process_group import InteropError, ProcessGroup, StartedProcess, free_ports, run_script
@@ -72,8 +73,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--services-config", type=Path, help=f"the speech services' [asr] [tts] (default "
                    f"{SERVICES_CONFIG.name}; with --capacity, the stand-ins of {CAPACITY_SERVICES.name})")  # fmt: skip
     p.add_argument("--cloud-profile", default="fast-70b-api", help="the emulated cloud's compute profile")
-    p.add_argument("--language", default="en", help="the bot's language: only the fixtures' questions in it are asked "
-                   "(Pipecat's OpenAI STT sends one language with every request; default en)")  # fmt: skip
+    p.add_argument("--language", default="en", help="the bot's language: outside a ramp, only the fixtures' "
+                   "questions in it are asked (Pipecat's OpenAI STT sends one language with each request)")  # fmt: skip
     p.add_argument("--ports-from", type=int, default=0, help="use ports N, N+1, ... (default: any free ones)")
     p.add_argument("--start-timeout", type=float, default=120, help="seconds the bot has to come up")
     group = p.add_argument_group("capacity mode (a ramp of calls against the bot, by pipeline.capacity)")
@@ -84,6 +85,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     group.add_argument("--max-hold", help="pipeline.capacity --max-hold")
     group.add_argument("--think", help="pipeline.capacity --think: a caller's pause between an answer and a question")
     group.add_argument("--beside", type=Path, nargs="*", default=[], help="other servers' capacity folders")
+    group.add_argument("--exclude", default="", metavar="IDS", help="question ids left out of the ramp, as "
+                       "xiaozhi_server.py --exclude leaves them out of every server's")  # fmt: skip
     args = p.parse_args(argv)
     args.services_config = args.services_config or (CAPACITY_SERVICES if args.capacity else SERVICES_CONFIG)
     return args
@@ -121,7 +124,7 @@ class PipecatRun:
         if not (self.args.fixtures / "manifest.csv").is_file():
             raise InteropError(f"{self.args.fixtures}: no manifest.csv (give the fixtures folder)")
         self.out.mkdir(parents=True, exist_ok=True)
-        self.fixtures = in_language(self.args.fixtures, self.args.language, self.out / "fixtures")
+        self.fixtures = self.asked(self.out / "fixtures")
         with ProcessGroup(self.out / "logs", os.environ) as processes:
             python = ensure_venv(self.venv, processes)
             self.start_services(processes)
@@ -134,6 +137,18 @@ class PipecatRun:
                 return self.replay(url, processes, bot)
             finally:
                 processes.stop(bot)
+
+    def asked(self, target: Path) -> Path:
+        """The questions asked: in a ramp, the fixtures less ``--exclude`` (the stand-ins' oracle hears any language,
+        so every server is ramped on the same questions); else those in the bot's language, which its real STT is
+        told."""
+        if self.args.capacity:
+            return (
+                fixtures_without(self.args.fixtures, self.args.exclude, target)
+                if self.args.exclude
+                else self.args.fixtures
+            )
+        return in_language(self.args.fixtures, self.args.language, target)
 
     def start_services(self, processes: ProcessGroup) -> None:
         """The emulated cloud and the speech services with the LLM relay in front of it, listening."""
@@ -247,7 +262,10 @@ class PipecatRun:
             f"{a.services_config.name} and the emulated cloud ({a.cloud_profile}, estimated). The CPU columns are "
             f"each process's mean over the whole ramp, percent of one core ({os.cpu_count()} cores here).\n\n"
         )
-        text = ramp_markdown(ramps, intro)
+        problems: list[str] = []
+        lags = step_lags(folder, read_lags(self.events, problems), problems)
+        text = ramp_markdown(ramps, intro) + "\n" + lag_markdown(target.label, lags)
+        text += "".join(f"- unread: {p}\n" for p in problems)
         (self.out / "capacity.md").write_text(text, encoding="utf-8")
         return text
 
@@ -261,12 +279,15 @@ def in_language(folder: Path, language: str, target: Path) -> Path:
 
 
 def earlier(folder: Path) -> EndedRamp:
-    """Another server's ramp, already made: its label from its capacity.json."""
+    """Another server's ramp, already made: its label, what it held and what grew first, from its capacity.json."""
     try:
         found = read_capacity(folder / "capacity.json")
     except CapacityFileError as exc:
         raise InteropError(f"--beside {folder}: {exc}") from None
-    return EndedRamp(found.label or folder.name, folder, "", 0, {})
+    held = "none" if found.devices_held is None else str(found.devices_held)
+    held += " or more (no step failed)" if found.none_failed else ""
+    said = f"devices held: {held}\n" + (f"grew first: {found.grew_first}\n" if found.grew_first else "")
+    return EndedRamp(found.label or folder.name, folder, said, 0, {})  # its CPU columns are in its own capacity.md
 
 
 def bot_pid(traced: StartedProcess) -> int:

@@ -10,7 +10,7 @@ connection again on the firmware's backoff (``reconnect``); ``device_turn`` runs
 sound devices; ``device_recording`` writes what it sent and played (``--record-audio``). A caller of a voice bot
 holds one call on a line paced in real time (``phone_line``), on Twilio Media Streams (``twilio_call``) or
 Pipecat's own wire (``pipecat_call``), and hears each answer through a phone's playout buffer, which infers where
-the answer begins and ends from the audio as played (``phone_playout``); as a run's device (``phone_device``) each
-question is a turn on that call. ``devices`` makes the device a server URL names, either kind. Nothing here
+the answer begins and ends from the audio as played (``phone_playout``), and records what was said and played
+(``phone_recording``); as a run's device (``phone_device``) each question is a turn on that call. ``devices`` makes the device a server URL names, either kind. Nothing here
 imports the server side.
 """

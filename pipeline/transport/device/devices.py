@@ -16,6 +16,4 @@ def device_for(settings: DeviceSettings, clock: Clock, record: RecordTo | None =
     """The device for ``settings.url``, not yet connected; a ``ValueError`` for settings it cannot use."""
     if not is_phone(settings.url):
         return EmulatedDevice(settings, clock, record)
-    if record is not None:
-        raise ValueError("--record-audio on a telephony line: not yet (the caller records nothing)")
-    return PhoneCaller(settings, clock)
+    return PhoneCaller(settings, clock, record)

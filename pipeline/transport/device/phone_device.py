@@ -11,8 +11,9 @@ wire tells nothing else: ``stt``, ``llm`` and the sentences stay empty. Pipecat'
 its final transcriptions are the turn's ``stt`` (and transcript), its LLM's start its ``llm``, its TTS texts the
 sentences, and every RTVI message is kept as a bot mark beside what was heard (``DeviceTiming.bot_marks``).
 
-What a call has no part for is refused when the device is made, not ignored: a barge-in, manual listening, the
-Opus encoder and jitter buffer, a link profile, the settle wait, sound devices and recordings. Auto and realtime
+With ``--record-audio`` each call is recorded as a device is (``phone_recording``). What a call has no part for is
+refused when the device is made, not ignored: a barge-in, manual listening, the Opus encoder and jitter buffer, a
+link profile, the settle wait and sound devices. Auto and realtime
 listening are the same here: the line carries the caller's audio, silence or speech, for the whole call.
 """
 
@@ -30,9 +31,11 @@ from pipeline.events import FRAME_MS, SAMPLE_RATE
 from pipeline.run.device_side import Ask
 from pipeline.run.recorder import TurnRecorder
 from pipeline.tracing.timeline import DeviceTiming, TurnTimeline
+from pipeline.transport.device.device_recording import RecordTo
 from pipeline.transport.device.device_settings import DeviceSettings
 from pipeline.transport.device.link import LOST, DeviceError
 from pipeline.transport.device.phone_line import CallQuestion, CallTurn, Line
+from pipeline.transport.device.phone_recording import CallRecording
 from pipeline.transport.device.pipecat_call import PipecatLine
 from pipeline.transport.device.twilio_call import TwilioLine
 
@@ -90,7 +93,7 @@ def refused(settings: DeviceSettings) -> list[str]:
 class PhoneCaller:
     """One device on a telephony line: ``async with`` places the call, ``turn`` asks one question on it."""
 
-    def __init__(self, settings: DeviceSettings, clock: Clock) -> None:
+    def __init__(self, settings: DeviceSettings, clock: Clock, record: RecordTo | None = None) -> None:
         if not is_phone(settings.url):
             raise ValueError(f"{settings.url!r}: a twilio+ws(s):// or pipecat+ws(s):// URL is expected")
         if cannot := refused(settings):
@@ -100,22 +103,31 @@ class PhoneCaller:
         self.kind, words = WIRES[self.transport]
         self.label = f"voice bot at {shown(settings.url)} ({words})"
         self.line: Line | None = None
+        self.record_to = record
         self._fresh = False
 
     async def __aenter__(self) -> PhoneCaller:
         line = self.kind(line_url(self.settings.url), self.clock)
+        if self.record_to is not None:  # sample 0: the call is placed
+            line.recording = CallRecording(self.record_to.open(self.clock.now_ns()))
         try:
             async with asyncio.timeout(self.settings.connect_timeout_s):
                 self.line = await line.__aenter__()
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI, ConnectionClosed) as exc:
+            if line.recording is not None:  # the call never began: its recording is what it was
+                line.recording.close(self.clock.now_ns())
             raise DeviceError(f"{shown(self.settings.url)}: no call ({type(exc).__name__}: {exc})") from None
         self._fresh = True
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self.line is not None:
-            await self.line.__aexit__(*exc)
-            self.line = None
+            try:
+                await self.line.__aexit__(*exc)
+            finally:
+                if self.line.recording is not None:
+                    self.line.recording.close(self.clock.now_ns())
+                self.line = None
 
     @property
     def dropped(self) -> dict[str, int]:

@@ -5,7 +5,8 @@ said on it and its answer heard through a phone's playout buffer.
 call's start, whatever the turns do (silence unless a question is being said: a bot's VAD ends the user's turn
 on it; a question is said from the next frame on, as a person starts talking), records each send's lateness on
 the loop's record (a ramp voids a step its generator was late in), and hands everything the bot sends to the
-wire's own reading, which plays audio into the ``phone_playout`` buffer. ``ask`` says one question and listens
+wire's own reading, which plays audio into the ``phone_playout`` buffer; with a ``phone_recording``, what was said
+and played goes to the call's recording. ``ask`` says one question and listens
 until its answer is over: the first sound played after the question's end of speech, over after
 ``phone_playout.GAP_MS`` of played silence or a clear, as the buffer infers it. A wire says how its messages
 look (``twilio_call``: Twilio Media Streams; ``pipecat_call``: Pipecat's protobuf frames). Queued audio past
@@ -28,6 +29,7 @@ from websockets.exceptions import ConnectionClosed
 from pipeline.clock import Clock
 from pipeline.transport.device.pacer import send_lateness
 from pipeline.transport.device.phone_playout import HeardAnswer, Playout
+from pipeline.transport.device.phone_recording import CallRecording
 
 FRAME_MS = 20  # what a phone line sends per message
 LONGEST_ANSWER_NS = 120 * 1_000_000_000  # an answer still playing this long after the question: the turn ends anyway
@@ -109,6 +111,7 @@ class Line:
         self.said = asyncio.Event()  # the question's last frame has been sent
         self.sent = _Sent()  # the frames of the turn under way
         self.marks = _Marks()
+        self.recording: CallRecording | None = None  # --record-audio: what was said and played
         self.gone: ConnectionClosed | None = None
         self._ws: ClientConnection | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,7 +176,9 @@ class Line:
         if self.playout.queued_ns(at_ns) > MOST_QUEUED_S * 1_000_000_000:
             self.dropped["playout_full"] += 1
             return
-        self.playout.media(at_ns, pcm, rate)
+        chunk = self.playout.media(at_ns, pcm, rate)
+        if self.recording is not None:
+            self.recording.queued(chunk, pcm)
 
     async def _read(self, ws: ClientConnection) -> None:
         """Every message the bot sends, taken in as it arrives."""
@@ -196,6 +201,9 @@ class Line:
                 self.chunk += 1  # before the send: a question queued meanwhile starts at the next index
                 await ws.send(self.frame(pcm, self.chunk - 1))
                 self.sent.add(self.clock.now_ns())
+                if self.recording is not None:  # captured in the frame's length before its due time
+                    self.recording.said(pcm, self.rate, due)
+                    self.recording.played_by(self.clock.now_ns())
                 if not self.speaking:
                     self.said.set()
                 for message in self.after_frame(self.clock.now_ns()):

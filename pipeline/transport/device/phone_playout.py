@@ -126,6 +126,7 @@ class Playout:
         kept = []
         for chunk in self.chunks:
             if chunk.start_ns >= at_ns:
+                chunk.samples = 0  # it never plays (whoever still holds it, a recording, sees so)
                 continue
             chunk.samples = min(chunk.samples, chunk.index_at(at_ns))
             kept.append(chunk)

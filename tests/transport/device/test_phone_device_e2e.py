@@ -10,16 +10,22 @@ from pathlib import Path
 import pytest
 
 from pipeline import replay
+from pipeline.acoustic.measure import measure_recording
+from pipeline.acoustic.questions import load_questions as acoustic_questions
+from pipeline.analysis.read import read_traces
+from pipeline.analysis.recording_marks import check_recording
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
 from pipeline.capacity.__main__ import main as capacity_main
 from pipeline.clock import RealClock
 from pipeline.records.bench_csv import read_bench_csv
 from pipeline.records.ramp_result import read
 from pipeline.report.__main__ import main as report_main
+from pipeline.report.acoustic_match import match
+from pipeline.settings.config import load_config
 from pipeline.tracing import names
 from tests.transport.device.frames_bot import ANSWER_MS as FRAMES_ANSWER_MS
 from tests.transport.device.frames_bot import SAID, FramesStandIn
-from tests.transport.device.twilio_bot import ANSWER_MS, THINK_S, StandIn, bot_in_thread
+from tests.transport.device.twilio_bot import ANSWER_MS, THINK_S, Bot, StandIn, bot_in_thread
 from tests.transport.test_device_server_e2e import FIXTURES, SIMULATOR
 
 pytestmark = pytest.mark.transport
@@ -62,13 +68,12 @@ def test_a_replay_calls_a_twilio_bot_and_writes_a_device_row_per_question(tmp_pa
     [
         (["--barge-in-after", "500"], "a caller cannot use a barge-in"),
         (["--listen-mode", "manual"], "listen mode manual"),
-        (["--record-audio", "REC"], "--record-audio on a telephony line"),
+        (["--jitter-frames", "2"], "a jitter buffer (jitter_frames)"),
     ],
 )
 def test_what_a_phone_line_has_no_part_for_is_refused_before_any_call(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], said: str
 ) -> None:
-    extra = [str(tmp_path / "rec") if a == "REC" else a for a in extra]
     assert _replay(tmp_path / "out", "twilio+ws://127.0.0.1:9/media", *extra) != 0
     assert said in capsys.readouterr().err
     assert not (tmp_path / "out" / "bench.csv").exists()
@@ -118,3 +123,29 @@ def test_a_replay_calls_a_bot_on_pipecats_wire_and_keeps_its_marks_beside_what_w
         texts = [e.attributes.get(names.BOT_TEXT) for e in span.events if e.name == names.EV_BOT_MARK]
         assert texts[1] == f"question {n}" and texts[3] == f"answer {n}"
         assert span.attributes[names.TRANSCRIPT] == f"question {n}"
+
+
+@pytest.mark.parametrize("wire", ["twilio", "pipecat"])
+def test_a_recorded_call_holds_what_its_traces_say_and_its_sound_measures_the_same_silence(
+    tmp_path: Path, wire: str
+) -> None:
+    bot: Bot = StandIn(RealClock()) if wire == "twilio" else FramesStandIn(RealClock())
+    rec = tmp_path / "rec"
+    with bot_in_thread(bot) as port:
+        assert _replay(tmp_path / "out", f"{wire}+ws://127.0.0.1:{port}/media", "--record-audio", str(rec)) == 0
+    rows = read_bench_csv(tmp_path / "out" / "bench.csv")
+    assert [r.ok for r in rows] == [1, 1]
+    problems = ReadProblems()
+    spans = [s for f in trace_files(tmp_path / "out" / "traces") for s in read_trace_file(f, problems)]
+    # the speaker channel: the first sample above the threshold after the end of speech is the traces' first
+    # audible, the last one's end their last audible, to the sample
+    found = check_recording(rec / "0.wav", rec / "0.json", spans)
+    assert [(f.first_off, f.last_off) for f in found] == [(0, 0), (0, 0)], found
+    # and the acoustic measurement, from the sound alone, finds each turn's silence within 5 ms of the traces'
+    measured = measure_recording(rec / "0.wav", acoustic_questions(FIXTURES, load_config([SIMULATOR])))
+    matches, unmatched = match(read_traces(trace_files(tmp_path / "out" / "traces"), workers=1).rows, measured)
+    assert len(matches) == 2 and not unmatched, unmatched
+    print(f"{wire}: acoustic - trace silence (ms): {[m.difference_ms for m in matches]} ({matches[0].compared})")
+    assert all(m.difference_ms is not None and abs(m.difference_ms) <= 5 for m in matches), [
+        m.difference_ms for m in matches
+    ]
