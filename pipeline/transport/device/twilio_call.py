@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.clock import Clock
-from pipeline.transport.device.phone_line import CallQuestion, CallTurn, Line, Message
+from pipeline.transport.device.phone_line import MOST_MARKS, CallQuestion, CallTurn, Line, Message
 from pipeline.transport.wire import g711
 from pipeline.transport.wire import twilio as tw
 from pipeline.transport.wire.twilio_order import FromBot
@@ -60,7 +60,10 @@ class TwilioLine(Line):
         if isinstance(item, tw.Sound):
             self.play(at_ns, g711.decode(item.ulaw), g711.SAMPLE_RATE)
         elif isinstance(item, tw.MarkEvent):
-            self.playout.mark(at_ns, item.mark.name)
+            if len(self.playout.marks) >= MOST_MARKS:  # each is echoed: a flood is neither kept nor sent back
+                self.dropped["too_many_marks"] += 1
+            else:
+                self.playout.mark(at_ns, item.mark.name)
         elif isinstance(item, tw.ClearEvent):
             self.playout.clear(at_ns)
         return []
