@@ -26,9 +26,9 @@ from pipeline.records.schema import meta as _m
 # column groups: the device's view across a transport, the split of its first sound (``wire.py``), and the
 # end-point scored against the question's truth (``analysis.endpoint_truth``)
 DEVICE, WIRE, TRUTH = "device", "wire", "truth"
-_EDGES = (  # answer_edges: Twilio's wire marks no answer (``transport.device.phone_playout``)
-    "`told`: the server marks where the answer begins and ends (xiaozhi's `tts start` / `stop`); `inferred`: "
-    "found from its sound as a phone's playout buffer plays it, over after a 700 ms pause; empty in-process"
+_EDGES = (  # answer_edges: a call to a voice bot finds its answers by sound (``transport.device.phone_playout``)
+    "`told`: the server marks where the answer begins and ends (xiaozhi's `tts start` / `stop`); `inferred`: a "
+    "call to a voice bot, found from its sound as a phone's playout buffer plays it, over after a 700 ms pause"
 )
 
 

@@ -39,9 +39,9 @@ def silence_of(row: TurnRow) -> Silence:
 
 
 INFERRED_NOTE = (
-    "the wire marks no answer (Twilio Media Streams): each answer's first and last audible sample are found from "
-    "its sound as a phone's playout buffer plays it, and an answer ends after a 700 ms pause "
-    "(`answer_edges = inferred`)"
+    "a call to a voice bot (`answer_edges = inferred`): each answer's first and last audible sample are found from "
+    "its sound as a phone's playout buffer plays it, and an answer ends after a 700 ms pause; Twilio's wire marks "
+    "no answer, and on Pipecat's the bot's own marks are kept beside what was heard, not used"
 )
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -171,6 +172,8 @@ class PipecatRun:
         argv += ["--base-url", f"http://127.0.0.1:{self.ports['speech']}/v1", "--events", str(self.events)]
         argv += ["--language", self.args.language]
         if traced:  # every connect and datagram of the bot and its threads, for the offline check
+            if shutil.which("strace") is None:
+                raise InteropError("the offline check runs the bot under strace: install it (apt-get install strace)")
             self.strace_log.unlink(missing_ok=True)
             argv = ["strace", "-f", "-qq", "-Y", "-ttt", "--seccomp-bpf", "-e", f"trace={TRACED}",
                     "-o", str(self.strace_log), "--", *argv]  # fmt: skip

@@ -1,25 +1,26 @@
-"""A run's device on a call to a voice bot: each question said on the call, its turn a device's timeline as a
-xiaozhi device's is, with the answer's edges inferred from its sound.
+"""A run's device on a call to a voice bot: each question said on the call, its turn a device's timeline as a xiaozhi
+device's is, with the answer's edges inferred from its sound.
 
-``pipeline.replay --server twilio+ws://HOST/PATH`` calls a bot on Twilio Media Streams (``twilio_call``: mu-law at
-8 kHz, as a phone line carries it); ``pipecat+ws://HOST/PATH`` one on Pipecat's own wire (``pipecat_call``:
-protobuf frames, 16 kHz PCM, the bot's RTVI messages); ``+wss`` for TLS. A device is one call, held for all its
-questions, as a xiaozhi device holds one connection. The turn's marks are the device's: the user's end of speech
-where the line carried it, the first and last audio of the answer received, its first and last audible sample as
-the phone's playout buffer plays them (``phone_playout``); every turn says ``answer_edges = inferred``. Twilio's
-wire tells nothing else: ``stt``, ``llm`` and the sentences stay empty. Pipecat's tells what the bot believed:
-its final transcriptions are the turn's ``stt`` (and transcript), its LLM's start its ``llm``, its TTS texts the
-sentences, and every RTVI message is kept as a bot mark beside what was heard (``DeviceTiming.bot_marks``).
+``pipeline.replay --server twilio+ws://HOST/PATH`` calls a bot on Twilio Media Streams (``twilio_call``: mu-law at 8
+kHz, as a phone line carries it); ``pipecat+ws://HOST/PATH`` one on Pipecat's own wire (``pipecat_call``: protobuf
+frames, 16 kHz PCM, the bot's RTVI messages); ``+wss`` for TLS. A device is one call, held for all its questions, as
+a xiaozhi device holds one connection. The turn's marks are the device's: the user's end of speech where the line
+carried it, the first and last audio of the answer received, its first and last audible sample as the phone's
+playout buffer plays them (``phone_playout``); every turn says ``answer_edges = inferred``. Twilio's wire tells
+nothing else: ``stt``, ``llm`` and the sentences stay empty. Pipecat's tells what the bot believed: its final
+transcriptions are the turn's ``stt`` (and transcript), its LLM's start its ``llm``, its TTS texts the sentences,
+and every RTVI message is kept as a bot mark beside what was heard (``DeviceTiming.bot_marks``).
 
 With ``--record-audio`` each call is recorded as a device is (``phone_recording``). What a call has no part for is
 refused when the device is made, not ignored: a barge-in, manual listening, the Opus encoder and jitter buffer, a
-link profile, the settle wait and sound devices. Auto and realtime
-listening are the same here: the line carries the caller's audio, silence or speech, for the whole call.
+link profile, the settle wait and sound devices. Auto and realtime listening are the same here: the line carries the
+caller's audio, silence or speech, for the whole call.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -91,7 +92,8 @@ def refused(settings: DeviceSettings) -> list[str]:
 
 
 class PhoneCaller:
-    """One device on a telephony line: ``async with`` places the call, ``turn`` asks one question on it."""
+    """One device calling a voice bot: ``async with`` places the call, ``turn`` asks one question on it (what the
+    caller dropped of the bot's messages in the turn on its row, by why)."""
 
     def __init__(self, settings: DeviceSettings, clock: Clock, record: RecordTo | None = None) -> None:
         if not is_phone(settings.url):
@@ -129,11 +131,6 @@ class PhoneCaller:
                     self.line.recording.close(self.clock.now_ns())
                 self.line = None
 
-    @property
-    def dropped(self) -> dict[str, int]:
-        """What the caller dropped of the bot's messages, by why, over the whole call."""
-        return dict(self.line.dropped) if self.line is not None else {}
-
     async def turn(self, ask: Ask, then: Ask | None = None) -> TurnTimeline:
         """Say ``ask``'s clip on the call and hear its answer; the turn's timeline, failures on it (M7).
         ``then`` is not used: this caller never barges in."""
@@ -150,7 +147,9 @@ class PhoneCaller:
             recorder.fail(LOST, f"the bot closed the call ({self.line.gone})")
             return recorder.finish()
         wait_ns = round((self.settings.answer_timeout_s or self.settings.turn_timeout_s) * 1e9)
+        before = Counter(self.line.dropped)
         said = await self.line.ask(question, wait_ns)
+        tl.dropped = dict(self.line.dropped - before)  # what the caller dropped of the bot's messages in the turn
         _fill(recorder, said, ask, speech_end_ms, self.settings.answer_timeout_s or self.settings.turn_timeout_s)
         return recorder.finish()
 

@@ -1,17 +1,16 @@
-"""A call to a voice bot over one WebSocket, whatever the bot's wire: the line paced in real time, each question
-said on it and its answer heard through a phone's playout buffer.
+"""A call to a voice bot over one WebSocket, whatever the bot's wire: the line paced in real time, each question said
+on it and its answer heard through a phone's playout buffer.
 
-``Line`` holds what every such call shares: the line sends a frame of the caller's audio every 20 ms from the
-call's start, whatever the turns do (silence unless a question is being said: a bot's VAD ends the user's turn
-on it; a question is said from the next frame on, as a person starts talking), records each send's lateness on
-the loop's record (a ramp voids a step its generator was late in), and hands everything the bot sends to the
-wire's own reading, which plays audio into the ``phone_playout`` buffer; with a ``phone_recording``, what was said
-and played goes to the call's recording. ``ask`` says one question and listens
-until its answer is over: the first sound played after the question's end of speech, over after
-``phone_playout.GAP_MS`` of played silence or a clear, as the buffer infers it. A wire says how its messages
-look (``twilio_call``: Twilio Media Streams; ``pipecat_call``: Pipecat's protobuf frames). Queued audio past
-``MOST_QUEUED_S`` is dropped and counted, and so are the bot's marks past ``MOST_MARKS`` a turn: a bot cannot
-grow the caller's memory by sending faster than the phone plays.
+``Line`` holds what every such call shares: the line sends a frame of the caller's audio every 20 ms from the call's
+start, whatever the turns do (silence unless a question is being said: a bot's VAD ends the user's turn on it; a
+question is said from the next frame on, as a person starts talking), records each send's lateness on the loop's
+record (a ramp voids a step its generator was late in), and hands everything the bot sends to the wire's own
+reading, which plays audio into the ``phone_playout`` buffer; with a ``phone_recording``, what was said and played
+goes to the call's recording. ``ask`` says one question and listens until its answer is over: the first sound played
+after the question's end of speech, over after ``phone_playout.GAP_MS`` of played silence or a clear, as the buffer
+infers it. A wire says how its messages look (``twilio_call``: Twilio Media Streams; ``pipecat_call``: Pipecat's
+protobuf frames). Queued audio past ``MOST_QUEUED_S`` is dropped and counted, and so are the bot's marks past
+``MOST_MARKS`` a turn: a bot cannot grow the caller's memory by sending faster than the phone plays.
 """
 
 from __future__ import annotations
