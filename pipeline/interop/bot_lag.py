@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.analysis.numbers import quantile
 from pipeline.records.bench_csv import BenchCsvError, read_bench_csv
 from pipeline.records.ramp_result import CapacityFileError, read
 
@@ -66,7 +67,7 @@ def step_lags(folder: Path, lags: Sequence[tuple[int, float]], problems: list[st
         if not inside.size:
             out.append(StepLag(step.devices, 0, None, None, None))
             continue
-        p50, p99 = (float(np.percentile(inside, q)) for q in (50, 99))
+        p50, p99 = (quantile(inside, q) for q in (0.5, 0.99))
         out.append(StepLag(step.devices, int(inside.size), p50, p99, float(inside.max())))
     return out
 

@@ -34,11 +34,13 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.analysis.read import read_traces
+from pipeline.analysis.numbers import quantile
+from pipeline.analysis.read import rows_from_spans
 from pipeline.analysis.traces import ReadProblems, read_trace_file, trace_files
 from pipeline.interop.bot_lag import lag_markdown, read_lags, step_lags
 from pipeline.interop.bot_marks import beside, heard_turns, markdown, read_marks, told_marks
@@ -201,12 +203,12 @@ class PipecatRun:
         return text
 
     def turns_markdown(self, folder: Path, code: int) -> str:
-        rows = read_traces(trace_files(folder / "traces"), workers=1).rows
+        spans = [s for f in trace_files(folder / "traces") for s in read_trace_file(f, ReadProblems())]
+        rows = rows_from_spans(spans)  # the traces read once: the rows and the turns' marks both from them
         measured = [r for r in rows if not r.warmup]
         silences = sorted_silences(r for r in measured if r.ok)
         whole = sorted(r.whole_turn_ms for r in measured if r.ok and r.whole_turn_ms is not None)
         problems: list[str] = []
-        spans = [s for f in trace_files(folder / "traces") for s in read_trace_file(f, ReadProblems())]
         told = told_marks(spans) if self.args.wire == "pipecat" else read_marks(self.events, problems)
         marks = beside(heard_turns(spans, ReadProblems()), told)
         source = "its RTVI messages, as the caller received them" if self.args.wire == "pipecat" else "its log"
@@ -275,8 +277,9 @@ class PipecatRun:
 
 def in_language(folder: Path, language: str, target: Path) -> Path:
     """The fixtures' questions in ``language`` only (the others left out, as ``--exclude`` leaves them)."""
-    others = [q.id for q in load_questions(folder, "").questions if q.language != language]
-    if len(others) == len(load_questions(folder, "").questions):
+    questions = load_questions(folder, "").questions
+    others = [q.id for q in questions if q.language != language]
+    if len(others) == len(questions):
         raise InteropError(f"{folder}: no question in {language!r}")
     return fixtures_without(folder, ",".join(others), target) if others else folder
 
@@ -304,9 +307,8 @@ def bot_pid(traced: StartedProcess) -> int:
     return traced.process.pid
 
 
-def _pct(values: object, q: int) -> str:
-    data = np.asarray(values, dtype=np.float64)
-    return "-" if not data.size else f"{float(np.percentile(data, q)):.0f}"
+def _pct(values: Sequence[float] | np.ndarray, q: int) -> str:
+    return "-" if not len(values) else f"{quantile(values, q / 100):.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:

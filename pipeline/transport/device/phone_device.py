@@ -24,7 +24,6 @@ from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
-import soxr
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from pipeline.clock import Clock
@@ -36,7 +35,7 @@ from pipeline.transport.device.device_recording import RecordTo
 from pipeline.transport.device.device_settings import DeviceSettings
 from pipeline.transport.device.link import LOST, DeviceError
 from pipeline.transport.device.phone_line import CallQuestion, CallTurn, Line
-from pipeline.transport.device.phone_recording import CallRecording
+from pipeline.transport.device.phone_recording import CallRecording, at_rate
 from pipeline.transport.device.pipecat_call import PipecatLine
 from pipeline.transport.device.twilio_call import TwilioLine
 
@@ -146,22 +145,17 @@ class PhoneCaller:
         if self.line.gone is not None:
             recorder.fail(LOST, f"the bot closed the call ({self.line.gone})")
             return recorder.finish()
-        wait_ns = round((self.settings.answer_timeout_s or self.settings.turn_timeout_s) * 1e9)
+        wait_s = self.settings.answer_timeout_s or self.settings.turn_timeout_s
         before = Counter(self.line.dropped)
-        said = await self.line.ask(question, wait_ns)
+        said = await self.line.ask(question, round(wait_s * 1e9))
         tl.dropped = dict(self.line.dropped - before)  # what the caller dropped of the bot's messages in the turn
-        _fill(recorder, said, ask, speech_end_ms, self.settings.answer_timeout_s or self.settings.turn_timeout_s)
+        _fill(recorder, said, ask, speech_end_ms, wait_s)
         return recorder.finish()
 
 
 def at_line_rate(ask: Ask, rate: int) -> np.ndarray:
     """The clip as the line carries it: 16-bit linear at ``rate``."""
-    pcm = np.frombuffer(b"".join(f.pcm for f in ask.frames), dtype="<i2")
-    if rate == SAMPLE_RATE:
-        return pcm.astype(np.int16)
-    down = np.asarray(soxr.resample(pcm.astype(np.float32), SAMPLE_RATE, rate), dtype=np.float32)
-    line: np.ndarray = np.clip(np.rint(down), -32768, 32767).astype(np.int16)
-    return line
+    return at_rate(np.frombuffer(b"".join(f.pcm for f in ask.frames), dtype="<i2"), SAMPLE_RATE, rate)
 
 
 def _fill(recorder: TurnRecorder, said: CallTurn, ask: Ask, speech_end_ms: float, wait_s: float) -> None:

@@ -31,6 +31,7 @@ from pipeline.transport.device.phone_playout import HeardAnswer, Playout
 from pipeline.transport.device.phone_recording import CallRecording
 
 FRAME_MS = 20  # what a phone line sends per message
+FRAME_NS = FRAME_MS * 1_000_000
 LONGEST_ANSWER_NS = 120 * 1_000_000_000  # an answer still playing this long after the question: the turn ends anyway
 MOST_QUEUED_S = 300  # estimated: five minutes of answer waiting to play is no answer a caller waits for
 MOST_MARKS = 10_000  # a turn's marks from the bot kept at most (a bot sends a few dozen)
@@ -119,10 +120,6 @@ class Line:
     def frame_samples(self) -> int:
         return self.rate * FRAME_MS // 1000
 
-    @property
-    def frame_ns(self) -> int:
-        return FRAME_MS * 1_000_000
-
     # --- the wire's part ---------------------------------------------------------------------
 
     def opening(self) -> list[Message]:
@@ -193,7 +190,7 @@ class Line:
         late, silence = send_lateness(), np.zeros(self.frame_samples, dtype=np.int16)
         try:
             while True:
-                due = self.t0 + self.chunk * self.frame_ns
+                due = self.t0 + self.chunk * FRAME_NS
                 await asyncio.sleep(max(0, due - self.clock.now_ns()) / 1e9)
                 late.record((self.clock.now_ns() - due) / 1e6)
                 pcm = self.speaking.popleft() if self.speaking else silence
@@ -218,7 +215,7 @@ class Line:
         self.said.clear()
         # the question's first frame goes next: its samples were captured in the frame's length before it is sent
         # (as the device emulator's pacer has it)
-        speech_end = self.t0 + (self.chunk - 1) * self.frame_ns + round(q.speech_end_ms * 1_000_000)
+        speech_end = self.t0 + (self.chunk - 1) * FRAME_NS + round(q.speech_end_ms * 1_000_000)
         n = self.frame_samples
         pcm = np.asarray(q.pcm, dtype=np.int16)
         pcm = np.concatenate([pcm, np.zeros(-len(pcm) % n, dtype=np.int16)])

@@ -22,15 +22,22 @@ from pipeline.transport.device.device_recording import NS_PER_SAMPLE, AudioRecor
 from pipeline.transport.device.phone_playout import Chunk
 
 
-def at_recording_rate(pcm: np.ndarray, rate: int) -> np.ndarray:
-    """16-bit audio at ``rate`` as 16 kHz: repeated where 16 kHz is a whole multiple of it, else resampled."""
+def at_rate(pcm: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """16-bit audio at ``rate`` as audio at ``to``: as it is at the same rate, each sample repeated where ``to`` is a
+    whole multiple of ``rate`` (every sample's moment kept), else resampled by soxr. One way for the line's audio,
+    either direction (the clip down to the line, the line up to the recording)."""
     pcm = np.asarray(pcm, dtype=np.int16)
-    if rate == SAMPLE_RATE:
+    if rate == to:
         return pcm
-    if SAMPLE_RATE % rate == 0:
-        return np.repeat(pcm, SAMPLE_RATE // rate)
-    out = np.asarray(soxr.resample(pcm.astype(np.float32), rate, SAMPLE_RATE), dtype=np.float32)
+    if to > rate and to % rate == 0:
+        return np.repeat(pcm, to // rate)
+    out = np.asarray(soxr.resample(pcm.astype(np.float32), rate, to), dtype=np.float32)
     return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+
+
+def at_recording_rate(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """16-bit audio at ``rate`` as the recording's 16 kHz (``at_rate``)."""
+    return at_rate(pcm, rate, SAMPLE_RATE)
 
 
 @dataclass(slots=True)

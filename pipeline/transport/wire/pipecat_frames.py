@@ -171,7 +171,7 @@ def audio(pcm: bytes, rate: int) -> bytes:
 
 
 def message(kind: str, data: dict[str, Any] | None = None, msg_id: str = "") -> bytes:
-    """An RTVI message from the client (``client-ready``...) as a ``Frame``."""
+    """An RTVI message (the client's ``client-ready``...; a bot's have the same shape) as a ``Frame``."""
     frame = Frame()
     body: dict[str, Any] = {"label": RTVI_LABEL, "type": kind, "id": msg_id}
     if data is not None:

@@ -6,7 +6,6 @@ says it stopped speaking."""
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,14 +19,6 @@ THINK_S = 0.2
 QUIET_FRAMES = 15  # 300 ms of the caller's silence after speech: the stand-in's end of turn
 RATE = 24000
 SAID = ("user-stopped-speaking", "user-transcription", "bot-llm-started", "bot-tts-text", "bot-started-speaking")
-
-
-def rtvi(kind: str, data: dict[str, object] | None = None) -> bytes:
-    frame = pf.Frame()
-    body: dict[str, object] = {"label": pf.RTVI_LABEL, "type": kind, **({"data": data} if data else {})}
-    frame.message.data = json.dumps(body)
-    out: bytes = frame.SerializeToString()
-    return out
 
 
 @dataclass
@@ -57,16 +48,16 @@ class FramesStandIn:
 
     async def answer(self, ws: ServerConnection) -> None:
         n = len(self.answered_ns) + 1
-        await ws.send(rtvi("user-stopped-speaking"))
-        await ws.send(rtvi("user-transcription", {"text": "not yet", "final": False}))
-        await ws.send(rtvi("user-transcription", {"text": f"question {n}", "final": True}))
-        await ws.send(rtvi("bot-llm-started"))
-        await ws.send(rtvi("bot-tts-text", {"text": f"answer {n}"}))
-        await ws.send(rtvi("bot-audio-level", {"value": 0.5}))  # many a second: no mark
+        await ws.send(pf.message("user-stopped-speaking"))
+        await ws.send(pf.message("user-transcription", {"text": "not yet", "final": False}))
+        await ws.send(pf.message("user-transcription", {"text": f"question {n}", "final": True}))
+        await ws.send(pf.message("bot-llm-started"))
+        await ws.send(pf.message("bot-tts-text", {"text": f"answer {n}"}))
+        await ws.send(pf.message("bot-audio-level", {"value": 0.5}))  # many a second: no mark
         t = np.arange(ANSWER_MS * RATE // 1000) / RATE
         tone = (4000 * np.cos(2 * np.pi * 440 * t)).astype("<i2")  # its first and last sample loud
         self.answered_ns.append(self.clock.now_ns())
-        await ws.send(rtvi("bot-started-speaking"))
+        await ws.send(pf.message("bot-started-speaking"))
         for i in range(0, len(tone), 960):
             await ws.send(pf.audio(tone[i : i + 960].tobytes(), RATE))
-        await ws.send(rtvi("bot-stopped-speaking"))
+        await ws.send(pf.message("bot-stopped-speaking"))

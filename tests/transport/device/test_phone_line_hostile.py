@@ -44,9 +44,7 @@ async def pipecat_junk(ws: ServerConnection, _stream: str) -> None:
     await ws.send("text where frames are binary")
     await ws.send(b"\xff\xff\xff")
     await ws.send(pf.audio(b"\x00\x00", 11025))
-    frame = pf.Frame()
-    frame.message.data = json.dumps({"label": "rtvi-ai", "type": "bot-started-speaking"})
-    marked = frame.SerializeToString()
+    marked = pf.message("bot-started-speaking")
     for _ in range(phone_line.MOST_MARKS + 50):
         await ws.send(marked)
     loud = np.full(16000, 4000, dtype="<i2").tobytes()
